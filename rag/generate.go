@@ -1,0 +1,20 @@
+package rag
+
+// GenRequest asks a generator for one completion.
+type GenRequest struct {
+	ID          string // request id, for logs and the engine's bookkeeping
+	Model       string
+	Messages    []Message
+	MaxTokens   int
+	Temperature float64
+}
+
+// TokenStream is a running generation. Recv returns deltas in order; after the last delta (the
+// one with FinishReason set) it returns io.EOF. If the context given to Generate is cancelled,
+// Recv returns the context's error. Close stops the generation and frees everything it holds
+// (in the simulated engine: its KV-cache blocks) at once; it is idempotent and must be called.
+// A TokenStream is used by one goroutine at a time.
+type TokenStream interface {
+	Recv() (Delta, error)
+	Close() error
+}

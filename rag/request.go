@@ -1,0 +1,116 @@
+package rag
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+)
+
+// MaxBodyBytes is the largest request body the API accepts (1 MiB).
+const MaxBodyBytes = 1 << 20
+
+// Limits bound what a chat request may ask for.
+type Limits struct {
+	MaxTokensCap     int // largest max_tokens accepted
+	DefaultMaxTokens int // used when the request sets none
+	MaxMessages      int // most messages in one request
+}
+
+// DefaultLimits are the limits the service uses unless configured otherwise.
+var DefaultLimits = Limits{MaxTokensCap: 4096, DefaultMaxTokens: 256, MaxMessages: 256}
+
+// DecodeChatRequest reads and decodes a chat-completions body. Unknown fields are ignored, as
+// OpenAI-compatible servers do; anything after the JSON object is an error. A body longer than
+// MaxBodyBytes must be cut off by the caller (http.MaxBytesReader); the resulting error is
+// reported as a 413 HTTPError.
+func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
+	dec := json.NewDecoder(r)
+	var req ChatRequest
+	if err := dec.Decode(&req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, &HTTPError{Status: 413, Type: "invalid_request_error", Code: "request_too_large",
+				Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), Err: ErrInvalidRequest}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil, invalid("", "request body is empty: send a JSON object with model and messages")
+		}
+		return nil, invalid("", "request body is not valid JSON: "+err.Error())
+	}
+	if dec.More() {
+		return nil, invalid("", "request body has data after the JSON object")
+	}
+	return &req, nil
+}
+
+func invalid(param, msg string) *HTTPError {
+	return &HTTPError{Status: 400, Type: "invalid_request_error", Param: param, Message: msg, Err: ErrInvalidRequest}
+}
+
+// Query validates the request against lim and converts it into a Query. It checks everything but
+// the model name, which only the generator knows.
+func (r *ChatRequest) Query(lim Limits) (Query, error) {
+	var q Query
+	if strings.TrimSpace(r.Model) == "" {
+		return q, invalid("model", "model is required")
+	}
+	if len(r.Messages) == 0 {
+		return q, invalid("messages", "messages must be a non-empty array")
+	}
+	if lim.MaxMessages > 0 && len(r.Messages) > lim.MaxMessages {
+		return q, invalid("messages", fmt.Sprintf("too many messages: %d, at most %d", len(r.Messages), lim.MaxMessages))
+	}
+	hasUser := false
+	for i, m := range r.Messages {
+		switch m.Role {
+		case "system", "developer", "assistant", "tool":
+		case "user":
+			hasUser = true
+		default:
+			return q, invalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("messages[%d].role %q is not one of system, developer, user, assistant, tool", i, m.Role))
+		}
+		q.Messages = append(q.Messages, Message{Role: m.Role, Content: string(m.Content)})
+	}
+	if !hasUser {
+		return q, invalid("messages", "messages must contain at least one user message")
+	}
+	q.MaxTokens = lim.DefaultMaxTokens
+	if r.MaxCompletionTokens != nil {
+		q.MaxTokens = *r.MaxCompletionTokens
+	} else if r.MaxTokens != nil {
+		q.MaxTokens = *r.MaxTokens
+	}
+	if q.MaxTokens < 1 || (lim.MaxTokensCap > 0 && q.MaxTokens > lim.MaxTokensCap) {
+		return q, invalid("max_tokens", fmt.Sprintf("max_tokens must be between 1 and %d, got %d", lim.MaxTokensCap, q.MaxTokens))
+	}
+	q.Temperature = 1
+	if r.Temperature != nil {
+		t := *r.Temperature
+		if math.IsNaN(t) || t < 0 || t > 2 {
+			return q, invalid("temperature", fmt.Sprintf("temperature must be between 0 and 2, got %v", t))
+		}
+		q.Temperature = t
+	}
+	if r.N != nil && *r.N != 1 {
+		return q, invalid("n", "only n=1 is supported")
+	}
+	q.Model = r.Model
+	if r.RAG != nil {
+		if r.RAG.Coupling != "" {
+			c, err := ParseCoupling(r.RAG.Coupling)
+			if err != nil {
+				return q, invalid("rag.coupling", err.Error())
+			}
+			q.Coupling = c
+		}
+		if r.RAG.TopK < 0 || r.RAG.TopK > 100 {
+			return q, invalid("rag.top_k", fmt.Sprintf("rag.top_k must be between 1 and 100, got %d", r.RAG.TopK))
+		}
+		q.TopK = r.RAG.TopK
+	}
+	return q, nil
+}

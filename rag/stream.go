@@ -1,0 +1,104 @@
+package rag
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+)
+
+// NewCompletionID returns a fresh id in OpenAI's form, "chatcmpl-" and 24 hex digits.
+func NewCompletionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "chatcmpl-" + hex.EncodeToString(b[:])
+}
+
+// ChatStream writes one streamed chat completion exactly as OpenAI does: a role chunk, content
+// chunks, a finish chunk, a usage chunk with empty choices when usage was asked for, then
+// "data: [DONE]". It is not safe for concurrent use.
+type ChatStream struct {
+	sse          *SSE
+	id, model    string
+	created      int64
+	includeUsage bool
+	started      bool
+}
+
+// NewChatStream returns a ChatStream writing to w. It sets the event-stream headers; they are
+// sent with the first event.
+func NewChatStream(w http.ResponseWriter, id, model string, includeUsage bool) *ChatStream {
+	s := &ChatStream{sse: NewSSE(w), id: id, model: model, created: time.Now().Unix(), includeUsage: includeUsage}
+	s.sse.SetHeaders(w.Header())
+	return s
+}
+
+func (s *ChatStream) chunk(delta ChunkDelta, finish *string) ChatChunk {
+	return ChatChunk{
+		ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: []ChunkChoice{{Index: 0, Delta: delta, FinishReason: finish}},
+	}
+}
+
+// Start writes the role chunk if it has not been written yet.
+func (s *ChatStream) Start() error {
+	if s.started {
+		return nil
+	}
+	s.started = true
+	empty := ""
+	return s.sse.Data(s.chunk(ChunkDelta{Role: "assistant", Content: &empty}, nil))
+}
+
+// Comment writes an SSE comment (ignored by OpenAI clients).
+func (s *ChatStream) Comment(text string) error { return s.sse.Comment(text) }
+
+// Content writes one content chunk, after the role chunk.
+func (s *ChatStream) Content(text string) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	return s.sse.Data(s.chunk(ChunkDelta{Content: &text}, nil))
+}
+
+// Finish writes the finish chunk, the usage chunk when usage was asked for, and [DONE].
+// serverTiming, if not empty, is carried on the last chunk.
+func (s *ChatStream) Finish(reason string, usage Usage, serverTiming string) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	fin := s.chunk(ChunkDelta{}, &reason)
+	if !s.includeUsage {
+		fin.ServerTiming = serverTiming
+	}
+	if err := s.sse.Data(fin); err != nil {
+		return err
+	}
+	if s.includeUsage {
+		u := usage.ToWire()
+		last := ChatChunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+			Choices: []ChunkChoice{}, Usage: &u, ServerTiming: serverTiming}
+		if err := s.sse.Data(last); err != nil {
+			return err
+		}
+	}
+	return s.sse.Done()
+}
+
+// Fail reports an error that happened after the stream started: an error event in OpenAI's form
+// (data: {"error":{...}}) followed by [DONE], so clients see why the stream ended early.
+func (s *ChatStream) Fail(err error) error {
+	if werr := s.sse.Data(ToHTTPError(err).Body()); werr != nil {
+		return werr
+	}
+	return s.sse.Done()
+}
+
+// Completion builds a non-streamed response.
+func Completion(id, model, content, finishReason string, usage Usage) ChatCompletion {
+	return ChatCompletion{
+		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model,
+		Choices: []ChatChoice{{Index: 0, Message: ResponseMessage{Role: "assistant", Content: content}, FinishReason: finishReason}},
+		Usage:   usage.ToWire(),
+	}
+}

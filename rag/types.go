@@ -1,0 +1,70 @@
+package rag
+
+import "time"
+
+// Message is one chat message.
+type Message struct {
+	Role    string // system, user, assistant, tool
+	Content string
+}
+
+// Query is one RAG request as the pipeline sees it, after validation.
+type Query struct {
+	ID          string    // request id, unique per request
+	Model       string    // model served by the generator
+	Messages    []Message // the conversation; the last user message is the question
+	MaxTokens   int       // output token budget
+	Temperature float64
+	Coupling    Coupling // "" means the pipeline's default
+	TopK        int      // 0 means the pipeline's default
+	UserID      string   // from X-User-ID, for dye only
+}
+
+// Question returns the content of the last user message, which is what gets embedded.
+func (q Query) Question() string {
+	for i := len(q.Messages) - 1; i >= 0; i-- {
+		if q.Messages[i].Role == "user" {
+			return q.Messages[i].Content
+		}
+	}
+	return ""
+}
+
+// Chunk is a piece of a document: the unit that is embedded, indexed, fetched and put in a prompt.
+type Chunk struct {
+	ID     string `json:"id"`     // unique chunk id, e.g. "doc-00042#3"
+	DocID  string `json:"doc_id"` // the document it came from
+	Title  string `json:"title"`
+	Topic  string `json:"topic,omitempty"`
+	Text   string `json:"text"`
+	Tokens int    `json:"tokens"` // approximate token count of Text (see CountTokens)
+}
+
+// Hit is one search result: a chunk id with its similarity score and the shard that found it.
+type Hit struct {
+	ChunkID string
+	Score   float32
+	Shard   int
+}
+
+// Usage counts the tokens of one generation.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// Delta is a piece of generated output: one or more tokens of text. The last delta of a stream
+// carries the finish reason and usage.
+type Delta struct {
+	Text         string
+	Tokens       int    // number of tokens in Text
+	FinishReason string // "" until the last delta: "stop", "length" or "abort"
+	Usage        *Usage // set on the last delta
+}
+
+// StageTiming is how long one stage took for one request.
+type StageTiming struct {
+	Stage    Stage
+	Start    time.Time
+	Duration time.Duration
+}
