@@ -1,0 +1,52 @@
+# ragtail — make targets. `make test` is what CI runs (see .ci/run).
+GO       ?= go
+PKGS     ?= ./...
+BIN      ?= bin/ragtail
+BENCHTIME ?= 1s
+
+.PHONY: all build test e2e bench lint fmt tidy deps demo clean
+
+all: build
+
+## build: compile the ragtail binary into bin/
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/ragtail
+
+## test: vet, then every unit and integration test with the race detector
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## e2e: end-to-end tests against the built binary
+e2e:
+	$(GO) test -count=1 -timeout 20m -tags e2e ./cmd/ragtail/
+
+## bench: Go benchmarks of the hot paths (figures, not pass/fail)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## lint: gofmt, go vet, and golangci-lint when it is installed
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run; else echo "golangci-lint not installed; skipped"; fi
+
+## fmt: format all Go files
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## tidy: go mod tidy, failing if it changes go.mod or go.sum
+tidy:
+	$(GO) mod tidy
+	git diff --exit-code go.mod go.sum
+
+## deps: download the Go modules
+deps:
+	$(GO) mod download
+
+## demo: run the service and a short load in each coupling mode
+demo:
+	$(GO) run ./cmd/ragtail demo
+
+clean:
+	rm -rf bin

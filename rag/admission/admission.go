@@ -1,0 +1,351 @@
+// Package admission bounds how many requests run the RAG pipeline at once. A Pool has a fixed
+// number of worker slots, a FIFO queue in front of them, a queue timeout, and a policy for the
+// moment the queue is full: shed the request at once (rag.ErrOverloaded, a 503 with Retry-After)
+// or let it wait anyway.
+//
+// It is the knob of PITFALLS.md §5 ("thread-pool configuration"): a bounded queue with a
+// monitored rejection policy keeps the tail bounded under bursts, while a tiny pool, an
+// unbounded queue or no timeout turn a burst into minutes of queueing. Every acquire reports how
+// long it waited, and Stats exposes in-flight, queued and shed counts for the
+// rag_admission_* metrics.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// Policy says what happens to a request that finds every worker busy and the queue full.
+type Policy string
+
+// The queue-full policies.
+const (
+	// PolicyReject sheds the request at once with an error matching rag.ErrOverloaded. With a
+	// bounded queue this is the setting PITFALLS.md §5 advises: overload shows up as a counted,
+	// monitorable rejection rate instead of an ever-growing wait.
+	PolicyReject Policy = "reject"
+	// PolicyWait lets the request wait anyway, in the same FIFO line, as a blocked caller does:
+	// QueueCapacity is then a soft bound that sheds nothing, and only QueueTimeout and the
+	// request's context limit the wait. Overload is absorbed as latency rather than errors.
+	PolicyWait Policy = "wait"
+)
+
+// Unbounded is the QueueCapacity of a queue without limit: the risky setting of PITFALLS.md §5,
+// under which a burst larger than the pool can drain is queued in full and every later request
+// inherits its wait.
+const Unbounded = -1
+
+// Config sizes a Pool. The zero value is not valid (it has no workers); start from
+// DefaultConfig.
+type Config struct {
+	// Workers is the number of requests that may run at once (at least 1).
+	Workers int
+	// QueueCapacity is how many requests may wait for a worker: 0 means no queue (a request that
+	// finds every worker busy is rejected, or waits under PolicyWait), Unbounded (-1) means no
+	// limit.
+	QueueCapacity int
+	// QueueTimeout is the longest a request waits for a worker before it is shed with an error
+	// matching rag.ErrOverloaded; 0 means it waits until its context is done.
+	QueueTimeout time.Duration
+	// Policy is what happens when the queue is full; "" means PolicyReject.
+	Policy Policy
+}
+
+// DefaultConfig returns the configuration the service starts with:
+//
+//   - Workers 256: the pool sits in front of an LLM engine that batches up to 256 sequences
+//     (vLLM's max-num-seqs, the engine setting PITFALLS.md §7 cites). Requests beyond that would
+//     only wait inside the engine, where they can be neither seen nor shed; fewer would leave
+//     batch slots idle. The "2 x CPUs" advice of §5 is for CPU-bound pools, and a pipeline
+//     request spends nearly all its time waiting on the engine, not on a CPU.
+//   - QueueCapacity 1024: four full batches. It absorbs a burst of a few seconds at the engine's
+//     service rate, yet keeps the worst queueing delay bounded and the memory held by waiting
+//     requests small.
+//   - QueueTimeout 30 s: a request that has waited that long has already missed any interactive
+//     latency objective; shedding it frees its place for one that can still make it, and the
+//     client gets a 503 it can retry instead of a hung connection.
+//   - PolicyReject: when the bounded queue is full, shed at once (§5's monitored rejection).
+func DefaultConfig() Config {
+	return Config{Workers: 256, QueueCapacity: 1024, QueueTimeout: 30 * time.Second, Policy: PolicyReject}
+}
+
+// Validate reports whether c is usable, with a message saying what to change.
+func (c Config) Validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("%w: admission workers must be at least 1, got %d", rag.ErrInvalidRequest, c.Workers)
+	case c.QueueCapacity < Unbounded:
+		return fmt.Errorf("%w: admission queue capacity must be -1 (unbounded), 0 (no queue) or positive, got %d", rag.ErrInvalidRequest, c.QueueCapacity)
+	case c.QueueTimeout < 0:
+		return fmt.Errorf("%w: admission queue timeout must not be negative (0 waits until the request is cancelled), got %v", rag.ErrInvalidRequest, c.QueueTimeout)
+	}
+	switch c.Policy {
+	case "", PolicyReject, PolicyWait:
+		return nil
+	}
+	return fmt.Errorf("%w: admission policy %q: want reject or wait", rag.ErrInvalidRequest, c.Policy)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Policy == "" {
+		c.Policy = PolicyReject
+	}
+	return c
+}
+
+// Option configures a Pool.
+type Option interface{ apply(*options) }
+
+type options struct {
+	now func() time.Time
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithClock sets the clock queue waits are measured with (default time.Now), so that they line up
+// with spans, profiles and Server-Timing on one clock.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	})
+}
+
+// Stats is a snapshot of a Pool's state and counters.
+type Stats struct {
+	Workers       int // configured worker slots
+	QueueCapacity int // configured queue capacity (Unbounded for no limit)
+	InFlight      int // requests holding a worker slot now
+	Queued        int // requests waiting for a slot now
+
+	Admitted  uint64        // requests given a slot, in total
+	Rejected  uint64        // requests shed on arrival because the queue was full, in total
+	TimedOut  uint64        // requests shed after waiting QueueTimeout, in total
+	Cancelled uint64        // requests whose context ended before they got a slot, in total
+	QueueWait time.Duration // total time admitted requests spent waiting, for the mean wait
+}
+
+// Pool is a bounded worker pool with a FIFO wait queue. It implements the pipeline's Admitter.
+// It is safe for concurrent use; Resize may be called while requests wait.
+type Pool struct {
+	now func() time.Time
+
+	mu       sync.Mutex
+	cfg      Config
+	inFlight int
+	head     *waiter // oldest waiter; the queue is a doubly linked list so leaving is O(1)
+	tail     *waiter
+	queued   int
+
+	admitted, rejected, timedOut, cancelled uint64
+	queueWait                               atomic.Int64 // nanoseconds
+}
+
+// waiter is one queued request. ready is closed when it is granted a slot; granted is guarded by
+// the pool's mutex.
+type waiter struct {
+	ready      chan struct{}
+	granted    bool
+	prev, next *waiter
+}
+
+// NewPool returns a pool configured by cfg.
+func NewPool(cfg Config, opts ...Option) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := options{now: time.Now}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return &Pool{now: o.now, cfg: cfg.withDefaults()}, nil
+}
+
+// Config returns the pool's current configuration.
+func (p *Pool) Config() Config {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
+
+// Resize replaces the pool's configuration at run time. More workers admit waiters at once, in
+// FIFO order. Fewer workers take effect as running requests finish; none is interrupted. Requests
+// already queued keep their place even if the new capacity is smaller, and keep the timeout they
+// arrived with; the new capacity, timeout and policy apply to later arrivals.
+func (p *Pool) Resize(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg = cfg.withDefaults()
+	p.dispatchLocked()
+	return nil
+}
+
+// Stats returns a snapshot of the pool's state and counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{
+		Workers: p.cfg.Workers, QueueCapacity: p.cfg.QueueCapacity,
+		InFlight: p.inFlight, Queued: p.queued,
+		Admitted: p.admitted, Rejected: p.rejected, TimedOut: p.timedOut, Cancelled: p.cancelled,
+		QueueWait: time.Duration(p.queueWait.Load()),
+	}
+}
+
+// Acquire waits for a worker slot. It returns a release func to call when the request is done
+// (calling it again does nothing), an error matching rag.ErrOverloaded if the request is shed,
+// or ctx's error if ctx ends while it waits.
+func (p *Pool) Acquire(ctx context.Context) (release func(), err error) {
+	release, _, err = p.AcquireWait(ctx)
+	return release, err
+}
+
+// AcquireWait is Acquire that also reports how long the request waited for its slot (or before
+// it was shed or cancelled), for the admission stage timing and the queue-wait histogram.
+func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Duration, err error) {
+	if err := ctx.Err(); err != nil {
+		p.mu.Lock()
+		p.cancelled++
+		p.mu.Unlock()
+		return nil, 0, fmt.Errorf("wait for a worker: %w", err)
+	}
+	start := p.now()
+	p.mu.Lock()
+	// FIFO: a newcomer takes a free slot only if nobody is waiting. dispatchLocked keeps the
+	// invariant that the queue is empty whenever a slot is free.
+	if p.head == nil && p.inFlight < p.cfg.Workers {
+		p.inFlight++
+		p.admitted++
+		p.mu.Unlock()
+		return p.releaser(), p.now().Sub(start), nil
+	}
+	if p.cfg.Policy == PolicyReject && p.cfg.QueueCapacity != Unbounded && p.queued >= p.cfg.QueueCapacity {
+		p.rejected++
+		err := p.fullErrorLocked()
+		p.mu.Unlock()
+		return nil, p.now().Sub(start), err
+	}
+	w := &waiter{ready: make(chan struct{})}
+	p.pushLocked(w)
+	timeout := p.cfg.QueueTimeout
+	p.mu.Unlock()
+
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-w.ready:
+		wait = p.now().Sub(start)
+		p.queueWait.Add(int64(wait))
+		return p.releaser(), wait, nil
+	case <-expired:
+		if p.abandon(w, true) {
+			wait = p.now().Sub(start)
+			p.queueWait.Add(int64(wait))
+			return p.releaser(), wait, nil
+		}
+		return nil, p.now().Sub(start), fmt.Errorf("%w: no admission worker freed up within the %v queue timeout: retry later, or raise the admission workers or queue_timeout", rag.ErrOverloaded, timeout)
+	case <-ctx.Done():
+		p.abandon(w, false)
+		return nil, p.now().Sub(start), fmt.Errorf("wait for a worker: %w", ctx.Err())
+	}
+}
+
+// abandon takes w out of the queue after its timeout fired (timedOut) or its context ended. If a
+// slot was granted to w in the meantime, a timed-out waiter keeps it (it did get a worker, so
+// reporting overload would be false) and abandon returns true; a cancelled waiter hands the slot
+// on to the next in line.
+func (p *Pool) abandon(w *waiter, timedOut bool) (keep bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.granted {
+		if timedOut {
+			return true
+		}
+		p.admitted--
+		p.inFlight--
+		p.dispatchLocked()
+	} else {
+		p.removeLocked(w)
+	}
+	if timedOut {
+		p.timedOut++
+	} else {
+		p.cancelled++
+	}
+	return false
+}
+
+func (p *Pool) fullErrorLocked() error {
+	if p.cfg.QueueCapacity == 0 {
+		return fmt.Errorf("%w: all %d admission workers are busy and queueing is off: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.cfg.Workers)
+	}
+	return fmt.Errorf("%w: all %d admission workers are busy and the queue of %d is full: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.cfg.Workers, p.cfg.QueueCapacity)
+}
+
+// releaser returns the release func of one admitted request. It is idempotent: a second call
+// must not free a slot held by someone else.
+func (p *Pool) releaser() func() {
+	var released atomic.Bool
+	return func() {
+		if !released.CompareAndSwap(false, true) {
+			return
+		}
+		p.mu.Lock()
+		p.inFlight--
+		p.dispatchLocked()
+		p.mu.Unlock()
+	}
+}
+
+// dispatchLocked grants free slots to waiters, oldest first.
+func (p *Pool) dispatchLocked() {
+	for p.head != nil && p.inFlight < p.cfg.Workers {
+		w := p.head
+		p.removeLocked(w)
+		w.granted = true
+		p.inFlight++
+		p.admitted++
+		close(w.ready)
+	}
+}
+
+func (p *Pool) pushLocked(w *waiter) {
+	w.prev = p.tail
+	if p.tail != nil {
+		p.tail.next = w
+	} else {
+		p.head = w
+	}
+	p.tail = w
+	p.queued++
+}
+
+func (p *Pool) removeLocked(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		p.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		p.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	p.queued--
+}

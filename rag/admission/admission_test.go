@@ -1,0 +1,490 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/admission"
+	"github.com/ragtail/ragtail/rag/pipeline"
+)
+
+var _ pipeline.Admitter = (*admission.Pool)(nil)
+
+func newPool(tb testing.TB, cfg admission.Config) *admission.Pool {
+	tb.Helper()
+	p, err := admission.NewPool(cfg)
+	if err != nil {
+		tb.Fatalf("NewPool(%+v): %v", cfg, err)
+	}
+	return p
+}
+
+func mustAcquire(tb testing.TB, p *admission.Pool) func() {
+	tb.Helper()
+	release, err := p.Acquire(context.Background())
+	if err != nil {
+		tb.Fatalf("Acquire: %v", err)
+	}
+	return release
+}
+
+// waitFor polls cond until it holds or a second has passed. Queue state changes in other
+// goroutines, so tests wait for the state they need instead of sleeping a guessed time.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting until %s", what)
+		}
+		runtime.Gosched()
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func queued(p *admission.Pool, n int) func() bool {
+	return func() bool { return p.Stats().Queued == n }
+}
+
+type acquired struct {
+	release func()
+	err     error
+}
+
+// acquireAsync starts one Acquire in a goroutine and returns the channel its outcome arrives on.
+func acquireAsync(ctx context.Context, p *admission.Pool) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		release, err := p.Acquire(ctx)
+		ch <- acquired{release, err}
+	}()
+	return ch
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		cfg     admission.Config
+		wantErr string
+	}{
+		{name: "default", cfg: admission.DefaultConfig()},
+		{name: "no queue", cfg: admission.Config{Workers: 1}},
+		{name: "unbounded wait", cfg: admission.Config{Workers: 1, QueueCapacity: admission.Unbounded, Policy: admission.PolicyWait}},
+		{name: "zero workers", cfg: admission.Config{}, wantErr: "workers must be at least 1"},
+		{name: "negative workers", cfg: admission.Config{Workers: -3}, wantErr: "workers must be at least 1"},
+		{name: "capacity below -1", cfg: admission.Config{Workers: 1, QueueCapacity: -2}, wantErr: "queue capacity"},
+		{name: "negative timeout", cfg: admission.Config{Workers: 1, QueueTimeout: -time.Second}, wantErr: "queue timeout"},
+		{name: "unknown policy", cfg: admission.Config{Workers: 1, Policy: "drop-oldest"}, wantErr: "want reject or wait"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			_, newErr := admission.NewPool(tt.cfg)
+			if tt.wantErr == "" {
+				if err != nil || newErr != nil {
+					t.Fatalf("Validate = %v, NewPool = %v; want both nil", err, newErr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, rag.ErrInvalidRequest) {
+				t.Fatalf("Validate = %v; want an invalid-request error containing %q", err, tt.wantErr)
+			}
+			if newErr == nil {
+				t.Fatal("NewPool accepted an invalid config")
+			}
+		})
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	t.Parallel()
+	cfg := admission.DefaultConfig()
+	if cfg.Workers != 256 || cfg.QueueCapacity != 1024 || cfg.QueueTimeout != 30*time.Second || cfg.Policy != admission.PolicyReject {
+		t.Fatalf("DefaultConfig = %+v; want 256 workers, queue 1024, 30s, reject", cfg)
+	}
+	p := newPool(t, admission.Config{Workers: 1})
+	if got := p.Config().Policy; got != admission.PolicyReject {
+		t.Fatalf("empty policy became %q; want reject", got)
+	}
+}
+
+func TestFIFO(t *testing.T) {
+	t.Parallel()
+	const waiters = 8
+	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: admission.Unbounded})
+	hold := mustAcquire(t, p)
+
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range waiters {
+		wg.Go(func() {
+			release, err := p.Acquire(context.Background())
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			release()
+		})
+		// Enqueue strictly one after another so that arrival order is known.
+		waitFor(t, fmt.Sprintf("%d waiters are queued", i+1), queued(p, i+1))
+	}
+	hold()
+	wg.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("admission order = %v; want 0..%d in arrival order", order, waiters-1)
+		}
+	}
+	if len(order) != waiters {
+		t.Fatalf("%d of %d waiters admitted", len(order), waiters)
+	}
+	if s := p.Stats(); s.InFlight != 0 || s.Queued != 0 || s.Admitted != waiters+1 {
+		t.Fatalf("stats after drain = %+v; want nothing in flight or queued and %d admitted", s, waiters+1)
+	}
+}
+
+func TestCapacityAndRejection(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		cfg        admission.Config
+		queueable  int  // arrivals beyond the workers that must queue
+		rejectNext bool // whether the arrival after them is rejected
+		wantInMsg  string
+	}{
+		{name: "bounded queue rejects when full", cfg: admission.Config{Workers: 2, QueueCapacity: 2}, queueable: 2, rejectNext: true, wantInMsg: "queue of 2 is full"},
+		{name: "no queue rejects at once", cfg: admission.Config{Workers: 2}, queueable: 0, rejectNext: true, wantInMsg: "queueing is off"},
+		{name: "wait policy queues beyond capacity", cfg: admission.Config{Workers: 2, QueueCapacity: 1, Policy: admission.PolicyWait}, queueable: 3},
+		{name: "wait policy without a queue waits", cfg: admission.Config{Workers: 1, Policy: admission.PolicyWait}, queueable: 2},
+		{name: "unbounded queue", cfg: admission.Config{Workers: 1, QueueCapacity: admission.Unbounded}, queueable: 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPool(t, tt.cfg)
+			var releases []func()
+			for range tt.cfg.Workers {
+				releases = append(releases, mustAcquire(t, p))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var waiting []<-chan acquired
+			for i := range tt.queueable {
+				waiting = append(waiting, acquireAsync(ctx, p))
+				waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+			}
+			if tt.rejectNext {
+				start := time.Now()
+				_, err := p.Acquire(ctx)
+				if !errors.Is(err, rag.ErrOverloaded) || !strings.Contains(err.Error(), tt.wantInMsg) || !strings.Contains(err.Error(), "workers") {
+					t.Fatalf("Acquire on a full pool = %v; want ErrOverloaded saying %q and naming the workers", err, tt.wantInMsg)
+				}
+				// Rejection must not wait: bound it far below any queue timeout (there is none here).
+				if d := time.Since(start); d > 100*time.Millisecond {
+					t.Fatalf("rejection took %v; want it immediate", d)
+				}
+				if s := p.Stats(); s.Rejected != 1 {
+					t.Fatalf("Rejected = %d; want 1", s.Rejected)
+				}
+			}
+			if s := p.Stats(); s.InFlight != tt.cfg.Workers || s.Queued != tt.queueable {
+				t.Fatalf("stats = %+v; want %d in flight, %d queued", s, tt.cfg.Workers, tt.queueable)
+			}
+			for _, release := range releases {
+				release()
+			}
+			for _, ch := range waiting {
+				got := <-ch
+				if got.err != nil {
+					t.Fatalf("queued request failed: %v", got.err)
+				}
+				got.release()
+			}
+			if s := p.Stats(); s.InFlight != 0 || s.Queued != 0 {
+				t.Fatalf("stats after drain = %+v; want empty", s)
+			}
+		})
+	}
+}
+
+func TestQueueTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 30 * time.Millisecond
+	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: 4, QueueTimeout: timeout})
+	hold := mustAcquire(t, p)
+	defer hold()
+
+	release, wait, err := p.AcquireWait(context.Background())
+	if err == nil {
+		release()
+		t.Fatal("Acquire succeeded while the only worker was held")
+	}
+	if !errors.Is(err, rag.ErrOverloaded) || !strings.Contains(err.Error(), "queue timeout") {
+		t.Fatalf("err = %v; want ErrOverloaded naming the queue timeout", err)
+	}
+	// A timer never fires early, so the wait is at least the timeout.
+	if wait < timeout {
+		t.Fatalf("waited %v; want at least the %v timeout", wait, timeout)
+	}
+	if s := p.Stats(); s.TimedOut != 1 || s.Queued != 0 || s.Admitted != 1 {
+		t.Fatalf("stats = %+v; want 1 timed out, none queued, 1 admitted", s)
+	}
+}
+
+func TestCancelWhileQueuedRemovesWaiter(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: 2})
+	hold := mustAcquire(t, p)
+
+	ctxA, cancelA := context.WithCancel(context.Background())
+	a := acquireAsync(ctxA, p)
+	waitFor(t, "A is queued", queued(p, 1))
+	b := acquireAsync(context.Background(), p)
+	waitFor(t, "B is queued", queued(p, 2))
+
+	cancelA()
+	got := <-a
+	if !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("cancelled waiter got %v; want context.Canceled", got.err)
+	}
+	if s := p.Stats(); s.Queued != 1 || s.Cancelled != 1 {
+		t.Fatalf("stats = %+v; want B alone in the queue and 1 cancelled", s)
+	}
+	// A's place is gone: a newcomer can take it, so the queue of 2 is not full.
+	c := acquireAsync(context.Background(), p)
+	waitFor(t, "C is queued", queued(p, 2))
+
+	hold()
+	gotB := <-b
+	if gotB.err != nil {
+		t.Fatalf("B: %v", gotB.err)
+	}
+	select {
+	case gotC := <-c:
+		t.Fatalf("C admitted (%v) while B holds the only worker", gotC.err)
+	default:
+	}
+	gotB.release()
+	gotC := <-c
+	if gotC.err != nil {
+		t.Fatalf("C: %v", gotC.err)
+	}
+	gotC.release()
+	if s := p.Stats(); s.InFlight != 0 || s.Queued != 0 || s.Admitted != 3 {
+		t.Fatalf("stats = %+v; want empty and 3 admitted (hold, B, C)", s)
+	}
+}
+
+func TestAcquireWithDoneContext(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, admission.Config{Workers: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Acquire(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a done context = %v; want context.Canceled", err)
+	}
+	if s := p.Stats(); s.InFlight != 0 || s.Admitted != 0 || s.Cancelled != 1 {
+		t.Fatalf("stats = %+v; want nothing admitted and 1 cancelled", s)
+	}
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: 1})
+	first := mustAcquire(t, p)
+	w := acquireAsync(context.Background(), p)
+	waitFor(t, "second request is queued", queued(p, 1))
+
+	first()
+	second := <-w
+	if second.err != nil {
+		t.Fatalf("queued request: %v", second.err)
+	}
+	first() // a double release must not free the slot the second request now holds
+	if s := p.Stats(); s.InFlight != 1 {
+		t.Fatalf("InFlight after double release = %d; want 1", s.InFlight)
+	}
+	third := acquireAsync(context.Background(), p)
+	waitFor(t, "third request is queued", queued(p, 1))
+	second.release()
+	second.release()
+	got := <-third
+	if got.err != nil {
+		t.Fatalf("third: %v", got.err)
+	}
+	got.release()
+	if s := p.Stats(); s.InFlight != 0 || s.Queued != 0 || s.Admitted != 3 {
+		t.Fatalf("stats = %+v; want empty and 3 admitted", s)
+	}
+}
+
+func TestResizeWhileWaiting(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: admission.Unbounded})
+	hold := mustAcquire(t, p)
+	var waiting []<-chan acquired
+	for i := range 3 {
+		waiting = append(waiting, acquireAsync(context.Background(), p))
+		waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+	}
+
+	// Growing to 3 workers admits the two oldest waiters at once; the youngest keeps waiting.
+	if err := p.Resize(admission.Config{Workers: 3, QueueCapacity: admission.Unbounded}); err != nil {
+		t.Fatal(err)
+	}
+	var releases []func()
+	for i, ch := range waiting[:2] {
+		got := <-ch
+		if got.err != nil {
+			t.Fatalf("waiter %d: %v", i, got.err)
+		}
+		releases = append(releases, got.release)
+	}
+	if s := p.Stats(); s.InFlight != 3 || s.Queued != 1 {
+		t.Fatalf("after growing: %+v; want 3 in flight, 1 queued", s)
+	}
+
+	// Shrinking to 1 worker interrupts nobody, but admits nobody until in-flight drops below 1.
+	if err := p.Resize(admission.Config{Workers: 1, QueueCapacity: 0}); err != nil {
+		t.Fatal(err)
+	}
+	hold()
+	releases[0]()
+	if s := p.Stats(); s.InFlight != 1 || s.Queued != 1 {
+		t.Fatalf("after shrinking and two releases: %+v; want 1 in flight, the waiter still queued", s)
+	}
+	releases[1]()
+	got := <-waiting[2]
+	if got.err != nil {
+		t.Fatalf("last waiter: %v", got.err)
+	}
+	// The smaller capacity applies to newcomers: with the worker busy and no queue, reject.
+	if _, err := p.Acquire(context.Background()); !errors.Is(err, rag.ErrOverloaded) {
+		t.Fatalf("Acquire after shrinking to no queue = %v; want ErrOverloaded", err)
+	}
+	got.release()
+
+	if err := p.Resize(admission.Config{Workers: 0}); err == nil {
+		t.Fatal("Resize accepted zero workers")
+	}
+	if got := p.Config().Workers; got != 1 {
+		t.Fatalf("a rejected Resize changed the config: workers = %d", got)
+	}
+}
+
+func TestAcquireWaitReportsWait(t *testing.T) {
+	t.Parallel()
+	const holdFor = 20 * time.Millisecond
+	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: 1})
+	hold := mustAcquire(t, p)
+	done := make(chan struct{})
+	var wait time.Duration
+	go func() {
+		defer close(done)
+		release, w, err := p.AcquireWait(context.Background())
+		if err != nil {
+			t.Errorf("AcquireWait: %v", err)
+			return
+		}
+		wait = w
+		release()
+	}()
+	waitFor(t, "the waiter is queued", queued(p, 1))
+	time.Sleep(holdFor)
+	hold()
+	<-done
+	// The waiter was queued before the sleep began and admitted after it ended.
+	if wait < holdFor {
+		t.Fatalf("reported wait %v; want at least %v", wait, holdFor)
+	}
+	if s := p.Stats(); s.QueueWait != wait {
+		t.Fatalf("Stats.QueueWait = %v; want the one wait %v", s.QueueWait, wait)
+	}
+}
+
+// TestConcurrentChurn hammers the pool with acquirers that time out, get cancelled or succeed,
+// while it is resized, and checks that the books balance afterwards. Its value is under -race.
+func TestConcurrentChurn(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, admission.Config{Workers: 3, QueueCapacity: 8, QueueTimeout: 2 * time.Millisecond})
+	const goroutines, rounds = 16, 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for g := range goroutines {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7)) // fixed seed per goroutine
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(3000))*time.Microsecond)
+				release, err := p.Acquire(ctx)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, rag.ErrOverloaded) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("unexpected error: %v", err)
+					}
+					continue
+				}
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+				if s := p.Stats(); s.InFlight > 4 {
+					t.Errorf("InFlight = %d exceeds the largest worker count 4", s.InFlight)
+				}
+				runtime.Gosched()
+				release()
+				release()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 50 {
+			if err := p.Resize(admission.Config{Workers: 2 + i%3, QueueCapacity: 8, QueueTimeout: 2 * time.Millisecond}); err != nil {
+				t.Error(err)
+			}
+			runtime.Gosched()
+		}
+	})
+	wg.Wait()
+	s := p.Stats()
+	if s.InFlight != 0 || s.Queued != 0 {
+		t.Fatalf("after churn: %+v; want nothing in flight or queued", s)
+	}
+	if s.Admitted != uint64(admitted) {
+		t.Fatalf("Admitted = %d; callers saw %d successful acquires", s.Admitted, admitted)
+	}
+	if total := s.Admitted + s.Rejected + s.TimedOut + s.Cancelled; total != goroutines*rounds {
+		t.Fatalf("admitted+rejected+timed out+cancelled = %d; want every one of %d acquires accounted for once (%+v)", total, goroutines*rounds, s)
+	}
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	p := newPool(b, admission.DefaultConfig())
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			release, err := p.Acquire(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			release()
+		}
+	})
+}

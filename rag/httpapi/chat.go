@@ -1,0 +1,141 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/pipeline"
+)
+
+// chatCompletions serves POST /v1/chat/completions, streamed or not.
+func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, rag.MaxBodyBytes)
+	req, err := rag.DecodeChatRequest(r.Body)
+	if err != nil {
+		rag.WriteError(w, err)
+		return
+	}
+	q, err := req.Query(a.cfg.limits)
+	if err != nil {
+		rag.WriteError(w, err)
+		return
+	}
+	q.ID = rag.NewCompletionID()
+	q.UserID = r.Header.Get("X-User-ID")
+	w.Header().Set("X-Request-ID", q.ID)
+
+	if req.Stream {
+		a.stream(w, r, req, q)
+		return
+	}
+	a.complete(w, r, q)
+}
+
+// complete answers a non-streamed request: the whole answer in one JSON body, Server-Timing as a
+// header.
+func (a *API) complete(w http.ResponseWriter, r *http.Request, q rag.Query) {
+	var sink collectSink
+	res, err := a.p.Run(r.Context(), q, &sink)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client is gone; nobody to answer
+		}
+		a.logFailure(r.Context(), q, err)
+		rag.WriteError(w, err)
+		return
+	}
+	w.Header().Set("Server-Timing", res.ServerTiming())
+	rag.WriteJSON(w, http.StatusOK, rag.Completion(q.ID, q.Model, sink.text.String(), res.FinishReason, res.Usage))
+}
+
+// collectSink gathers the answer of a non-streamed request.
+type collectSink struct{ text strings.Builder }
+
+func (s *collectSink) Progress(pipeline.Progress) error { return nil }
+
+func (s *collectSink) Delta(d rag.Delta) error {
+	s.text.WriteString(d.Text)
+	return nil
+}
+
+// stream answers a streamed request. Headers go out with the first event, so that every error
+// before it (unknown model, overload, a dead retriever) still gets its proper status code. In
+// async coupling the first events are retrieval progress comments; otherwise the first token.
+// Server-Timing is sent as a trailer and repeated on the last chunk.
+func (a *API) stream(w http.ResponseWriter, r *http.Request, req *rag.ChatRequest, q rag.Query) {
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	w.Header().Set("Trailer", "Server-Timing")
+	sink := &streamSink{cs: rag.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync ||
+		(q.Coupling == "" && a.p.Config().Coupling == rag.CouplingAsync)}
+	res, err := a.p.Run(r.Context(), q, sink)
+	switch {
+	case err == nil:
+		timing := res.ServerTiming()
+		w.Header().Set("Server-Timing", timing)
+		_ = sink.cs.Finish(res.FinishReason, res.Usage, timing)
+	case r.Context().Err() != nil || errors.Is(err, errClientGone):
+		// The client disconnected: generation was cancelled downstream; nothing to write.
+	case !sink.started:
+		w.Header().Del("Trailer")
+		a.logFailure(r.Context(), q, err)
+		rag.WriteError(w, err)
+	default:
+		a.logFailure(r.Context(), q, err)
+		_ = sink.cs.Fail(err)
+	}
+}
+
+// errClientGone marks a failed write to the client, so the pipeline stops generating.
+var errClientGone = errors.New("client connection lost")
+
+// streamSink writes pipeline events as OpenAI chunks. Progress events become SSE comments (which
+// OpenAI clients ignore) only when progress streaming is on.
+type streamSink struct {
+	cs       *rag.ChatStream
+	progress bool
+	started  bool
+}
+
+func (s *streamSink) Progress(ev pipeline.Progress) error {
+	if !s.progress {
+		return nil
+	}
+	s.started = true
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if err := s.cs.Start(); err != nil {
+		return errors.Join(errClientGone, err)
+	}
+	if err := s.cs.Comment("rag " + string(b)); err != nil {
+		return errors.Join(errClientGone, err)
+	}
+	return nil
+}
+
+func (s *streamSink) Delta(d rag.Delta) error {
+	s.started = true
+	if d.Text == "" {
+		return nil
+	}
+	if err := s.cs.Content(d.Text); err != nil {
+		return errors.Join(errClientGone, err)
+	}
+	return nil
+}
+
+func (a *API) logFailure(ctx context.Context, q rag.Query, err error) {
+	he := rag.ToHTTPError(err)
+	level := slog.LevelWarn
+	if he.Status >= 500 {
+		level = slog.LevelError
+	}
+	a.cfg.logger.Log(ctx, level, "chat completion failed", "request_id", q.ID, "model", q.Model,
+		"stage", string(rag.StageOf(err)), "status", he.Status, "err", err)
+}

@@ -1,0 +1,599 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// Run answers q: it takes an admission slot, embeds the question, retrieves and fetches context
+// as q's coupling mode (or the configured default) says, generates, and hands every delta to
+// sink (nil discards the output, which suits benchmarks). It returns when the answer is
+// complete or the run failed; no goroutine it started outlives it.
+//
+// What the coupling modes change:
+//
+//   - sync searches shards 0..n-1 one after another and fetches chunks one by one: retrieve
+//     takes the sum of the shard latencies and fetch the sum of the chunk latencies.
+//   - fanout searches all shards at once and fetches all chunks at once, waiting for all: each
+//     stage takes its slowest call, so one slow shard still sets the pace.
+//   - async searches all shards at once and starts generating as soon as Config.AsyncQuorum
+//     shards have answered, or at Config.AsyncDeadline with whatever has arrived (at least one
+//     shard). Shards still searching then are dropped from the prompt (Result.ShardsLate,
+//     Stats.LateShardsDropped); they finish in the background, are reported to sink as late if
+//     they answer while the run goes on, and are cancelled when Run returns. Retrieval progress
+//     reaches the client before the first token. The price is recall: the prompt lacks the
+//     late shards' hits. Chunks are fetched concurrently, as in fanout.
+//
+// Errors carry the stage they happened in (rag.StageOf). A failed shard fails sync and fanout
+// runs; async treats it like a late one and fails only if no shard answered. A chunk the doc
+// store does not have is skipped and counted; any other fetch error fails the run. An error
+// from sink (the client is gone) stops generation at once and is returned, wrapped with
+// rag.StageStream. If ctx ends, Run returns ctx.Err() wrapped with the stage it was in.
+//
+// Run always returns a non-nil Result; after an error it holds the stages that ran, so the
+// caller can still send Server-Timing.
+func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (res *Result, err error) {
+	p.stats.runs.Add(1)
+	p.stats.inFlight.Add(1)
+	r := &run{p: p, cfg: p.cfg.Load(), q: q, start: p.now(), parent: ctx,
+		res: &Result{Timings: make([]rag.StageTiming, 0, numStages)}}
+	r.sink.sink = sink
+	defer func() {
+		p.stats.inFlight.Add(-1)
+		if err != nil {
+			p.stats.failed.Add(1)
+		}
+	}()
+	if err := r.prepare(); err != nil {
+		return r.res, err
+	}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	defer r.cleanup()
+	return r.res, r.execute()
+}
+
+// run is the state of one Run.
+type run struct {
+	p     *Pipeline
+	cfg   *Config
+	q     rag.Query
+	start time.Time
+	res   *Result
+
+	parent context.Context         // the caller's context
+	ctx    context.Context         // parent, also cancelled when a late progress event finds the client gone
+	cancel context.CancelCauseFunc // cancels ctx; the cause is the sink error
+	sink   guardedSink
+
+	release func()         // the admission slot, if one was taken
+	bg      sync.WaitGroup // async: searches still running after the cut, and their collector
+}
+
+// numStages is the number of pipeline stages, len(rag.Stages).
+const numStages = 6
+
+// prepare checks the model and resolves the query's options against the config.
+func (r *run) prepare() error {
+	q := r.q
+	models := r.p.gen.Models()
+	if !slices.Contains(models, q.Model) {
+		return fmt.Errorf("%w: model %q is not served here; use one of: %s", rag.ErrUnknownModel, q.Model, strings.Join(models, ", "))
+	}
+	r.res.Coupling = q.Coupling
+	if r.res.Coupling == "" {
+		r.res.Coupling = r.cfg.Coupling
+	}
+	if !validCoupling(r.res.Coupling) {
+		return fmt.Errorf("%w: coupling %q: want sync, fanout or async", rag.ErrInvalidRequest, q.Coupling)
+	}
+	r.res.TopK = q.TopK
+	if r.res.TopK == 0 {
+		r.res.TopK = r.cfg.TopK
+	}
+	switch {
+	case q.TopK < 0 || q.TopK > MaxTopK:
+		return fmt.Errorf("%w: top_k must be between 1 and %d, got %d", rag.ErrInvalidRequest, MaxTopK, q.TopK)
+	case q.MaxTokens < 0:
+		return fmt.Errorf("%w: max_tokens must not be negative, got %d", rag.ErrInvalidRequest, q.MaxTokens)
+	case !slices.ContainsFunc(q.Messages, func(m rag.Message) bool { return m.Role == "user" }):
+		return fmt.Errorf("%w: messages must contain a user message to answer", rag.ErrInvalidRequest)
+	}
+	r.p.countCoupling(r.res.Coupling)
+	return nil
+}
+
+func (r *run) execute() error {
+	if a := r.p.admitter; a != nil {
+		i := r.begin(rag.StageAdmission)
+		release, err := a.Acquire(r.ctx)
+		r.end(i)
+		if err != nil {
+			return r.fail(rag.StageAdmission, err)
+		}
+		r.release = release
+	}
+
+	i := r.begin(rag.StageEmbed)
+	vec, err := r.p.emb.Embed(r.ctx, r.q.Question())
+	r.end(i)
+	if err != nil {
+		return r.fail(rag.StageEmbed, fmt.Errorf("embed question: %w", err))
+	}
+
+	i = r.begin(rag.StageRetrieve)
+	var hits []rag.Hit
+	n := r.p.ret.Shards()
+	r.res.Shards = n
+	switch r.res.Coupling {
+	case rag.CouplingSync:
+		hits, err = r.retrieveSync(vec, n)
+	case rag.CouplingFanout:
+		hits, err = r.retrieveFanout(vec, n)
+	case rag.CouplingAsync:
+		hits, err = r.retrieveAsync(vec, n)
+	}
+	r.end(i)
+	if err != nil {
+		return err
+	}
+
+	i = r.begin(rag.StageFetch)
+	var chunks []rag.Chunk
+	if r.res.Coupling == rag.CouplingSync {
+		chunks, err = r.fetchSequential(hits)
+	} else {
+		chunks, err = r.fetchConcurrent(hits)
+	}
+	r.end(i)
+	if err != nil {
+		return err
+	}
+	r.res.ChunkIDs = make([]string, len(chunks))
+	for i, c := range chunks {
+		r.res.ChunkIDs[i] = c.ID
+	}
+	return r.generate(buildMessages(r.cfg.SystemPrompt, chunks, r.q.Messages))
+}
+
+// cleanup runs when Run returns: no sink call may follow, searches still running are cancelled
+// and awaited, and only then is the admission slot given back.
+func (r *run) cleanup() {
+	r.sink.close()
+	r.cancel(nil)
+	r.bg.Wait()
+	if r.release != nil {
+		r.release()
+	}
+}
+
+// begin starts timing stage and returns its index in the timings.
+func (r *run) begin(stage rag.Stage) int {
+	r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: stage, Start: r.p.now()})
+	return len(r.res.Timings) - 1
+}
+
+// end stops timing the stage at index i.
+func (r *run) end(i int) {
+	r.res.Timings[i].Duration = r.p.now().Sub(r.res.Timings[i].Start)
+}
+
+func (r *run) elapsed() time.Duration { return r.p.now().Sub(r.start) }
+
+// fail wraps err with the stage it happened in. If the caller's context has ended, that is the
+// error to report, whatever the backend made of it; if the run was cancelled because the client
+// went away, the sink's error is.
+func (r *run) fail(stage rag.Stage, err error) error {
+	if perr := r.parent.Err(); perr != nil {
+		return rag.AtStage(stage, perr)
+	}
+	// The first cancellation's cause sticks: a sink error (staged at stream, see sinkFailed)
+	// wins over whatever the cancellation made the backend return.
+	if cause := context.Cause(r.ctx); rag.StageOf(cause) == rag.StageStream {
+		return cause
+	}
+	return rag.AtStage(stage, err)
+}
+
+// sinkFailed reports a sink error as the run's error and cancels what is still running.
+func (r *run) sinkFailed(err error) error {
+	err = &rag.StageError{Stage: rag.StageStream, Err: err}
+	r.cancel(err)
+	return err
+}
+
+// retrieveSync searches the shards one after another.
+func (r *run) retrieveSync(vec []float32, n int) ([]rag.Hit, error) {
+	perShard := make([][]rag.Hit, n)
+	for shard := range n {
+		hits, err := r.p.ret.Search(r.ctx, shard, vec, r.res.TopK)
+		if err != nil {
+			return nil, r.fail(rag.StageRetrieve, fmt.Errorf("search shard %d: %w", shard, err))
+		}
+		perShard[shard] = hits
+	}
+	r.res.ShardsAnswered = n
+	return mergeTopK(perShard, r.res.TopK), nil
+}
+
+// retrieveFanout searches every shard at once and waits for all of them.
+func (r *run) retrieveFanout(vec []float32, n int) ([]rag.Hit, error) {
+	perShard := make([][]rag.Hit, n)
+	err := r.concurrently(n, func(ctx context.Context, shard int) error {
+		hits, err := r.p.ret.Search(ctx, shard, vec, r.res.TopK)
+		if err != nil {
+			return fmt.Errorf("search shard %d: %w", shard, err)
+		}
+		perShard[shard] = hits
+		return nil
+	})
+	if err != nil {
+		return nil, r.fail(rag.StageRetrieve, err)
+	}
+	r.res.ShardsAnswered = n
+	return mergeTopK(perShard, r.res.TopK), nil
+}
+
+// shardResult is one shard's answer in async coupling.
+type shardResult struct {
+	shard int
+	hits  []rag.Hit
+	err   error
+}
+
+// retrieveAsync searches every shard at once and returns as soon as the quorum has answered, or
+// at the deadline with whatever answered (waiting for a first answer if none has). Searches
+// still running go on in r.bg and are reported as late.
+func (r *run) retrieveAsync(vec []float32, n int) ([]rag.Hit, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	quorum := r.cfg.quorum(n)
+	deadline := time.NewTimer(r.cfg.AsyncDeadline)
+	defer deadline.Stop()
+	searchCtx, cancelSearch := context.WithCancel(r.ctx)
+	// Buffered for every shard, so a search never blocks on delivering its answer.
+	results := make(chan shardResult, n)
+	for shard := range n {
+		r.bg.Go(func() {
+			hits, err := r.p.ret.Search(searchCtx, shard, vec, r.res.TopK)
+			results <- shardResult{shard: shard, hits: hits, err: err}
+		})
+	}
+
+	var (
+		perShard       [][]rag.Hit
+		errs           []error
+		pending        = n
+		deadlinePassed bool
+	)
+	take := func(sr shardResult) error {
+		pending--
+		if sr.err != nil {
+			errs = append(errs, fmt.Errorf("search shard %d: %w", sr.shard, sr.err))
+			r.res.ShardsFailed++
+			r.p.log.Debug("shard failed", "request_id", r.q.ID, "shard", sr.shard, "error", sr.err)
+		} else {
+			perShard = append(perShard, sr.hits)
+		}
+		if !r.sink.active() {
+			return nil
+		}
+		ev := Progress{Stage: rag.StageRetrieve, Shard: sr.shard, Hits: len(sr.hits), Failed: sr.err != nil, Elapsed: r.elapsed()}
+		if sr.err != nil {
+			ev.Message = fmt.Sprintf("shard %d failed after %v: %v", sr.shard, ev.Elapsed.Round(time.Microsecond), sr.err)
+		} else {
+			ev.Message = fmt.Sprintf("shard %d answered with %d hits after %v", sr.shard, len(sr.hits), ev.Elapsed.Round(time.Microsecond))
+		}
+		if err := r.sink.progress(ev); err != nil {
+			return r.sinkFailed(err)
+		}
+		return nil
+	}
+	for pending > 0 && len(perShard) < quorum && !(deadlinePassed && len(perShard) > 0) {
+		select {
+		case sr := <-results:
+			if err := take(sr); err != nil {
+				cancelSearch()
+				return nil, err
+			}
+		case <-deadline.C:
+			deadlinePassed = true
+		case <-r.ctx.Done():
+			cancelSearch()
+			return nil, r.fail(rag.StageRetrieve, r.ctx.Err())
+		}
+	}
+	// Answers already delivered cost nothing to use.
+	for drained := false; pending > 0 && !drained; {
+		select {
+		case sr := <-results:
+			if err := take(sr); err != nil {
+				cancelSearch()
+				return nil, err
+			}
+		default:
+			drained = true
+		}
+	}
+	if len(perShard) == 0 {
+		cancelSearch()
+		return nil, r.fail(rag.StageRetrieve, fmt.Errorf("all %d shards failed: %w", n, errors.Join(errs...)))
+	}
+	r.res.ShardsAnswered = len(perShard)
+	r.res.ShardsLate = pending
+	if pending == 0 {
+		cancelSearch()
+	} else {
+		r.p.stats.lateShards.Add(uint64(pending))
+		r.bg.Go(func() {
+			defer cancelSearch()
+			for range pending {
+				r.late(searchCtx, <-results)
+			}
+		})
+	}
+	return mergeTopK(perShard, r.res.TopK), nil
+}
+
+// late reports a shard that answered after generation started. Searches cancelled because the
+// run ended are not news.
+func (r *run) late(searchCtx context.Context, sr shardResult) {
+	if sr.err != nil && searchCtx.Err() != nil {
+		return
+	}
+	ev := Progress{Stage: rag.StageRetrieve, Shard: sr.shard, Hits: len(sr.hits), Late: true, Failed: sr.err != nil, Elapsed: r.elapsed()}
+	r.p.log.Debug("late shard dropped", "request_id", r.q.ID, "shard", sr.shard, "hits", len(sr.hits), "elapsed", ev.Elapsed, "error", sr.err)
+	if !r.sink.active() {
+		return
+	}
+	if sr.err != nil {
+		ev.Message = fmt.Sprintf("shard %d failed late after %v: %v", sr.shard, ev.Elapsed.Round(time.Microsecond), sr.err)
+	} else {
+		ev.Message = fmt.Sprintf("shard %d answered late with %d hits after %v: dropped", sr.shard, len(sr.hits), ev.Elapsed.Round(time.Microsecond))
+	}
+	if err := r.sink.progress(ev); err != nil {
+		r.sinkFailed(err)
+	}
+}
+
+// concurrently runs f(ctx, i) for i in [0, n) at once and waits for all. The first error
+// cancels the others' ctx and is returned.
+func (r *run) concurrently(n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for i := range n {
+		wg.Go(func() {
+			if err := f(ctx, i); err != nil {
+				once.Do(func() {
+					first = err
+					cancel()
+				})
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// mergeTopK merges per-shard hits into the k best overall: by score, best first, ties broken by
+// chunk id so that the order does not depend on which shard answered first. A chunk found by
+// two shards is kept once, with its best score.
+func mergeTopK(perShard [][]rag.Hit, k int) []rag.Hit {
+	total := 0
+	for _, hits := range perShard {
+		total += len(hits)
+	}
+	all := make([]rag.Hit, 0, total)
+	for _, hits := range perShard {
+		all = append(all, hits...)
+	}
+	slices.SortFunc(all, func(a, b rag.Hit) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ChunkID, b.ChunkID)
+	})
+	out := all[:0]
+	for _, h := range all {
+		if len(out) == k {
+			break
+		}
+		if !slices.ContainsFunc(out, func(o rag.Hit) bool { return o.ChunkID == h.ChunkID }) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// fetchSequential fetches the chunks one by one, in rank order.
+func (r *run) fetchSequential(hits []rag.Hit) ([]rag.Chunk, error) {
+	chunks := make([]rag.Chunk, 0, len(hits))
+	for _, h := range hits {
+		c, err := r.p.docs.Get(r.ctx, h.ChunkID)
+		if errors.Is(err, rag.ErrNotFound) {
+			r.missing()
+			continue
+		}
+		if err != nil {
+			return nil, r.fail(rag.StageFetch, fmt.Errorf("fetch chunk %q: %w", h.ChunkID, err))
+		}
+		c.ID = h.ChunkID
+		chunks = append(chunks, c)
+	}
+	return chunks, nil
+}
+
+// fetchConcurrent fetches every chunk at once and keeps them in rank order.
+func (r *run) fetchConcurrent(hits []rag.Hit) ([]rag.Chunk, error) {
+	chunks := make([]rag.Chunk, len(hits))
+	found := make([]bool, len(hits))
+	err := r.concurrently(len(hits), func(ctx context.Context, i int) error {
+		c, err := r.p.docs.Get(ctx, hits[i].ChunkID)
+		if errors.Is(err, rag.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, err)
+		}
+		c.ID = hits[i].ChunkID
+		chunks[i], found[i] = c, true
+		return nil
+	})
+	if err != nil {
+		return nil, r.fail(rag.StageFetch, err)
+	}
+	out := chunks[:0]
+	for i, c := range chunks {
+		if found[i] {
+			out = append(out, c)
+		} else {
+			r.missing()
+		}
+	}
+	return out, nil
+}
+
+func (r *run) missing() {
+	r.res.ChunksMissing++
+	r.p.stats.chunksMissing.Add(1)
+}
+
+// buildMessages puts the retrieved chunks, numbered in rank order, into a system message after
+// the system prompt, followed by the conversation.
+func buildMessages(systemPrompt string, chunks []rag.Chunk, conversation []rag.Message) []rag.Message {
+	size := len(systemPrompt)
+	for _, c := range chunks {
+		size += len(c.Title) + len(c.Text) + 8
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(systemPrompt)
+	for i, c := range chunks {
+		b.WriteString("\n\n[")
+		b.WriteString(strconv.Itoa(i + 1))
+		b.WriteString("] ")
+		b.WriteString(c.Title)
+		b.WriteByte('\n')
+		b.WriteString(c.Text)
+	}
+	msgs := make([]rag.Message, 0, len(conversation)+1)
+	msgs = append(msgs, rag.Message{Role: "system", Content: b.String()})
+	return append(msgs, conversation...)
+}
+
+// generate runs the LLM and streams its deltas to the sink.
+func (r *run) generate(msgs []rag.Message) error {
+	if r.res.Coupling == rag.CouplingAsync && r.sink.active() {
+		ev := Progress{Stage: rag.StageGenerate, Shard: -1, Hits: len(r.res.ChunkIDs), Elapsed: r.elapsed()}
+		ev.Message = fmt.Sprintf("generating with %d chunks from %d of %d shards; %d late, %d failed", len(r.res.ChunkIDs), r.res.ShardsAnswered, r.res.Shards, r.res.ShardsLate, r.res.ShardsFailed)
+		if err := r.sink.progress(ev); err != nil {
+			return r.sinkFailed(err)
+		}
+	}
+	gi := r.begin(rag.StageGenerate)
+	stream, err := r.p.gen.Generate(r.ctx, rag.GenRequest{
+		ID: r.q.ID, Model: r.q.Model, Messages: msgs, MaxTokens: r.q.MaxTokens, Temperature: r.q.Temperature,
+	})
+	if err != nil {
+		r.end(gi)
+		return r.fail(rag.StageGenerate, err)
+	}
+	// Close frees what the engine holds for this generation (its KV-cache blocks) at once,
+	// whether the stream ended, failed or the client left.
+	defer stream.Close()
+
+	si := -1 // index of the stream stage, once the first delta is handed over
+	completionTokens := 0
+	for {
+		d, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		received := r.p.now()
+		r.res.Timings[gi].Duration = received.Sub(r.res.Timings[gi].Start)
+		if err != nil {
+			return r.fail(rag.StageGenerate, err)
+		}
+		if r.res.TimeToFirstToken == 0 && d.Text != "" {
+			r.res.TimeToFirstToken = received.Sub(r.start)
+		}
+		completionTokens += d.Tokens
+		if d.Usage != nil {
+			r.res.Usage = *d.Usage
+		}
+		if d.FinishReason != "" {
+			r.res.FinishReason = d.FinishReason
+		}
+
+		handOver := r.p.now()
+		if si < 0 {
+			si = len(r.res.Timings)
+			r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: rag.StageStream, Start: handOver})
+		}
+		err = r.sink.delta(d)
+		r.res.Timings[si].Duration += r.p.now().Sub(handOver)
+		if err != nil {
+			return r.sinkFailed(err)
+		}
+		if d.FinishReason != "" {
+			break
+		}
+	}
+	if r.res.FinishReason == "" {
+		r.res.FinishReason = "stop" // the engine ended the stream normally without saying why
+	}
+	if r.res.Usage == (rag.Usage{}) {
+		r.res.Usage = rag.Usage{PromptTokens: rag.PromptTokens(msgs), CompletionTokens: completionTokens}
+	}
+	return nil
+}
+
+// guardedSink serializes sink calls from Run and the late-shard collector, and drops them once
+// Run is returning. A nil sink discards everything.
+type guardedSink struct {
+	mu     sync.Mutex
+	sink   Sink
+	closed bool
+}
+
+func (g *guardedSink) progress(ev Progress) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.sink == nil {
+		return nil
+	}
+	return g.sink.Progress(ev)
+}
+
+func (g *guardedSink) delta(d rag.Delta) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.sink == nil {
+		return nil
+	}
+	return g.sink.Delta(d)
+}
+
+// active reports whether there is a sink to call, so that events nobody reads are not built.
+func (g *guardedSink) active() bool { return g.sink != nil }
+
+func (g *guardedSink) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
