@@ -1,0 +1,120 @@
+package rag_test
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+func TestChatRequestQuery(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		body    string
+		wantErr string // substring of the error; "" for success
+		check   func(t *testing.T, q rag.Query)
+	}{
+		{name: "defaults", body: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, check: func(t *testing.T, q rag.Query) {
+			if q.MaxTokens != rag.DefaultLimits.DefaultMaxTokens || q.Temperature != 1 || q.Question() != "hi" {
+				t.Errorf("query %+v", q)
+			}
+		}},
+		{name: "content parts", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
+			check: func(t *testing.T, q rag.Query) {
+				if q.Question() != "ab" {
+					t.Errorf("question %q", q.Question())
+				}
+			}},
+		{name: "max_completion_tokens wins", body: `{"model":"m","max_tokens":5,"max_completion_tokens":7,"messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, q rag.Query) {
+				if q.MaxTokens != 7 {
+					t.Errorf("max tokens %d", q.MaxTokens)
+				}
+			}},
+		{name: "rag options", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"coupling":"Async","top_k":3}}`,
+			check: func(t *testing.T, q rag.Query) {
+				if q.Coupling != rag.CouplingAsync || q.TopK != 3 {
+					t.Errorf("rag options %+v", q)
+				}
+			}},
+		{name: "image part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, wantErr: "only text parts"},
+		{name: "n=2", body: `{"model":"m","n":2,"messages":[{"role":"user","content":"x"}]}`, wantErr: "n=1"},
+		{name: "negative max_tokens", body: `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"x"}]}`, wantErr: "max_tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := rag.DecodeChatRequest(strings.NewReader(tt.body))
+			if err == nil {
+				var q rag.Query
+				q, err = req.Query(rag.DefaultLimits)
+				if err == nil && tt.check != nil {
+					tt.check(t, q)
+				}
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+			case err != nil && !errors.Is(err, rag.ErrInvalidRequest):
+				t.Errorf("error %v does not match ErrInvalidRequest", err)
+			}
+		})
+	}
+}
+
+func TestDecodeTooLarge(t *testing.T) {
+	t.Parallel()
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", rag.MaxBodyBytes) + `"}]}`
+	r := http.MaxBytesReader(nil, nopBody(strings.NewReader(body)), rag.MaxBodyBytes)
+	_, err := rag.DecodeChatRequest(r)
+	if he := rag.ToHTTPError(err); he.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d for %v", he.Status, err)
+	}
+}
+
+type nopCloser struct{ *strings.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+func nopBody(r *strings.Reader) nopCloser { return nopCloser{r} }
+
+// FuzzDecodeChatRequest feeds arbitrary bodies to the decoder and validator: they must never
+// panic, every error must map to a 4xx OpenAI error, and every accepted request must respect the
+// limits.
+func FuzzDecodeChatRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":16,"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"q"}]}],"rag":{"coupling":"async","top_k":3}}`,
+		`{"model":"m","messages":[{"role":"user","content":null}],"temperature":2}`,
+		`{"model":`, `[]`, `null`, ``, `{"messages":[{}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := rag.DecodeChatRequest(bytes.NewReader(body))
+		if err != nil {
+			if he := rag.ToHTTPError(err); he.Status < 400 || he.Status >= 500 {
+				t.Fatalf("decode error %v maps to status %d", err, he.Status)
+			}
+			return
+		}
+		q, err := req.Query(rag.DefaultLimits)
+		if err != nil {
+			if he := rag.ToHTTPError(err); he.Status != http.StatusBadRequest {
+				t.Fatalf("validation error %v maps to status %d", err, he.Status)
+			}
+			return
+		}
+		if q.MaxTokens < 1 || q.MaxTokens > rag.DefaultLimits.MaxTokensCap || len(q.Messages) == 0 || q.Model == "" {
+			t.Fatalf("accepted out-of-range query %+v", q)
+		}
+		if q.Temperature < 0 || q.Temperature > 2 {
+			t.Fatalf("accepted temperature %v", q.Temperature)
+		}
+	})
+}
