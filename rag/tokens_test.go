@@ -25,7 +25,7 @@ func TestCountTokens(t *testing.T) {
 	}{
 		{"empty", "", 0},
 		{"short words", "a cat sat", 3},
-		{"long word", "internationalization", 5}, // 20 runes: 1 + 19/4
+		{"long word", "internationalization", 4}, // 20 runes: 1 + 19/6
 		{"punctuation", "hi, you.", 4},
 	}
 	for _, tt := range tests {
