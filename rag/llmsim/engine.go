@@ -1,0 +1,625 @@
+// Package llmsim is a simulated LLM inference engine and its OpenAI-compatible HTTP handler. It
+// is ragtail's default generator and what `ragtail llm-sim` serves.
+//
+// The engine is not a sleep per token: a loop runs steps the way vLLM's scheduler does, with
+// continuous batching. Each step decodes one token for every running sequence and spends the
+// rest of a token budget on prefilling prompts; a step's duration follows a cost model
+// (Profile.StepTime) in which a fixed weight read, the batch size, the context lengths and the
+// prefill tokens all count. Requests beyond the running-sequence cap wait in a FCFS queue, the
+// KV cache is a finite number of blocks handed out paged (on demand, preempting the most
+// recently admitted sequence when they run out) or contiguous (reserved up front), and time to
+// first token, time per output token and throughput emerge from these mechanisms.
+//
+// In real time the loop sleeps each step's duration, so tokens pace like a real server's. In
+// virtual time (WithVirtualTime) steps only advance the engine clock: runs are deterministic
+// and instant, which is how the tests check queueing and batching against the cost model.
+package llmsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// ErrClosed is returned by Generate, and by the streams still running, once the engine is
+// closed. It matches rag.ErrUnavailable, so the API reports it as 503.
+var ErrClosed = fmt.Errorf("llm-sim engine closed: %w", rag.ErrUnavailable)
+
+// errStreamClosed is what Recv returns after the caller closed the stream itself.
+var errStreamClosed = errors.New("llm-sim stream closed")
+
+type config struct {
+	virtual     bool
+	seed        uint64
+	alloc       AllocMode
+	logger      *slog.Logger
+	startPaused bool
+	aliases     []string
+}
+
+// Option configures an Engine.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithVirtualTime makes steps advance the engine clock without sleeping: a run is as fast as
+// the machine allows and deterministic, and every time the engine reports (Now, Timeline,
+// metrics) is simulated time. The engine does not wait for clients in virtual time: a request
+// arrives at whatever time the loop has reached, so submit a workload while the engine is
+// paused (WithStartPaused, Pause) and then Resume or Step, rather than trickling requests in
+// from other goroutines.
+func WithVirtualTime() Option { return optionFunc(func(c *config) { c.virtual = true }) }
+
+// WithSeed sets the seed mixed into the choice of output words (default 1).
+func WithSeed(seed uint64) Option { return optionFunc(func(c *config) { c.seed = seed }) }
+
+// WithAlloc overrides the profile's KV-cache allocation mode.
+func WithAlloc(mode AllocMode) Option { return optionFunc(func(c *config) { c.alloc = mode }) }
+
+// WithLogger sets the logger for engine events (preemptions at debug level). The default
+// discards them.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithStartPaused creates the engine paused: requests queue up but no step runs until Resume
+// (or Step in virtual time). Tests use it to submit a burst that the scheduler sees at once.
+func WithStartPaused() Option { return optionFunc(func(c *config) { c.startPaused = true }) }
+
+// WithModelNames adds names under which the engine also serves the profile's model (like
+// vLLM's --served-model-name).
+func WithModelNames(names ...string) Option {
+	return optionFunc(func(c *config) { c.aliases = append(c.aliases, names...) })
+}
+
+// Engine is a simulated inference engine running one profile. Its methods are safe for
+// concurrent use. Close it to stop its loop.
+type Engine struct {
+	prof    Profile
+	cfg     config
+	models  []string
+	started time.Time
+	log     *slog.Logger
+	metrics *metrics
+
+	ctx      context.Context // cancelled by Close; interrupts a real-time step
+	cancel   context.CancelFunc
+	wake     chan struct{} // 1-buffered: new work, resume or freed blocks
+	loopDone chan struct{}
+	closing  sync.Once
+
+	mu         sync.Mutex
+	closed     bool
+	paused     bool
+	clock      time.Duration // virtual time: sum of step durations
+	waiting    []*sequence   // FCFS; preempted sequences go back to the front
+	running    []*sequence   // in admission order; the last one is preempted first
+	freeBlocks int
+	nextAdmit  uint64
+	plan       []planItem
+	stats      Stats
+}
+
+// sequence states.
+type seqState int
+
+const (
+	seqWaiting seqState = iota
+	seqRunning
+	seqDone // finished, aborted or failed: holds no blocks and is in no queue
+)
+
+// sequence is one request inside the engine. Its scheduling fields are guarded by Engine.mu;
+// its output queue has its own lock so that readers never hold up the engine loop.
+type sequence struct {
+	id        string
+	prompt    int // prompt tokens
+	maxTokens int
+	usage     rag.Usage
+
+	state         seqState
+	generated     int // output tokens produced so far
+	prefillTarget int // tokens to prefill since the last admission: prompt (+ output after a preemption)
+	prefilled     int
+	blocks        int
+	lastTokenAt   time.Duration
+	words         *wordSource
+	timeline      Timeline
+
+	out outbox
+}
+
+// planItem is one sequence's work in a step: prefill tokens, or a decode when prefill is 0.
+type planItem struct {
+	seq     *sequence
+	prefill int
+}
+
+// New returns an engine running profile p and starts its loop. The profile is validated first.
+func New(p Profile, opts ...Option) (*Engine, error) {
+	cfg := config{seed: 1, alloc: p.Alloc}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	p.Alloc = cfg.alloc
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	models := []string{p.Model}
+	for _, a := range cfg.aliases {
+		if a != "" && !slices.Contains(models, a) {
+			models = append(models, a)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		prof:       p,
+		cfg:        cfg,
+		models:     models,
+		started:    time.Now(),
+		log:        cfg.logger.With("component", "llm-sim", "profile", p.Name),
+		ctx:        ctx,
+		cancel:     cancel,
+		wake:       make(chan struct{}, 1),
+		loopDone:   make(chan struct{}),
+		paused:     cfg.startPaused,
+		freeBlocks: p.NumBlocks,
+	}
+	e.metrics = newMetrics(e)
+	go e.loop()
+	return e, nil
+}
+
+// Profile returns the profile the engine runs (with any WithAlloc override applied).
+func (e *Engine) Profile() Profile { return e.prof }
+
+// Models lists the model names the engine serves: the profile's model, then the aliases.
+func (e *Engine) Models() []string { return slices.Clone(e.models) }
+
+// Collector returns the engine's Prometheus metrics under vLLM's names (see NewHandler), to
+// register on any registry.
+func (e *Engine) Collector() prometheus.Collector { return e.metrics }
+
+// Now returns the engine clock: the time since New in real time, the sum of the step durations
+// in virtual time.
+func (e *Engine) Now() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now()
+}
+
+func (e *Engine) now() time.Duration {
+	if e.cfg.virtual {
+		return e.clock
+	}
+	return time.Since(e.started)
+}
+
+// Pause stops the engine from starting further steps; requests keep queueing.
+func (e *Engine) Pause() {
+	e.mu.Lock()
+	e.paused = true
+	e.mu.Unlock()
+}
+
+// Resume lets a paused engine step again.
+func (e *Engine) Resume() {
+	e.mu.Lock()
+	e.paused = false
+	e.mu.Unlock()
+	e.signal()
+}
+
+// Step runs one step at once, in the caller's goroutine, and describes it; a zero StepInfo
+// means there was nothing to do. It needs a paused engine in virtual time, so that tests can
+// drive the scheduler step by step.
+func (e *Engine) Step() (StepInfo, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return StepInfo{}, ErrClosed
+	case !e.cfg.virtual || !e.paused:
+		return StepInfo{}, errors.New("llm-sim step: the engine must be paused and in virtual time")
+	}
+	info := e.schedule()
+	if info.Seqs == 0 {
+		return StepInfo{}, nil
+	}
+	e.clock += info.Duration
+	e.apply(&info)
+	return info, nil
+}
+
+// Close stops the engine loop, fails every outstanding stream with ErrClosed and frees its
+// blocks. It is idempotent and always returns nil.
+func (e *Engine) Close() error {
+	e.closing.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		e.cancel()
+		<-e.loopDone
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, s := range append(e.running, e.waiting...) {
+			e.release(s)
+			s.out.fail(ErrClosed)
+		}
+		e.running, e.waiting = nil, nil
+	})
+	return nil
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Generate starts a completion; it implements the pipeline's Generator. See Submit.
+func (e *Engine) Generate(ctx context.Context, req rag.GenRequest) (rag.TokenStream, error) {
+	s, err := e.Submit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Submit queues a completion and returns its stream. An empty req.Model means the profile's
+// model; any other name must be one of Models (else the error wraps rag.ErrUnknownModel).
+// MaxTokens 0 means the rest of the context window, as vLLM does without max_tokens. A
+// request whose prompt and completion exceed MaxModelLen is refused with an error wrapping
+// rag.ErrInvalidRequest. The output is always MaxTokens tokens long (finish reason "length").
+// Cancelling ctx aborts the sequence and frees its blocks at once.
+func (e *Engine) Submit(ctx context.Context, req rag.GenRequest) (*Stream, error) {
+	model := req.Model
+	if model == "" {
+		model = e.prof.Model
+	}
+	if !slices.Contains(e.models, model) {
+		return nil, fmt.Errorf("%w: the model %q does not exist here: use one of %s", rag.ErrUnknownModel, req.Model, strings.Join(e.models, ", "))
+	}
+	if len(req.Messages) == 0 {
+		return nil, fmt.Errorf("%w: generate: no messages", rag.ErrInvalidRequest)
+	}
+	prompt := rag.PromptTokens(req.Messages)
+	maxTokens := req.MaxTokens
+	switch {
+	case maxTokens < 0:
+		return nil, fmt.Errorf("%w: max_tokens must be at least 1, got %d", rag.ErrInvalidRequest, maxTokens)
+	case maxTokens == 0:
+		maxTokens = e.prof.MaxModelLen - prompt
+	}
+	if maxTokens < 1 || prompt+maxTokens > e.prof.MaxModelLen {
+		return nil, &rag.HTTPError{
+			Status: 400, Type: "invalid_request_error", Code: "context_length_exceeded", Param: "messages",
+			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+				"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				e.prof.MaxModelLen, prompt+max(maxTokens, 0), prompt, max(maxTokens, 0)),
+			Err: rag.ErrInvalidRequest,
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := &sequence{
+		id:        req.ID,
+		prompt:    prompt,
+		maxTokens: maxTokens,
+		usage:     rag.Usage{PromptTokens: prompt},
+		words:     newWordSource(req, e.cfg.seed),
+	}
+	s.out.notify = make(chan struct{}, 1)
+	st := &Stream{e: e, seq: s, ctx: ctx}
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.timeline.Arrived = e.now()
+	e.waiting = append(e.waiting, s)
+	e.mu.Unlock()
+	st.stopAbort = context.AfterFunc(ctx, func() { e.abort(s, ctx.Err()) })
+	e.signal()
+	return st, nil
+}
+
+// abort takes s out of the engine, frees its blocks and fails its stream with cause. It does
+// nothing to a sequence that is already done.
+func (e *Engine) abort(s *sequence, cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch s.state {
+	case seqWaiting:
+		e.waiting = slices.DeleteFunc(e.waiting, func(w *sequence) bool { return w == s })
+	case seqRunning:
+		e.running = slices.DeleteFunc(e.running, func(r *sequence) bool { return r == s })
+	default:
+		return
+	}
+	e.release(s)
+	e.stats.Aborted++
+	s.out.fail(cause)
+	e.signal() // the freed blocks may admit a waiting sequence
+}
+
+// release frees the blocks of s and marks it done. The caller removes it from its queue.
+func (e *Engine) release(s *sequence) {
+	e.freeBlocks += s.blocks
+	s.blocks = 0
+	s.state = seqDone
+}
+
+// loop runs steps while there is work and the engine is not paused, and blocks on the wake
+// channel otherwise.
+func (e *Engine) loop() {
+	defer close(e.loopDone)
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return
+		}
+		var info StepInfo
+		if !e.paused {
+			info = e.schedule()
+		}
+		if info.Seqs == 0 {
+			e.mu.Unlock()
+			select {
+			case <-e.wake:
+				continue
+			case <-e.ctx.Done():
+				return
+			}
+		}
+		if e.cfg.virtual {
+			e.clock += info.Duration
+			e.apply(&info)
+			e.mu.Unlock()
+			continue
+		}
+		// Real time: the step "runs on the GPU" while the lock is free, so requests can arrive
+		// and streams can be closed meanwhile; apply skips sequences closed during the step.
+		e.mu.Unlock()
+		if err := rag.Sleep(e.ctx, info.Duration); err != nil {
+			return
+		}
+		e.mu.Lock()
+		e.apply(&info)
+		e.mu.Unlock()
+	}
+}
+
+func blocksFor(tokens, blockSize int) int { return (tokens + blockSize - 1) / blockSize }
+
+// schedule plans one step as vLLM's scheduler does and returns its description; e.plan holds
+// the work. First the running sequences: each decoding one gets the block its next token
+// needs, preempting the most recently admitted sequence while none is free; then the running
+// prefills get their chunks; then, if nothing was preempted, waiting sequences are admitted
+// first come first served while a sequence slot, token budget and blocks are available.
+func (e *Engine) schedule() StepInfo {
+	p := &e.prof
+	info := StepInfo{Start: e.now()}
+	e.plan = e.plan[:0]
+
+	for i := 0; i < len(e.running); i++ {
+		s := e.running[i]
+		if s.prefilled < s.prefillTarget {
+			continue
+		}
+		contextLen := s.prompt + s.generated // the KV cache holds all but the last token, which this step adds
+		if need := blocksFor(contextLen, p.BlockSize); need > s.blocks {
+			for e.freeBlocks < need-s.blocks && e.running[len(e.running)-1] != s {
+				e.preempt(e.running[len(e.running)-1], &info)
+			}
+			if e.freeBlocks < need-s.blocks {
+				e.preempt(s, &info) // s is the most recently admitted and no block is left
+				break
+			}
+			e.freeBlocks -= need - s.blocks
+			s.blocks = need
+		}
+		e.plan = append(e.plan, planItem{seq: s})
+		info.DecodeSeqs++
+		info.KVTokens += contextLen
+	}
+
+	budget := p.MaxNumBatchedTokens
+	if p.ChunkedPrefill {
+		budget -= info.DecodeSeqs // decodes first, one token each
+	}
+	for _, s := range e.running {
+		if rest := s.prefillTarget - s.prefilled; rest > 0 && budget > 0 {
+			chunk := min(rest, budget)
+			e.plan = append(e.plan, planItem{seq: s, prefill: chunk})
+			budget -= chunk
+			info.PrefillTokens += chunk
+		}
+	}
+
+	for info.Preempted == 0 && len(e.waiting) > 0 && len(e.running) < p.MaxNumSeqs && budget > 0 {
+		s := e.waiting[0]
+		target := s.prompt + s.generated // a preempted sequence recomputes its output too
+		need := blocksFor(target, p.BlockSize)
+		if p.Alloc == AllocContiguous {
+			need = blocksFor(s.prompt+s.maxTokens, p.BlockSize)
+		}
+		if need > e.freeBlocks {
+			break // FCFS: the head of the queue blocks the others
+		}
+		chunk := target
+		if chunk > budget {
+			if !p.ChunkedPrefill {
+				break
+			}
+			chunk = budget
+		}
+		e.waiting = e.waiting[1:]
+		e.freeBlocks -= need
+		s.blocks = need
+		s.state = seqRunning
+		s.prefillTarget, s.prefilled = target, 0
+		if s.timeline.Admissions == 0 {
+			s.timeline.Scheduled = info.Start
+		}
+		s.timeline.Admissions++
+		e.running = append(e.running, s)
+		e.plan = append(e.plan, planItem{seq: s, prefill: chunk})
+		budget -= chunk
+		info.PrefillTokens += chunk
+		info.Admitted++
+	}
+
+	info.Seqs = len(e.plan)
+	if info.Seqs > 0 {
+		info.Duration = p.StepTime(info.PrefillTokens, info.DecodeSeqs, info.KVTokens)
+	}
+	return info
+}
+
+// preempt evicts running sequence s in vLLM's recompute mode: its blocks are freed, the tokens
+// it has streamed stay streamed, and it goes back to the front of the queue to prefill its
+// prompt and output again.
+func (e *Engine) preempt(s *sequence, info *StepInfo) {
+	e.running = slices.DeleteFunc(e.running, func(r *sequence) bool { return r == s })
+	e.freeBlocks += s.blocks
+	s.blocks = 0
+	s.state = seqWaiting
+	s.prefillTarget, s.prefilled = 0, 0
+	s.timeline.Preemptions++
+	e.waiting = slices.Insert(e.waiting, 0, s)
+	e.stats.Preemptions++
+	info.Preempted++
+	e.log.Debug("preempted sequence: KV cache full", "request_id", s.id,
+		"free_blocks", e.freeBlocks, "running", len(e.running), "waiting", len(e.waiting))
+}
+
+// apply carries out the planned step at its end: prefill progress, one token for each sequence
+// that decoded or finished its prefill, and the end of the sequences that reached max_tokens.
+func (e *Engine) apply(info *StepInfo) {
+	now := e.now()
+	finished := 0
+	for _, it := range e.plan {
+		s := it.seq
+		if s.state != seqRunning {
+			continue // closed while the step ran
+		}
+		if it.prefill > 0 {
+			s.prefilled += it.prefill
+			if s.prefilled < s.prefillTarget {
+				continue
+			}
+			if s.generated == 0 {
+				e.stats.PromptTokens += int64(s.prompt)
+			}
+		}
+		e.emit(s, now)
+		if s.generated >= s.maxTokens {
+			e.finish(s, now)
+			finished++
+		}
+	}
+	if finished > 0 {
+		e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.state != seqRunning })
+	}
+	info.Finished = finished
+	e.plan = e.plan[:0]
+	e.stats.Steps++
+	e.stats.BusyTime += info.Duration
+	e.stats.MaxRunning = max(e.stats.MaxRunning, len(e.running)+finished)
+	e.stats.LastStep = *info
+}
+
+func (e *Engine) emit(s *sequence, now time.Duration) {
+	s.generated++
+	e.stats.GenerationTokens++
+	if s.generated == 1 {
+		s.timeline.FirstToken = now
+		e.metrics.ttft.Observe((now - s.timeline.Arrived).Seconds())
+	} else {
+		e.metrics.tpot.Observe((now - s.lastTokenAt).Seconds())
+	}
+	s.lastTokenAt = now
+	s.timeline.OutputTokens = s.generated
+	s.out.push(s.words)
+}
+
+func (e *Engine) finish(s *sequence, now time.Duration) {
+	e.release(s)
+	s.timeline.Finished = now
+	s.timeline.Done = true
+	e.stats.Finished++
+	e.metrics.e2e.Observe((now - s.timeline.Arrived).Seconds())
+	s.usage.CompletionTokens = s.generated
+	s.out.finish("length", s.usage)
+}
+
+// StepInfo describes one engine step.
+type StepInfo struct {
+	Start         time.Duration // engine clock when the step started
+	Duration      time.Duration // modelled duration (Profile.StepTime)
+	Seqs          int           // sequences in the batch: decodes and prefills
+	DecodeSeqs    int           // sequences that decoded one token
+	KVTokens      int           // sum of the context lengths of the decoding sequences
+	PrefillTokens int           // prompt tokens prefilled
+	Admitted      int           // sequences admitted from the queue
+	Preempted     int           // sequences preempted to free blocks
+	Finished      int           // sequences that produced their last token
+}
+
+// Stats is a snapshot of the engine's state and counters.
+type Stats struct {
+	Now                  time.Duration // engine clock
+	Running              int           // sequences admitted and not finished
+	Waiting              int           // sequences queued, including preempted ones
+	MaxRunning           int           // the most sequences ever running at once
+	BatchSize            int           // sequences in the last step
+	BlocksUsed           int           // KV-cache blocks held by running sequences
+	BlocksTotal          int           // KV-cache capacity in blocks
+	KVUsage              float64       // BlocksUsed / BlocksTotal, 0..1 like vllm:gpu_cache_usage_perc
+	BlocksReservedUnused int           // blocks held beyond the sequences' current lengths (contiguous waste)
+	Preemptions          int64         // total preemptions
+	Steps                int64         // steps run
+	BusyTime             time.Duration // sum of step durations
+	PromptTokens         int64         // prompt tokens prefilled (once per request, recomputation not counted)
+	GenerationTokens     int64         // output tokens produced
+	Finished             int64         // requests that produced all their tokens
+	Aborted              int64         // requests closed or cancelled before finishing
+	LastStep             StepInfo      // the last step run
+}
+
+// Stats returns a snapshot of the engine's state and counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.stats
+	st.Now = e.now()
+	st.Running = len(e.running)
+	st.Waiting = len(e.waiting)
+	st.BatchSize = st.LastStep.Seqs
+	st.BlocksTotal = e.prof.NumBlocks
+	st.BlocksUsed = e.prof.NumBlocks - e.freeBlocks
+	st.KVUsage = float64(st.BlocksUsed) / float64(st.BlocksTotal)
+	for _, s := range e.running {
+		if used := blocksFor(s.prompt+s.generated, e.prof.BlockSize); s.blocks > used {
+			st.BlocksReservedUnused += s.blocks - used
+		}
+	}
+	return st
+}

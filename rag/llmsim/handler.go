@@ -1,0 +1,184 @@
+package llmsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+type handlerConfig struct {
+	limits    rag.Limits
+	limitsSet bool
+	registry  *prometheus.Registry
+}
+
+// HandlerOption configures NewHandler.
+type HandlerOption interface{ apply(*handlerConfig) }
+
+type handlerOptionFunc func(*handlerConfig)
+
+func (f handlerOptionFunc) apply(c *handlerConfig) { f(c) }
+
+// WithLimits sets the request limits. The default is rag.DefaultLimits with max_tokens capped
+// at the profile's MaxModelLen rather than at rag.DefaultLimits.MaxTokensCap, as vLLM caps it.
+func WithLimits(l rag.Limits) HandlerOption {
+	return handlerOptionFunc(func(c *handlerConfig) { c.limits, c.limitsSet = l, true })
+}
+
+// WithRegistry makes GET /metrics serve reg, on which the handler registers the engine's
+// collector (unless it already is), so that the caller can add collectors of its own. The
+// default is a fresh registry holding only the engine's metrics.
+func WithRegistry(reg *prometheus.Registry) HandlerOption {
+	return handlerOptionFunc(func(c *handlerConfig) { c.registry = reg })
+}
+
+// NewHandler returns the OpenAI-compatible API of e, as vLLM's server exposes it:
+//
+//	POST /v1/chat/completions  streaming (SSE, stream_options.include_usage) or not
+//	GET  /v1/models            the served model names
+//	GET  /health               200 while the engine runs, 503 once it is closed
+//	GET  /metrics              Prometheus text: vllm:num_requests_running, vllm:num_requests_waiting,
+//	                           vllm:gpu_cache_usage_perc, vllm:num_preemptions_total,
+//	                           vllm:prompt_tokens_total, vllm:generation_tokens_total,
+//	                           vllm:request_success_total{finished_reason},
+//	                           vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
+//	                           vllm:e2e_request_latency_seconds, all labelled model_name
+//
+// Errors are OpenAI error JSON. A client that disconnects aborts its sequence, which frees its
+// KV-cache blocks at once. The "rag" request object of the RAG API is ignored here.
+func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
+	cfg := handlerConfig{}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if !cfg.limitsSet {
+		cfg.limits = rag.DefaultLimits
+		cfg.limits.MaxTokensCap = e.prof.MaxModelLen
+	}
+	if cfg.registry == nil {
+		cfg.registry = prometheus.NewRegistry()
+	}
+	if err := cfg.registry.Register(e.Collector()); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			panic(fmt.Sprintf("llm-sim handler: register metrics: %v", err)) // conflicting names: a wiring bug
+		}
+	}
+	h := &handler{e: e, limits: cfg.limits}
+	r := chi.NewRouter()
+	r.Post("/v1/chat/completions", h.chat)
+	r.Get("/v1/models", h.models)
+	r.Get("/health", h.health)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		rag.WriteError(w, fmt.Errorf("%w: no route %s %s", rag.ErrNotFound, r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		rag.WriteError(w, &rag.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+			Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path), Err: rag.ErrInvalidRequest})
+	})
+	return r
+}
+
+type handler struct {
+	e      *Engine
+	limits rag.Limits
+}
+
+func (h *handler) health(w http.ResponseWriter, _ *http.Request) {
+	h.e.mu.Lock()
+	closed := h.e.closed
+	h.e.mu.Unlock()
+	if closed {
+		rag.WriteError(w, ErrClosed)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (h *handler) models(w http.ResponseWriter, _ *http.Request) {
+	list := rag.ModelList{Object: "list", Data: []rag.ModelCard{}}
+	for _, m := range h.e.Models() {
+		list.Data = append(list.Data, rag.ModelCard{ID: m, Object: "model", Created: h.e.started.Unix(), OwnedBy: "ragtail"})
+	}
+	rag.WriteJSON(w, http.StatusOK, list)
+}
+
+func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
+	req, err := rag.DecodeChatRequest(http.MaxBytesReader(w, r.Body, rag.MaxBodyBytes))
+	if err != nil {
+		rag.WriteError(w, err)
+		return
+	}
+	req.RAG = nil // RAG options mean nothing to a bare engine
+	q, err := req.Query(h.limits)
+	if err != nil {
+		rag.WriteError(w, err)
+		return
+	}
+	id := rag.NewCompletionID()
+	st, err := h.e.Submit(r.Context(), rag.GenRequest{
+		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature,
+	})
+	if err != nil {
+		rag.WriteError(w, err)
+		return
+	}
+	defer func() { _ = st.Close() }() // a client that went away frees its blocks here
+	if req.Stream {
+		includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+		streamChat(r.Context(), rag.NewChatStream(w, id, q.Model, includeUsage), st)
+		return
+	}
+	var text strings.Builder
+	for {
+		d, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("llm-sim stream ended without a finish reason")
+			}
+			rag.WriteError(w, err)
+			return
+		}
+		text.WriteString(d.Text)
+		if d.FinishReason != "" {
+			rag.WriteJSON(w, http.StatusOK, rag.Completion(id, q.Model, text.String(), d.FinishReason, *d.Usage))
+			return
+		}
+	}
+}
+
+// streamChat relays st as an OpenAI event stream. The role chunk goes out at once, as vLLM
+// sends it, so the client sees the response start before the first token.
+func streamChat(ctx context.Context, cs *rag.ChatStream, st *Stream) {
+	if err := cs.Start(); err != nil {
+		return
+	}
+	for {
+		d, err := st.Recv()
+		if err != nil {
+			if ctx.Err() == nil { // nobody to tell when the client is gone
+				_ = cs.Fail(err)
+			}
+			return
+		}
+		if d.Text != "" {
+			if err := cs.Content(d.Text); err != nil {
+				return
+			}
+		}
+		if d.FinishReason != "" {
+			_ = cs.Finish(d.FinishReason, *d.Usage, "")
+			return
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package llmsim
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// Timeline is what happened to one request, on the engine clock (Engine.Now).
+type Timeline struct {
+	Arrived      time.Duration // Generate was called
+	Scheduled    time.Duration // first admitted to the running batch (valid when Admissions > 0)
+	FirstToken   time.Duration // end of the step that produced the first token (valid when OutputTokens > 0)
+	Finished     time.Duration // end of the step that produced the last token (valid when Done)
+	Admissions   int           // times admitted: 1 + re-admissions after preemptions
+	Preemptions  int           // times preempted
+	OutputTokens int           // tokens produced so far
+	Done         bool          // all tokens produced
+}
+
+// TTFT is the time to first token: FirstToken - Arrived.
+func (t Timeline) TTFT() time.Duration { return t.FirstToken - t.Arrived }
+
+// QueueTime is the time spent waiting before the first admission: Scheduled - Arrived.
+func (t Timeline) QueueTime() time.Duration { return t.Scheduled - t.Arrived }
+
+// TPOT is the mean time per output token after the first, (Finished - FirstToken) /
+// (OutputTokens - 1), as vLLM's benchmark defines it; 0 for fewer than two tokens.
+func (t Timeline) TPOT() time.Duration {
+	if t.OutputTokens < 2 {
+		return 0
+	}
+	return (t.Finished - t.FirstToken) / time.Duration(t.OutputTokens-1)
+}
+
+// E2E is the request's end-to-end latency: Finished - Arrived.
+func (t Timeline) E2E() time.Duration { return t.Finished - t.Arrived }
+
+// Stream is one running generation; it implements rag.TokenStream. Recv is for one goroutine
+// at a time; Close and Timeline are safe to call from any goroutine.
+type Stream struct {
+	e         *Engine
+	seq       *sequence
+	ctx       context.Context
+	stopAbort func() bool
+	closing   sync.Once
+}
+
+// Recv returns the tokens produced since the last call as one delta (Tokens > 1 when the
+// reader fell behind the engine), waiting for at least one. The last delta carries the finish
+// reason and usage; after it Recv returns io.EOF. If the context given to Generate is done, Recv
+// returns its error; if the engine closed first, ErrClosed.
+func (s *Stream) Recv() (rag.Delta, error) {
+	o := &s.seq.out
+	for {
+		if err := s.ctx.Err(); err != nil {
+			return rag.Delta{}, err
+		}
+		o.mu.Lock()
+		if o.tokens > 0 || (o.finished && !o.delivered) {
+			d := rag.Delta{Text: string(o.buf), Tokens: o.tokens}
+			o.buf, o.tokens = o.buf[:0], 0
+			if o.finished {
+				u := o.usage
+				d.FinishReason, d.Usage = o.reason, &u
+				o.delivered = true
+			}
+			o.mu.Unlock()
+			return d, nil
+		}
+		delivered, err := o.delivered, o.err
+		o.mu.Unlock()
+		switch {
+		case delivered:
+			return rag.Delta{}, io.EOF
+		case err != nil:
+			return rag.Delta{}, err
+		}
+		select {
+		case <-o.notify:
+		case <-s.ctx.Done():
+		}
+	}
+}
+
+// Close removes the sequence from the engine and frees its KV-cache blocks at once, if it has
+// not finished. It is idempotent and returns nil.
+func (s *Stream) Close() error {
+	s.closing.Do(func() {
+		if s.stopAbort != nil {
+			s.stopAbort()
+		}
+		s.e.abort(s.seq, errStreamClosed)
+	})
+	return nil
+}
+
+// Timeline returns the request's timeline so far.
+func (s *Stream) Timeline() Timeline {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.seq.timeline
+}
+
+// outbox is a sequence's queue of produced tokens. The engine loop appends without ever
+// blocking; the reader takes everything queued at once.
+type outbox struct {
+	mu        sync.Mutex
+	buf       []byte // text of the queued tokens
+	tokens    int
+	finished  bool // the last token is queued; reason and usage are set
+	reason    string
+	usage     rag.Usage
+	delivered bool  // the last delta was returned
+	err       error // the stream failed
+	notify    chan struct{}
+}
+
+func (o *outbox) wake() {
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (o *outbox) push(w *wordSource) {
+	o.mu.Lock()
+	o.buf = w.next(o.buf)
+	o.tokens++
+	o.mu.Unlock()
+	o.wake()
+}
+
+func (o *outbox) finish(reason string, u rag.Usage) {
+	o.mu.Lock()
+	o.finished, o.reason, o.usage = true, reason, u
+	o.mu.Unlock()
+	o.wake()
+}
+
+// fail ends the stream with err unless it already finished.
+func (o *outbox) fail(err error) {
+	o.mu.Lock()
+	if !o.finished && o.err == nil {
+		o.err = err
+	}
+	o.mu.Unlock()
+	o.wake()
+}
