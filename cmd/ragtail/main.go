@@ -1,0 +1,128 @@
+// Command ragtail is an OpenTelemetry-instrumented RAG reference service with a built-in
+// profiler and an embedded load generator. Each subcommand lives in its own file; run
+// `ragtail help` for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// command is one subcommand: its name, a one-line summary, and the function that runs it.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the RAG service (API on --addr, admin on --admin-addr)", runServe},
+		{"llm-sim", "run the simulated inference engine alone as an OpenAI-compatible server", runLLMSim},
+		{"demo", "serve + drive a short load in each coupling mode on the embedded default; print percentiles", runDemo},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "ragtail:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage marks a command line that could not be parsed; the usage has already been printed.
+var errUsage = errors.New("usage")
+
+// run dispatches args to a subcommand. It holds all the wiring so tests can call it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		if len(args) > 1 {
+			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
+		}
+		usage(stdout)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "ragtail: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return errUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `ragtail: a RAG reference service for reproducing and diagnosing tail latency.
+
+Usage:
+  ragtail COMMAND [flags]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run "ragtail COMMAND --help" for the flags of a command.
+Start with "ragtail demo": it needs nothing else running.
+`)
+}
+
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	fmt.Fprintln(stdout, "ragtail", version)
+	return nil
+}
+
+// parseFlags parses args with fs, printing usage to stderr; --help returns flag.ErrHelp after
+// printing to stdout.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ragtail %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// newFlagSet returns a FlagSet whose usage prints summary, then the flags.
+func newFlagSet(name, synopsis, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: ragtail %s %s\n\n%s\n\nFlags:\n", name, synopsis, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer goroutine and a reading test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := run(context.Background(), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands() {
+		if !strings.Contains(out.String(), c.name) {
+			t.Errorf("usage does not list %s", c.name)
+		}
+		if c.name == "version" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), []string{c.name, "--help"}, &out, io.Discard)
+			if !errors.Is(err, flag.ErrHelp) {
+				t.Fatalf("err = %v, want flag.ErrHelp", err)
+			}
+			if !strings.Contains(out.String(), "Usage: ragtail "+c.name) || !strings.Contains(out.String(), "-") {
+				t.Errorf("help of %s:\n%s", c.name, out.String())
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want error
+		msg  string
+	}{
+		{"unknown command", []string{"frobnicate"}, errUsage, "unknown command"},
+		{"unknown flag", []string{"serve", "--no-such-flag"}, errUsage, "no-such-flag"},
+		{"stray argument", []string{"serve", "extra"}, errUsage, "unexpected argument"},
+		{"bad latency law", []string{"serve", "--shard-latency", "gauss:5ms"}, errUsage, "unknown kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(context.Background(), tt.args, io.Discard, &stderr)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if !strings.Contains(stderr.String(), tt.msg) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tt.msg)
+			}
+		})
+	}
+}
+
+func TestServeRejectsBadSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"profile", []string{"--profile", "gpt-5"}, "unknown llm-sim profile"},
+		{"coupling", []string{"--coupling", "psychic"}, "coupling"},
+		{"shards", []string{"--shards", "0"}, "--shards"},
+		{"law count", []string{"--shards", "3", "--shard-latency", "fixed:1ms;fixed:2ms"}, "2 laws for 3 shards"},
+		{"kv alloc", []string{"--kv-alloc", "buddy"}, "allocation mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", ""}, tt.args...)
+			err := run(context.Background(), args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+var servingLine = regexp.MustCompile(`on http://(127\.0\.0\.1:\d+)`)
+
+// startServe runs `ragtail serve` with args until the returned cancel is called; it returns the
+// API address and a channel with run's result.
+func startServe(t *testing.T, args ...string) (addr string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "warn"}, args...), stdout, io.Discard)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m := servingLine.FindStringSubmatch(stdout.String()); m != nil {
+			t.Cleanup(cancel)
+			return m[1], cancel, errc
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("serve exited early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("serve did not start within 30 s")
+		}
+	}
+}
+
+func TestServeStreamsAndShutsDownGracefully(t *testing.T) {
+	t.Parallel()
+	addr, cancel, done := startServe(t, "--profile", "tiny", "--corpus-docs", "40", "--shutdown-grace", "20s")
+	body := `{"model":"ragtail-tiny","stream":true,"stream_options":{"include_usage":true},"max_tokens":400,
+	          "messages":[{"role":"user","content":"How do shards and caches shape tail latency?"}]}`
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n') // the role chunk: the stream is running
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	cancel() // SIGTERM: stop accepting, let the running stream finish
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("stream cut during graceful shutdown: %v", err)
+	}
+	if !bytes.HasSuffix(rest, []byte("data: [DONE]\n\n")) || !bytes.Contains(rest, []byte(`"completion_tokens":400`)) {
+		t.Errorf("stream did not finish cleanly; tail: %q", rest[max(0, len(rest)-300):])
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not return after shutdown")
+	}
+}
+
+func TestDemoPrintsEveryCoupling(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"demo", "--profile", "tiny", "--corpus-docs", "60", "--duration", "1500ms",
+		"--request-rate", "40", "--max-tokens", "16", "--log-level", "warn"}, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"sync", "fanout", "async"} {
+		row := regexp.MustCompile(`(?m)^\s*` + mode + `\s+(\d+)\s+[\d.]+`).FindStringSubmatch(out.String())
+		if row == nil {
+			t.Errorf("no %s row in:\n%s", mode, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "failed:") {
+		t.Errorf("demo requests failed:\n%s", out.String())
+	}
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+type serveOptions struct {
+	service   serviceOptions
+	addr      string
+	adminAddr string
+	grace     time.Duration
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	var o serveOptions
+	fs := newFlagSet("serve", "[flags]", `Runs the RAG service. With no flags it needs nothing else running: hash embedder, sharded
+in-memory index seeded from the built-in corpus, doc store with LRU cache and Bloom guard, and the
+simulated LLM engine (profile llama3-8b-a100).
+
+API listener (--addr): POST /v1/chat/completions (OpenAI-compatible, streaming or not, with an
+optional "rag": {"coupling": "sync|fanout|async", "top_k": 5} object), GET /v1/models,
+GET /v1/documents/{id}, GET /healthz, GET /readyz.
+Admin listener (--admin-addr): GET /metrics, /debug/pprof/*.
+
+On SIGINT/SIGTERM it stops accepting requests and lets running streams finish for --shutdown-grace.`)
+	fs.StringVar(&o.addr, "addr", ":8080", "API listen address")
+	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof); empty disables it")
+	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
+	o.service.register(fs)
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, o.service.logLevel)
+	svc, err := buildService(ctx, o.service, logger)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+
+	api, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on --addr %s: %w", o.addr, err)
+	}
+	servers := []*http.Server{{Handler: svc.API, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}}
+	listeners := []net.Listener{api}
+	if o.adminAddr != "" {
+		admin, err := net.Listen("tcp", o.adminAddr)
+		if err != nil {
+			api.Close()
+			return fmt.Errorf("listen on --admin-addr %s: %w", o.adminAddr, err)
+		}
+		servers = append(servers, &http.Server{Handler: svc.Admin, ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, admin)
+	}
+	logger.Info("ragtail serving", "api", api.Addr().String(), "admin", o.adminAddr, "model", svc.Model,
+		"profile", svc.Profile, "shards", svc.Shards, "chunks", svc.Chunks)
+	fmt.Fprintf(stdout, "ragtail serving the API on http://%s (model %q); admin on %s\n", api.Addr(), svc.Model, o.adminAddr)
+	return serveUntilDone(ctx, servers, listeners, o.grace, logger)
+}
+
+// serveUntilDone serves each server on its listener until ctx is done or one fails, then shuts
+// them all down, letting running requests finish within grace.
+func serveUntilDone(ctx context.Context, servers []*http.Server, listeners []net.Listener, grace time.Duration, logger *slog.Logger) error {
+	errc := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { errc <- s.Serve(listeners[i]) }()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "grace", grace)
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	var errs []error
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		errs = append(errs, serveErr)
+	}
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown: %w (requests still running after %s were cut)", err, grace))
+			_ = s.Close()
+		}
+	}
+	return errors.Join(errs...)
+}

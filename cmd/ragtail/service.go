@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/admission"
+	"github.com/ragtail/ragtail/rag/corpus"
+	"github.com/ragtail/ragtail/rag/docstore"
+	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/llmsim"
+	"github.com/ragtail/ragtail/rag/pipeline"
+	"github.com/ragtail/ragtail/rag/retrieve"
+)
+
+// serviceOptions are the settings of the RAG service on its embedded default, shared by serve
+// and demo.
+type serviceOptions struct {
+	profile      string
+	kvAlloc      string
+	dim          int
+	shards       int
+	shardLatency lawList
+	embedLatency rag.Law
+	fetchLatency rag.Law
+	cacheSize    int
+	bloom        bool
+	bloomFP      float64
+	coupling     string
+	topK         int
+	asyncQuorum  int
+	asyncDeadln  time.Duration
+	workers      int
+	queue        int
+	queueTimeout time.Duration
+	policy       string
+	maxTokensCap int
+	corpusDocs   int
+	seed         uint64
+	logLevel     string
+}
+
+// Defaults of the embedded service. Shard latency is lognormal with a capped tail: each shard
+// stands for a remote index partition answering in a few milliseconds with an occasional slow
+// reply, which is what makes the slowest-shard effect of fan-out visible.
+const (
+	defaultShardLatency = "lognormal:6ms,0.6,2s"
+	defaultEmbedLatency = "lognormal:2ms,0.3,1s"
+	defaultFetchLatency = "lognormal:1.5ms,0.5,1s"
+)
+
+func (o *serviceOptions) register(fs *flag.FlagSet) {
+	o.shardLatency = lawList{mustLaw(defaultShardLatency)}
+	o.embedLatency = mustLaw(defaultEmbedLatency)
+	o.fetchLatency = mustLaw(defaultFetchLatency)
+	fs.StringVar(&o.profile, "profile", llmsim.DefaultProfile, "simulated LLM engine profile: "+profileNames())
+	fs.StringVar(&o.kvAlloc, "kv-alloc", "", "KV-cache allocation of the simulated engine: paged or contiguous (default: the profile's)")
+	fs.IntVar(&o.dim, "dim", 384, "embedding dimension of the hash embedder")
+	fs.IntVar(&o.shards, "shards", 4, "number of index shards")
+	fs.Var(&o.shardLatency, "shard-latency", "latency law of each shard search, one for all or one per shard separated by ';'\n(none, fixed:5ms, uniform:2ms,8ms, lognormal:MEDIAN,SIGMA[,CAP], pareto:XM,ALPHA[,CAP])")
+	fs.Var(lawFlag{&o.embedLatency}, "embed-latency", "latency law of the embedder")
+	fs.Var(lawFlag{&o.fetchLatency}, "fetch-latency", "latency law of a doc-store lookup on a cache miss")
+	fs.IntVar(&o.cacheSize, "cache-size", 1024, "doc-store LRU cache entries; 0 disables the cache")
+	fs.BoolVar(&o.bloom, "bloom", true, "guard the doc store with a Bloom filter of existing ids")
+	fs.Float64Var(&o.bloomFP, "bloom-fp", 0.01, "Bloom filter false-positive rate")
+	fs.StringVar(&o.coupling, "coupling", "sync", "default coupling of retrieval and generation: sync, fanout or async")
+	fs.IntVar(&o.topK, "top-k", pipeline.DefaultTopK, "default number of chunks retrieved per request")
+	fs.IntVar(&o.asyncQuorum, "async-quorum", 0, "async coupling: shards that must answer before generation starts (0: a majority)")
+	fs.DurationVar(&o.asyncDeadln, "async-deadline", pipeline.DefaultAsyncDeadline, "async coupling: start generation after this long with whatever arrived")
+	def := admission.DefaultConfig()
+	fs.IntVar(&o.workers, "workers", def.Workers, "admission: requests running the pipeline at once")
+	fs.IntVar(&o.queue, "queue", def.QueueCapacity, "admission: requests that may wait for a worker (-1: unbounded)")
+	fs.DurationVar(&o.queueTimeout, "queue-timeout", def.QueueTimeout, "admission: longest wait for a worker before a 503 (0: no limit)")
+	fs.StringVar(&o.policy, "admission-policy", string(def.Policy), "admission: when the queue is full, reject (503) or wait")
+	fs.IntVar(&o.maxTokensCap, "max-tokens-cap", rag.DefaultLimits.MaxTokensCap, "largest max_tokens a request may ask for")
+	fs.IntVar(&o.corpusDocs, "corpus-docs", 0, "documents in the built-in corpus (0: the default size)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the corpus and every latency law")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// service is the RAG service on its embedded default, wired and ready to serve.
+type service struct {
+	API       http.Handler
+	Admin     http.Handler
+	Registry  *prometheus.Registry
+	Pipeline  *pipeline.Pipeline
+	Engine    *llmsim.Engine
+	Docs      *docstore.Store
+	Index     *retrieve.Memory
+	Model     string
+	Profile   string
+	Shards    int
+	Chunks    int
+	Questions []string // questions about the corpus, for demo load
+	closers   []func() error
+}
+
+// Close stops the engine and background work. It is idempotent.
+func (s *service) Close() error {
+	var errs []error
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (svc *service, err error) {
+	svc = &service{}
+	defer func() {
+		if err != nil {
+			_ = svc.Close()
+		}
+	}()
+	prof, err := llmsim.ProfileByName(o.profile)
+	if err != nil {
+		return nil, err
+	}
+	engineOpts := []llmsim.Option{llmsim.WithSeed(o.seed), llmsim.WithLogger(logger)}
+	if o.kvAlloc != "" {
+		mode, err := llmsim.ParseAllocMode(o.kvAlloc)
+		if err != nil {
+			return nil, err
+		}
+		engineOpts = append(engineOpts, llmsim.WithAlloc(mode))
+	}
+	coupling, err := rag.ParseCoupling(o.coupling)
+	if err != nil {
+		return nil, fmt.Errorf("--coupling: %w", err)
+	}
+	if o.shards < 1 || o.shards > 256 {
+		return nil, fmt.Errorf("--shards must be between 1 and 256, got %d", o.shards)
+	}
+	if len(o.shardLatency) != 1 && len(o.shardLatency) != o.shards {
+		return nil, fmt.Errorf("--shard-latency has %d laws for %d shards: give one for all or one per shard", len(o.shardLatency), o.shards)
+	}
+
+	start := time.Now()
+	chunks, questions, err := builtinCorpus(o)
+	if err != nil {
+		return nil, err
+	}
+	emb, err := embed.NewHash(embed.WithDimension(o.dim), embed.WithSeed(o.seed), embed.WithLatency(o.embedLatency, 0))
+	if err != nil {
+		return nil, fmt.Errorf("embedder: %w", err)
+	}
+	idxOpts := []retrieve.Option{retrieve.WithSeed(o.seed)}
+	for i, law := range o.shardLatency {
+		if len(o.shardLatency) == 1 {
+			idxOpts = append(idxOpts, retrieve.WithLatency(law))
+			break
+		}
+		idxOpts = append(idxOpts, retrieve.WithShardLatency(i, law))
+	}
+	idx, err := retrieve.NewMemory(o.dim, o.shards, idxOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("index: %w", err)
+	}
+	ids := make([]string, len(chunks))
+	vecs := make([][]float32, len(chunks))
+	for i, c := range chunks {
+		ids[i], vecs[i] = c.ID, emb.Vector(c.Title+"\n"+c.Text)
+	}
+	if err := idx.AddBatch(ids, vecs); err != nil {
+		return nil, fmt.Errorf("index: %w", err)
+	}
+	docOpts := []docstore.Option{docstore.WithSeed(o.seed), docstore.WithFetchLatency(o.fetchLatency), docstore.WithCache(o.cacheSize)}
+	if o.bloom {
+		docOpts = append(docOpts, docstore.WithBloom(o.bloomFP))
+	} else {
+		docOpts = append(docOpts, docstore.WithoutBloom())
+	}
+	docs := docstore.New(chunks, docOpts...)
+	svc.closers = append(svc.closers, docs.Close)
+
+	engine, err := llmsim.New(prof, engineOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("llm-sim: %w", err)
+	}
+	svc.closers = append(svc.closers, engine.Close)
+
+	pool, err := admission.NewPool(admission.Config{Workers: o.workers, QueueCapacity: o.queue,
+		QueueTimeout: o.queueTimeout, Policy: admission.Policy(o.policy)})
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	p, err := pipeline.New(emb, idx, docs, engine, pipeline.Config{
+		Coupling: coupling, TopK: o.topK, AsyncQuorum: o.asyncQuorum, AsyncDeadline: o.asyncDeadln,
+	}, pipeline.WithAdmitter(pool), pipeline.WithLogger(logger))
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), engine.Collector())
+	limits := rag.DefaultLimits
+	limits.MaxTokensCap = o.maxTokensCap
+	if limits.DefaultMaxTokens > limits.MaxTokensCap {
+		limits.DefaultMaxTokens = limits.MaxTokensCap
+	}
+	svc.API = httpapi.New(p, httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
+		httpapi.WithReadiness(func(context.Context) error {
+			if idx.Len() == 0 {
+				return errors.New("the index is empty")
+			}
+			return nil
+		}))
+	svc.Admin = httpapi.NewAdmin(reg)
+	svc.Registry, svc.Pipeline, svc.Engine, svc.Docs, svc.Index = reg, p, engine, docs, idx
+	svc.Model, svc.Profile, svc.Shards, svc.Chunks, svc.Questions = prof.Model, prof.Name, o.shards, len(chunks), questions
+	logger.Debug("service built", "chunks", len(chunks), "took", time.Since(start))
+	_ = ctx
+	return svc, nil
+}
+
+func profileNames() string {
+	var names []string
+	for _, p := range llmsim.Profiles() {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// lawFlag is a flag.Value holding one latency law.
+type lawFlag struct{ law *rag.Law }
+
+func (f lawFlag) String() string {
+	if f.law == nil {
+		return ""
+	}
+	return f.law.String()
+}
+
+func (f lawFlag) Set(s string) error { return f.law.UnmarshalText([]byte(s)) }
+
+// lawList is a flag.Value holding latency laws separated by ';'.
+type lawList []rag.Law
+
+func (l *lawList) String() string {
+	var parts []string
+	for _, law := range *l {
+		parts = append(parts, law.String())
+	}
+	return strings.Join(parts, ";")
+}
+
+func (l *lawList) Set(s string) error {
+	var out lawList
+	for part := range strings.SplitSeq(s, ";") {
+		law, err := rag.ParseLaw(part)
+		if err != nil {
+			return err
+		}
+		out = append(out, law)
+	}
+	*l = out
+	return nil
+}
+
+func mustLaw(s string) rag.Law {
+	law, err := rag.ParseLaw(s)
+	if err != nil {
+		panic(err)
+	}
+	return law
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// builtinCorpus returns the built-in corpus and a pool of questions about it.
+func builtinCorpus(o serviceOptions) ([]rag.Chunk, []string, error) {
+	if o.corpusDocs < 0 {
+		return nil, nil, fmt.Errorf("--corpus-docs must not be negative, got %d", o.corpusDocs)
+	}
+	chunks := corpus.Builtin(corpus.Options{Seed: o.seed, Docs: o.corpusDocs})
+	return chunks, corpus.Questions(chunks, 1000, o.seed), nil
+}
