@@ -117,8 +117,8 @@ func (s *service) Close() error {
 	return errors.Join(errs...)
 }
 
-func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (svc *service, err error) {
-	svc = &service{}
+func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_ *service, err error) {
+	svc := &service{}
 	defer func() {
 		if err != nil {
 			_ = svc.Close()
