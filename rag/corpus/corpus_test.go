@@ -180,3 +180,44 @@ func TestLoadDir(t *testing.T) {
 		t.Errorf("overlap >= tokens: %v", err)
 	}
 }
+
+func TestLoadDirTitles(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, content, want string
+	}{
+		{"heading", "intro\n## Paged attention ##\ntext", "Paged attention"},
+		{"not a heading", "#include <stdio.h>\ntext", "file"},
+		{"shebang", "#!/bin/sh\ntext", "file"},
+		{"heading in code fence", "```\n# comment\n```\n# Real title\n", "Real title"},
+		{"no heading", "just text", "file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "file.md"), []byte(tt.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			chunks, _, err := corpus.LoadDir(dir, corpus.ChunkOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if chunks[0].Title != tt.want {
+				t.Errorf("title %q, want %q", chunks[0].Title, tt.want)
+			}
+		})
+	}
+}
+
+func TestSplitWithoutOverlap(t *testing.T) {
+	t.Parallel()
+	text := strings.Repeat("alpha beta gamma delta. ", 100)
+	chunks := corpus.Split("d", "D", text, corpus.ChunkOptions{Tokens: 40, Overlap: -1})
+	total := 0
+	for _, c := range chunks {
+		total += len(strings.Fields(c.Text))
+	}
+	if total != len(strings.Fields(text)) {
+		t.Errorf("chunks hold %d words, text has %d: overlap -1 should mean none", total, len(strings.Fields(text)))
+	}
+}

@@ -16,8 +16,8 @@ import (
 type ChunkOptions struct {
 	// Tokens is the target chunk length in tokens (rag.CountTokens); 0 means 256.
 	Tokens int
-	// Overlap is how many tokens of the end of one chunk start the next; 0 means 32. It must be
-	// smaller than Tokens.
+	// Overlap is how many tokens of the end of one chunk start the next; 0 means 32 and a
+	// negative value means none. It must be smaller than Tokens.
 	Overlap int
 	// MaxFileBytes skips files larger than this; 0 means 16 MiB.
 	MaxFileBytes int64
@@ -27,13 +27,16 @@ func (o ChunkOptions) withDefaults() (ChunkOptions, error) {
 	if o.Tokens == 0 {
 		o.Tokens = 256
 	}
-	if o.Overlap == 0 {
+	switch {
+	case o.Overlap == 0:
 		o.Overlap = 32
+	case o.Overlap < 0:
+		o.Overlap = 0
 	}
 	if o.MaxFileBytes == 0 {
 		o.MaxFileBytes = 16 << 20
 	}
-	if o.Tokens < 8 || o.Overlap < 0 || o.Overlap >= o.Tokens {
+	if o.Tokens < 8 || o.Overlap >= o.Tokens {
 		return o, fmt.Errorf("%w: chunk of %d tokens with %d of overlap: want at least 8 tokens and overlap below that", rag.ErrInvalidRequest, o.Tokens, o.Overlap)
 	}
 	return o, nil
@@ -114,10 +117,22 @@ func isText(name string) bool {
 	return ext == ".md" || ext == ".markdown" || ext == ".txt"
 }
 
+// titleOf returns the first ATX heading ("# Title", up to six #s and a space) outside fenced
+// code blocks, or the file name without its extension.
 func titleOf(text, name string) string {
+	fenced := false
 	for line := range strings.SplitSeq(text, "\n") {
-		if t, ok := strings.CutPrefix(strings.TrimSpace(line), "#"); ok {
-			if t = strings.TrimSpace(strings.TrimLeft(t, "#")); t != "" {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "```") || strings.HasPrefix(line, "~~~") {
+			fenced = !fenced
+			continue
+		}
+		if fenced {
+			continue
+		}
+		hashes := len(line) - len(strings.TrimLeft(line, "#"))
+		if hashes >= 1 && hashes <= 6 && strings.HasPrefix(line[hashes:], " ") {
+			if t := strings.TrimSpace(strings.TrimRight(line[hashes:], "# ")); t != "" {
 				return t
 			}
 		}

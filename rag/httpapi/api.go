@@ -85,7 +85,7 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 	})
 	r.Post("/v1/chat/completions", a.chatCompletions)
 	r.Get("/v1/models", a.models)
-	r.Get("/v1/documents/{id}", a.document)
+	r.Get("/v1/documents/*", a.document) // ids of ingested files contain slashes
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		rag.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -121,7 +121,7 @@ func (a *API) document(w http.ResponseWriter, r *http.Request) {
 			Message: "this deployment has no document store"})
 		return
 	}
-	id := chi.URLParam(r, "id")
+	id := chi.URLParam(r, "*")
 	if strings.TrimSpace(id) == "" || len(id) > 512 {
 		rag.WriteError(w, &rag.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "id",
 			Message: "document id must be 1 to 512 characters", Err: rag.ErrInvalidRequest})

@@ -312,8 +312,15 @@ func TestAsyncStreamReportsRetrievalProgress(t *testing.T) {
 	firstContent, lastComment := -1, -1
 	for i, ev := range events {
 		if ev.comment != "" {
-			if !strings.HasPrefix(ev.comment, "rag {") {
-				t.Errorf("comment %q", ev.comment)
+			js, ok := strings.CutPrefix(ev.comment, "rag ")
+			var p struct {
+				Stage     string   `json:"stage"`
+				Shard     *int     `json:"shard"`
+				ElapsedMS *float64 `json:"elapsed_ms"`
+				Message   string   `json:"message"`
+			}
+			if err := json.Unmarshal([]byte(js), &p); !ok || err != nil || p.Stage == "" || p.Shard == nil || p.ElapsedMS == nil || p.Message == "" {
+				t.Errorf("progress comment %q: %v", ev.comment, err)
 			}
 			lastComment = i
 		}
@@ -510,5 +517,22 @@ func TestParseTraceParent(t *testing.T) {
 				t.Errorf("ParseTraceParent(%q) ok = %v, want %v", tt.in, ok, tt.ok)
 			}
 		})
+	}
+}
+
+func TestDocumentIDsWithSlashes(t *testing.T) {
+	t.Parallel()
+	s := newTestService(t)
+	if err := s.docs.Put(rag.Chunk{ID: "guides/kv.md#0", DocID: "guides/kv.md", Title: "KV", Text: "paged blocks"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(s.srv.URL + "/v1/documents/guides/kv.md%230")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c rag.Chunk
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || c.ID != "guides/kv.md#0" {
+		t.Errorf("status %d, chunk %+v, %v", resp.StatusCode, c, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/pipeline"
@@ -90,6 +91,17 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, req *rag.ChatReques
 	}
 }
 
+// progressEvent is the JSON of a retrieval progress comment (": rag {...}").
+type progressEvent struct {
+	Stage     rag.Stage `json:"stage"`
+	Shard     int       `json:"shard"`
+	Hits      int       `json:"hits"`
+	Late      bool      `json:"late,omitempty"`
+	Failed    bool      `json:"failed,omitempty"`
+	ElapsedMS float64   `json:"elapsed_ms"`
+	Message   string    `json:"message"`
+}
+
 // errClientGone marks a failed write to the client, so the pipeline stops generating.
 var errClientGone = errors.New("client connection lost")
 
@@ -106,7 +118,10 @@ func (s *streamSink) Progress(ev pipeline.Progress) error {
 		return nil
 	}
 	s.started = true
-	b, err := json.Marshal(ev)
+	b, err := json.Marshal(progressEvent{
+		Stage: ev.Stage, Shard: ev.Shard, Hits: ev.Hits, Late: ev.Late, Failed: ev.Failed,
+		ElapsedMS: float64(ev.Elapsed) / float64(time.Millisecond), Message: ev.Message,
+	})
 	if err != nil {
 		return err
 	}

@@ -45,14 +45,14 @@ func ExampleEngine() {
 		fmt.Printf("request %d: queued %v, TTFT %v, TPOT %v, %d tokens\n", i, tl.QueueTime(), tl.TTFT(), tl.TPOT(), rag.CountTokens(answer.String()))
 	}
 	// Output:
-	// request 0: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 1: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 2: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 3: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 4: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 5: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 6: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 7: queued 0s, TTFT 1.112ms, TPOT 1.4024ms, 32 tokens
-	// request 8: queued 44.5864ms, TTFT 45.6144ms, TPOT 1.1006ms, 32 tokens
-	// request 9: queued 44.5864ms, TTFT 45.6144ms, TPOT 1.1006ms, 32 tokens
+	// request 0: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 1: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 2: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 3: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 4: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 5: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 6: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 7: queued 0s, TTFT 1.104ms, TPOT 1.40232ms, 32 tokens
+	// request 8: queued 44.57592ms, TTFT 45.60192ms, TPOT 1.10058ms, 32 tokens
+	// request 9: queued 44.57592ms, TTFT 45.60192ms, TPOT 1.10058ms, 32 tokens
 }

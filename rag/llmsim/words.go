@@ -11,10 +11,10 @@ import (
 	"github.com/ragtail/ragtail/rag"
 )
 
-// runesPerToken matches rag.CountTokens: a word of r runes counts as ceil(r/4) tokens, so the
-// engine emits it as pieces of at most four runes and the text it produces counts, with
+// runesPerToken matches rag.CountTokens: a word of r runes counts as ceil(r/6) tokens, so the
+// engine emits it as pieces of at most six runes and the text it produces counts, with
 // rag.CountTokens, exactly as many tokens as the engine reports in its usage.
-const runesPerToken = 4
+const runesPerToken = 6
 
 // continueProb is the chance that the next word is the one following the current word in the
 // context rather than a random jump: answers read as runs of phrases taken from the context.

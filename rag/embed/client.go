@@ -1,0 +1,371 @@
+package embed
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// DefaultBatchSize is how many texts EmbedBatch sends in one request unless WithBatchSize says
+// otherwise.
+const DefaultBatchSize = 64
+
+// maxResponseBytes bounds what the client reads from a response: a batch of 64 vectors of 3072
+// floats is about 4 MB as JSON, so this leaves room for large batches and big models.
+const maxResponseBytes = 128 << 20
+
+// Client embeds text by calling an OpenAI-compatible embeddings endpoint. It learns the vector
+// dimension from the first response unless WithOutputDimensions fixes it, and rejects later
+// responses of another length. A Client is safe for concurrent use.
+type Client struct {
+	endpoint   string
+	model      string
+	apiKey     string
+	httpClient *http.Client
+	dimensions int // requested with "dimensions"; 0: the model's own
+	batchSize  int
+	dim        atomic.Int64 // learned or requested dimension; 0 until known
+}
+
+// ClientOption configures NewClient.
+type ClientOption interface{ applyClient(*clientConfig) }
+
+type clientConfig struct {
+	apiKey     string
+	httpClient *http.Client
+	dimensions int
+	batchSize  int
+}
+
+type clientOptionFunc func(*clientConfig)
+
+func (f clientOptionFunc) applyClient(c *clientConfig) { f(c) }
+
+// WithAPIKey sends key as a bearer token.
+func WithAPIKey(key string) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.apiKey = key })
+}
+
+// WithHTTPClient sets the HTTP client, for instance one whose transport is instrumented with
+// otelhttp. The default client keeps up to 64 idle connections to the server, so that concurrent
+// queries reuse connections instead of paying a handshake each.
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.httpClient = hc })
+}
+
+// WithOutputDimensions asks the model for vectors of n dimensions (OpenAI's "dimensions" request
+// field, honoured by text-embedding-3 models and Matryoshka models on vLLM and TEI). Dimension
+// then reports n before any request is made.
+func WithOutputDimensions(n int) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.dimensions = n })
+}
+
+// WithBatchSize sets the most texts EmbedBatch sends in one request (default DefaultBatchSize).
+func WithBatchSize(n int) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.batchSize = n })
+}
+
+// NewClient returns a client for the embeddings endpoint at baseURL serving model. baseURL is
+// either the full endpoint (".../v1/embeddings"), an OpenAI-style base URL ending in "/v1", or a
+// server root, to which "/v1/embeddings" is appended.
+func NewClient(baseURL, model string, opts ...ClientOption) (*Client, error) {
+	cfg := clientConfig{batchSize: DefaultBatchSize}
+	for _, o := range opts {
+		o.applyClient(&cfg)
+	}
+	endpoint, err := endpointURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.TrimSpace(model) == "":
+		return nil, errors.New("embeddings client: model name is required (the server's embedding model, e.g. text-embedding-3-small)")
+	case cfg.dimensions < 0:
+		return nil, fmt.Errorf("embeddings client: dimensions %d must not be negative", cfg.dimensions)
+	case cfg.batchSize < 1:
+		return nil, fmt.Errorf("embeddings client: batch size %d must be at least 1", cfg.batchSize)
+	}
+	if cfg.httpClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		cfg.httpClient = &http.Client{Transport: tr}
+	}
+	c := &Client{
+		endpoint:   endpoint,
+		model:      model,
+		apiKey:     cfg.apiKey,
+		httpClient: cfg.httpClient,
+		dimensions: cfg.dimensions,
+		batchSize:  cfg.batchSize,
+	}
+	c.dim.Store(int64(cfg.dimensions))
+	return c, nil
+}
+
+func endpointURL(base string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(base))
+	if err != nil {
+		return "", fmt.Errorf("embeddings client: url %q: %w", base, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("embeddings client: url %q must be http(s)://host[:port][/v1]", base)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	switch {
+	case strings.HasSuffix(p, "/embeddings"):
+	case strings.HasSuffix(p, "/v1"):
+		p += "/embeddings"
+	default:
+		p += "/v1/embeddings"
+	}
+	u.Path, u.RawPath = p, ""
+	return u.String(), nil
+}
+
+// Endpoint is the URL the client posts to.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Model is the model name sent with every request.
+func (c *Client) Model() string { return c.model }
+
+// Dimension is the length of the vectors the server returns, or 0 until the first successful
+// response when WithOutputDimensions was not given (see Probe).
+func (c *Client) Dimension() int { return int(c.dim.Load()) }
+
+// Probe embeds a short text to check that the server answers and to learn the dimension. Call it
+// at start-up before anything needs Dimension.
+func (c *Client) Probe(ctx context.Context) error {
+	_, err := c.Embed(ctx, "ragtail probe")
+	return err
+}
+
+// Embed returns the embedding of text.
+func (c *Client) Embed(ctx context.Context, text string) ([]float32, error) {
+	if strings.TrimSpace(text) == "" {
+		return nil, fmt.Errorf("%w: text to embed is empty", rag.ErrInvalidRequest)
+	}
+	vecs, err := c.post(ctx, text, 1)
+	if err != nil {
+		return nil, err
+	}
+	return vecs[0], nil
+}
+
+// EmbedBatch returns the embeddings of texts, in order, sending at most the batch size per
+// request, one request after another.
+func (c *Client) EmbedBatch(ctx context.Context, texts []string) ([][]float32, error) {
+	for i, t := range texts {
+		if strings.TrimSpace(t) == "" {
+			return nil, fmt.Errorf("%w: text %d to embed is empty", rag.ErrInvalidRequest, i)
+		}
+	}
+	out := make([][]float32, 0, len(texts))
+	for start := 0; start < len(texts); start += c.batchSize {
+		batch := texts[start:min(start+c.batchSize, len(texts))]
+		vecs, err := c.post(ctx, batch, len(batch))
+		if err != nil {
+			return nil, fmt.Errorf("texts %d to %d: %w", start, start+len(batch)-1, err)
+		}
+		out = append(out, vecs...)
+	}
+	return out, nil
+}
+
+type embeddingRequest struct {
+	Model          string `json:"model"`
+	Input          any    `json:"input"` // a string or an array of strings
+	EncodingFormat string `json:"encoding_format"`
+	Dimensions     int    `json:"dimensions,omitempty"`
+}
+
+// post sends one request whose input holds n texts and returns n vectors in input order.
+func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error) {
+	body, err := json.Marshal(embeddingRequest{Model: c.model, Input: input, EncodingFormat: "float", Dimensions: c.dimensions})
+	if err != nil {
+		return nil, fmt.Errorf("encode embeddings request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("embeddings request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "ragtail-embed")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.httpClient.Do(req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxError("embeddings request", ctxErr)
+		}
+		return nil, fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxError("read embeddings response", ctxErr)
+		}
+		return nil, fmt.Errorf("read embeddings response: %w: %w", rag.ErrUnavailable, err)
+	}
+	if len(raw) > maxResponseBytes {
+		return nil, fmt.Errorf("%w: embeddings response is larger than %d bytes: lower the batch size", rag.ErrUnavailable, maxResponseBytes)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, statusError(resp.StatusCode, raw)
+	}
+	vecs, err := decodeResponse(raw, n)
+	if err != nil {
+		return nil, fmt.Errorf("%w: embeddings server sent a bad response: %w", rag.ErrUnavailable, err)
+	}
+	dim := int64(len(vecs[0]))
+	if c.dim.CompareAndSwap(0, dim) {
+		return vecs, nil
+	}
+	if want := c.dim.Load(); want != dim {
+		return nil, fmt.Errorf("%w: embeddings server returned %d dimensions, want %d", rag.ErrUnavailable, dim, want)
+	}
+	return vecs, nil
+}
+
+// statusError describes a non-200 answer. The server rejecting the input (400, 413, 422) is the
+// caller's problem; anything else means the embedding service is not usable right now.
+func statusError(status int, body []byte) error {
+	msg := serverMessage(body)
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return fmt.Errorf("%w: embeddings server rejected the input (%d): %s", rag.ErrInvalidRequest, status, msg)
+	}
+	return fmt.Errorf("%w: embeddings server answered %d %s: %s", rag.ErrUnavailable, status, http.StatusText(status), msg)
+}
+
+// serverMessage extracts the error message from an OpenAI error body ({"error":{"message"}}),
+// a TEI or Ollama one ({"error":"..."}), or else returns the start of the body.
+func serverMessage(body []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 {
+		var s string
+		if json.Unmarshal(e.Error, &s) == nil && s != "" {
+			return truncate(s)
+		}
+		var o struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(e.Error, &o) == nil && o.Message != "" {
+			return truncate(o.Message)
+		}
+	}
+	if s := strings.TrimSpace(string(body)); s != "" {
+		return truncate(s)
+	}
+	return "no error message"
+}
+
+func truncate(s string) string {
+	const limit = 200
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+type embeddingResponse struct {
+	Data []struct {
+		Index     *int            `json:"index"`
+		Embedding json.RawMessage `json:"embedding"`
+	} `json:"data"`
+}
+
+// decodeResponse parses an embeddings response that should hold n vectors of equal length and
+// returns them ordered by their index. Embeddings may be JSON arrays or base64 strings of
+// little-endian float32s (what the server sends if it ignores encoding_format "float").
+func decodeResponse(raw []byte, n int) ([][]float32, error) {
+	var resp embeddingResponse
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return nil, fmt.Errorf("decode response: %w", err)
+	}
+	if len(resp.Data) != n {
+		return nil, fmt.Errorf("response has %d embeddings for %d inputs", len(resp.Data), n)
+	}
+	out := make([][]float32, n)
+	for i, d := range resp.Data {
+		idx := i
+		if d.Index != nil {
+			idx = *d.Index
+		}
+		if idx < 0 || idx >= n || out[idx] != nil {
+			return nil, fmt.Errorf("response embedding %d has index %d: want each of 0 to %d once", i, idx, n-1)
+		}
+		v, err := decodeVector(d.Embedding)
+		if err != nil {
+			return nil, fmt.Errorf("response embedding %d: %w", i, err)
+		}
+		if len(v) == 0 {
+			return nil, fmt.Errorf("response embedding %d is empty", i)
+		}
+		out[idx] = v
+	}
+	for i := 1; i < n; i++ {
+		if len(out[i]) != len(out[0]) {
+			return nil, fmt.Errorf("response embeddings differ in length: %d and %d", len(out[0]), len(out[i]))
+		}
+	}
+	return out, nil
+}
+
+func decodeVector(raw json.RawMessage) ([]float32, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("base64 embedding: %w", err)
+		}
+		if len(b)%4 != 0 {
+			return nil, fmt.Errorf("base64 embedding has %d bytes, not a whole number of float32s", len(b))
+		}
+		v := make([]float32, len(b)/4)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return v, checkFinite(v)
+	}
+	var v []float32
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("embedding is neither an array of numbers nor a base64 string: %w", err)
+	}
+	return v, nil
+}
+
+func checkFinite(v []float32) error {
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("embedding value %d is %v", i, x)
+		}
+	}
+	return nil
+}
