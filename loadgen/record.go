@@ -1,0 +1,118 @@
+// Package loadgen is ragtail's open-loop load generator: pure arrival processes give every request
+// an intended send time, a scheduler that owns the clock sends each one on time (no worker cap
+// unless asked), and every request leaves a Record measured from its intended send time, so a
+// stalled server cannot hide its queueing (no coordinated omission). It speaks HTTP only and
+// never imports the service's packages, so it drives any OpenAI-compatible deployment.
+package loadgen
+
+import "time"
+
+// Record is everything measured about one request. Times are offsets from the run's start
+// (Result.Start) on the generator's monotonic clock; a zero offset after Sent means the event
+// did not happen (no first byte, no token).
+type Record struct {
+	Index   int    `json:"i"`                 // order of the intended send times, from 0
+	Session string `json:"session,omitempty"` // session id when sessions are replayed
+	Step    int    `json:"step,omitempty"`    // step within the session, from 0
+	Key     string `json:"key,omitempty"`     // document key of a key-lookup request
+
+	Intended   time.Duration `json:"intended_ns"`              // when the arrival process wanted it sent
+	Sent       time.Duration `json:"sent_ns"`                  // when it was actually written to the connection
+	FirstByte  time.Duration `json:"first_byte_ns,omitempty"`  // first response byte (headers)
+	FirstToken time.Duration `json:"first_token_ns,omitempty"` // first chunk carrying content
+	End        time.Duration `json:"end_ns"`                   // last byte, or the failure
+	Chunks     []Chunk       `json:"chunks,omitempty"`         // every content chunk, in order
+
+	Status  int    `json:"status"`             // HTTP status; 0 if no response
+	Err     string `json:"error,omitempty"`    // what went wrong, for humans
+	ErrKind string `json:"err_kind,omitempty"` // bounded class: see the ErrKind constants
+
+	TraceID      string             `json:"trace_id,omitempty"`      // from the traceparent the server returned (or we sent)
+	ServerTiming map[string]float64 `json:"server_timing,omitempty"` // stage -> ms, from Server-Timing
+
+	PromptTokens    int  `json:"prompt_tokens,omitempty"`
+	OutputTokens    int  `json:"output_tokens,omitempty"`
+	TokensFromUsage bool `json:"tokens_from_usage,omitempty"` // OutputTokens came from the server's usage, not counted
+}
+
+// Chunk is one content chunk of a streamed response.
+type Chunk struct {
+	At     time.Duration `json:"at_ns"` // arrival, offset from the run's start
+	Tokens int           `json:"tokens"`
+}
+
+// Error kinds: a bounded set, for tables and metrics.
+const (
+	ErrKindConnect  = "connect"  // could not connect or write the request
+	ErrKindTimeout  = "timeout"  // the request timed out
+	ErrKindHTTP4xx  = "http_4xx" // the server answered 4xx
+	ErrKindHTTP5xx  = "http_5xx" // the server answered 5xx
+	ErrKindStream   = "stream"   // an error event in the stream, or a stream cut without [DONE]
+	ErrKindProtocol = "protocol" // a response that is not what the API promises
+	ErrKindCanceled = "canceled" // the run was interrupted before the request finished
+	ErrKindDrain    = "drain"    // still running when --drain-timeout expired
+)
+
+// OK reports whether the request completed successfully.
+func (r *Record) OK() bool { return r.ErrKind == "" && r.Status >= 200 && r.Status < 300 }
+
+// TTFT is the time to first token: first content token minus intended send time.
+func (r *Record) TTFT() (time.Duration, bool) {
+	if r.FirstToken == 0 {
+		return 0, false
+	}
+	return r.FirstToken - r.Intended, true
+}
+
+// E2EL is the end-to-end latency: last byte minus intended send time.
+func (r *Record) E2EL() time.Duration { return r.End - r.Intended }
+
+// ServiceE2EL is the end-to-end latency from the actual send: last byte minus sent.
+func (r *Record) ServiceE2EL() time.Duration { return r.End - r.Sent }
+
+// SendLag is how late the request was sent: sent minus intended.
+func (r *Record) SendLag() time.Duration { return r.Sent - r.Intended }
+
+// TPOT is the time per output token after the first: (E2EL - TTFT) / (output tokens - 1). It is
+// undefined for fewer than two output tokens.
+func (r *Record) TPOT() (time.Duration, bool) {
+	ttft, ok := r.TTFT()
+	if !ok || r.OutputTokens < 2 {
+		return 0, false
+	}
+	return (r.E2EL() - ttft) / time.Duration(r.OutputTokens-1), true
+}
+
+// ITLs returns the inter-token latencies: the gaps between consecutive content chunks.
+func (r *Record) ITLs() []time.Duration {
+	if len(r.Chunks) < 2 {
+		return nil
+	}
+	out := make([]time.Duration, 0, len(r.Chunks)-1)
+	for i := 1; i < len(r.Chunks); i++ {
+		out = append(out, r.Chunks[i].At-r.Chunks[i-1].At)
+	}
+	return out
+}
+
+// Result is one run: its records in index order and how it was run.
+type Result struct {
+	Start    time.Time     `json:"start"`    // wall-clock time of offset 0
+	Duration time.Duration `json:"duration"` // from start to the last request's end (the measured window)
+	Records  []Record      `json:"-"`
+	Config   RunInfo       `json:"config"`
+}
+
+// RunInfo describes the run for reports.
+type RunInfo struct {
+	URL         string  `json:"url"`
+	Model       string  `json:"model,omitempty"`
+	Shape       string  `json:"shape"`                 // arrival process, e.g. "poisson(rate=10)"
+	RequestRate float64 `json:"request_rate"`          // +Inf for closed loop
+	Burstiness  float64 `json:"burstiness,omitempty"`  // gamma shape; 1 is Poisson
+	Concurrency int     `json:"concurrency,omitempty"` // cap, 0 for none
+	NumPrompts  int     `json:"num_prompts,omitempty"` // requests asked for
+	MaxTokens   int     `json:"max_tokens,omitempty"`  // max_tokens sent
+	Seed        uint64  `json:"seed"`
+	Interrupted bool    `json:"interrupted,omitempty"` // stopped by Ctrl-C
+}
