@@ -6,6 +6,7 @@ package tools
 
 import (
 	_ "github.com/HdrHistogram/hdrhistogram-go"
+	_ "github.com/compose-spec/compose-go/v2/loader"
 	_ "github.com/google/pprof/profile"
 	_ "github.com/grafana/otel-profiling-go"
 	_ "github.com/grafana/pyroscope-go"
