@@ -29,6 +29,7 @@ func commands() []command {
 		{"serve", "run the RAG service (API on --addr, admin on --admin-addr)", runServe},
 		{"llm-sim", "run the simulated inference engine alone as an OpenAI-compatible server", runLLMSim},
 		{"demo", "serve + drive a short load in each coupling mode on the embedded default; print percentiles", runDemo},
+		{"report", "render or merge result files (text, --html, --json)", runReport},
 		{"version", "print the version", runVersion},
 	}
 }

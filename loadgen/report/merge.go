@@ -1,0 +1,204 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// ErrNoHistograms is returned by Merge for a bench without its histograms (a file written by
+// another tool, or cut down by hand): its percentiles could only be averaged, which is wrong.
+var ErrNoHistograms = errors.New("bench has no histograms to merge")
+
+// Merge adds up benches measured by several generators (on several hosts, or one after the
+// other) as if one generator had measured every request:
+//   - histograms are merged exactly, and every percentile, interval and tail fit is recomputed
+//     from them (the intervals are those of the pooled samples, to HDR precision);
+//   - counts, tokens, good requests, errors and sessions are summed (sessions of different
+//     generators are taken to be different sessions);
+//   - the window runs from the earliest start to the latest end, and throughputs are over it, so
+//     generators that ran at the same time add their rates, and runs one after another give the
+//     mean rate over the whole span;
+//   - the timeline is re-binned on wall-clock time at the widest bin width; its counts, means
+//     and maxima add up exactly, its per-bin percentiles are dropped (they cannot be merged);
+//   - the slowest requests are the slowest of all;
+//   - the config sums request rates, concurrencies and prompts; URL, model and shape are kept
+//     when all agree and read "(mixed)" otherwise.
+//
+// The percentiles, metrics and confidence of the first bench are used. Benches must agree on
+// the goodput SLOs and the session step limit, or their counts would not mean the same thing.
+// Merge of one bench recomputes its figures from its histograms (and keeps its timeline).
+func Merge(benches ...*Bench) (*Bench, error) {
+	if len(benches) == 0 {
+		return nil, errors.New("merge: no bench given")
+	}
+	first := benches[0]
+	for i, b := range benches {
+		for _, m := range AllMetrics {
+			if b.Histograms[m] == nil {
+				return nil, fmt.Errorf("merge: bench %d: %w (%s)", i+1, ErrNoHistograms, m)
+			}
+		}
+		if b.Goodput.String() != first.Goodput.String() {
+			return nil, fmt.Errorf("merge: bench %d has goodput SLOs %q, bench 1 has %q", i+1, b.Goodput, first.Goodput)
+		}
+		if b.SessionStepLimit != first.SessionStepLimit {
+			return nil, fmt.Errorf("merge: bench %d has session step limit %v, bench 1 has %v", i+1, b.SessionStepLimit, first.SessionStepLimit)
+		}
+	}
+	o := Options{Percentiles: first.Percentiles, Metrics: first.Metrics, Confidence: first.Confidence,
+		Goodput: first.Goodput, SessionStepLimit: first.SessionStepLimit}.withDefaults()
+	m := newBench(o)
+	m.SessionStepLimit = first.SessionStepLimit
+
+	start, end := first.Start, first.Start.Add(first.Duration)
+	for _, b := range benches[1:] {
+		if b.Start.Before(start) {
+			start = b.Start
+		}
+		if e := b.Start.Add(b.Duration); e.After(end) {
+			end = e
+		}
+	}
+	m.Start, m.Duration = start, end.Sub(start)
+	m.Config = mergeConfig(benches)
+
+	errs := map[string]*ErrorCount{}
+	slowN := 0
+	for _, b := range benches {
+		m.MergedFrom += max(b.MergedFrom, 1)
+		m.Completed += b.Completed
+		m.Failed += b.Failed
+		m.InputTokens += b.InputTokens
+		m.OutputTokens += b.OutputTokens
+		m.GoodRequests += b.GoodRequests
+		for _, name := range AllMetrics {
+			m.Histograms[name].Merge(b.Histograms[name])
+		}
+		for st, h := range b.StageHistograms {
+			if h == nil {
+				return nil, fmt.Errorf("merge: %w (stage %s)", ErrNoHistograms, st)
+			}
+			if m.StageHistograms[st] == nil {
+				m.StageHistograms[st] = stats.NewHistogram()
+			}
+			m.StageHistograms[st].Merge(h)
+		}
+		for _, e := range b.Errors {
+			me := errs[e.Kind]
+			if me == nil {
+				me = &ErrorCount{Kind: e.Kind, Example: e.Example}
+				errs[e.Kind] = me
+			}
+			me.Count += e.Count
+		}
+		if s := b.Sessions; s != nil {
+			if m.Sessions == nil {
+				m.Sessions = &Sessions{StepLimit: s.StepLimit}
+			}
+			m.Sessions.Count += s.Count
+			m.Sessions.Completed += s.Completed
+			m.Sessions.Interrupted += s.Interrupted
+			m.Sessions.Truncated += s.Truncated
+			m.Sessions.FirstSteps += s.FirstSteps
+			m.Sessions.FirstStepsGood += s.FirstStepsGood
+		}
+		m.Slowest = append(m.Slowest, b.Slowest...)
+		slowN = max(slowN, len(b.Slowest))
+		m.Sources = append(m.Sources, b.Sources...)
+	}
+	m.Errors = sortErrors(errs)
+	sortSlowest(m.Slowest)
+	m.Slowest = m.Slowest[:min(len(m.Slowest), slowN)]
+	if len(benches) == 1 {
+		m.Timeline = slices.Clone(first.Timeline)
+		m.MergedFrom = first.MergedFrom
+	} else {
+		m.Timeline = mergeTimelines(start, m.Duration, benches)
+	}
+	m.finish()
+	return m, nil
+}
+
+func mergeConfig(benches []*Bench) loadgen.RunInfo {
+	c := benches[0].Config
+	for _, b := range benches[1:] {
+		o := b.Config
+		if o.URL != c.URL {
+			c.URL = "(mixed)"
+		}
+		if o.Model != c.Model {
+			c.Model = "(mixed)"
+		}
+		if o.Shape != c.Shape {
+			c.Shape = "(mixed)"
+		}
+		if o.Burstiness != c.Burstiness {
+			c.Burstiness = 0
+		}
+		if o.MaxTokens != c.MaxTokens {
+			c.MaxTokens = 0
+		}
+		c.RequestRate += o.RequestRate // +Inf when any is a closed loop
+		c.Concurrency += o.Concurrency
+		c.NumPrompts += o.NumPrompts
+		c.Interrupted = c.Interrupted || o.Interrupted
+	}
+	return c
+}
+
+// mergeTimelines re-bins every bench's timeline on the wall clock, at the widest bin width (or
+// wider, to keep at most maxTimelineBins bins); a bin past the window goes into the last one.
+func mergeTimelines(start time.Time, d time.Duration, benches []*Bench) []TimelineBin {
+	var width time.Duration
+	for _, b := range benches {
+		for _, t := range b.Timeline {
+			width = max(width, t.Width)
+		}
+	}
+	if width <= 0 || d <= 0 {
+		return nil
+	}
+	width = max(width, timelineWidth(0, d))
+	n := int((d + width - 1) / width)
+	out := make([]TimelineBin, n)
+	sumE2EL := make([]float64, n)
+	sumTTFT := make([]float64, n)
+	for i := range out {
+		out[i].T, out[i].Width = time.Duration(i)*width, width
+	}
+	for _, b := range benches {
+		off := b.Start.Sub(start)
+		for _, t := range b.Timeline {
+			i := int((off + t.T) / width)
+			if i < 0 {
+				continue
+			}
+			i = min(i, n-1)
+			o := &out[i]
+			o.Sent += t.Sent
+			o.Completed += t.Completed
+			o.Failed += t.Failed
+			o.N += t.N
+			o.NTTFT += t.NTTFT
+			sumE2EL[i] += float64(t.MeanE2EL) * float64(t.N)
+			sumTTFT[i] += float64(t.MeanTTFT) * float64(t.NTTFT)
+			o.MaxE2EL = max(o.MaxE2EL, t.MaxE2EL)
+			o.MaxTTFT = max(o.MaxTTFT, t.MaxTTFT)
+		}
+	}
+	for i := range out {
+		if out[i].N > 0 {
+			out[i].MeanE2EL = time.Duration(math.Round(sumE2EL[i] / float64(out[i].N)))
+		}
+		if out[i].NTTFT > 0 {
+			out[i].MeanTTFT = time.Duration(math.Round(sumTTFT[i] / float64(out[i].NTTFT)))
+		}
+	}
+	return out
+}

@@ -1,0 +1,296 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// Sweep is a ladder of runs at increasing load: the ragtail.sweep/v1 document.
+type Sweep struct {
+	Start  time.Time
+	Axis   string // AxisRate or AxisConcurrency: what the ladder varies
+	Points []SweepPoint
+
+	KneeThreshold float64   // ms of P99 per extra req/s for Knee
+	Knee          SweepKnee // the article's slope rule (stats.Knee)
+	KneeRobust    SweepKnee // max distance below the chord (stats.KneeRobust)
+
+	SLO            *PercentileSLO // the SLO of MaxRPSUnderSLO, if any
+	MaxRPSUnderSLO *float64       // nil when no SLO was given or no point met it
+	Probes         []stats.Probe  // bisection probes, when the sweep bisected
+}
+
+// Sweep axes.
+const (
+	AxisRate        = "rate"
+	AxisConcurrency = "concurrency"
+)
+
+// SweepPoint is one rung of the ladder.
+type SweepPoint struct {
+	Rate        float64 // offered request rate; +Inf for a closed loop
+	Concurrency int     // concurrency cap (the number of users of a closed loop); 0 for none
+	AchievedRPS float64 // completed requests per second
+	Bench       *Bench
+}
+
+// x is the point's position on the axis.
+func (p SweepPoint) x(axis string) float64 {
+	if axis == AxisConcurrency {
+		return float64(p.Concurrency)
+	}
+	return p.Rate
+}
+
+// SweepKnee is a knee found on a sweep.
+type SweepKnee struct {
+	Found       bool
+	Index       int     // into Points
+	Rate        float64 // offered rate at the knee; the achieved rate on a concurrency axis
+	Concurrency int     // on a concurrency axis
+	AchievedRPS float64
+	P99E2EL     time.Duration
+	Method      string
+}
+
+// SweepOptions tune SummarizeSweep.
+type SweepOptions struct {
+	KneeThreshold float64        // ms per req/s; default stats.DefaultKneeSlope (120)
+	SLO           *PercentileSLO // defines max_rps_under_slo
+	// MaxRPS, when the sweep bisected for it (stats.BisectMaxRate), is the answer, and Probes
+	// its trials. When nil and SLO is set, the answer is read off the ladder: the highest
+	// achieved rate among the points, from the lowest load up, that meet the SLO before the
+	// first one that does not.
+	MaxRPS *float64
+	Probes []stats.Probe
+}
+
+// SummarizeSweep builds the sweep of the benches of its points, ordered by load. A bench whose
+// request rate is infinite or zero (a closed loop) is placed by its concurrency; the axis is
+// concurrency when all are closed loops, rate otherwise.
+func SummarizeSweep(points []*Bench, opts SweepOptions) *Sweep {
+	if !(opts.KneeThreshold > 0) {
+		opts.KneeThreshold = stats.DefaultKneeSlope
+	}
+	s := &Sweep{Axis: AxisConcurrency, KneeThreshold: opts.KneeThreshold, SLO: opts.SLO, Probes: opts.Probes}
+	for _, b := range points {
+		if r := b.Config.RequestRate; r > 0 && !math.IsInf(r, 1) {
+			s.Axis = AxisRate
+		}
+		if s.Start.IsZero() || (!b.Start.IsZero() && b.Start.Before(s.Start)) {
+			s.Start = b.Start
+		}
+		s.Points = append(s.Points, SweepPoint{Rate: b.Config.RequestRate, Concurrency: b.Config.Concurrency,
+			AchievedRPS: b.RequestThroughput, Bench: b})
+	}
+	slices.SortStableFunc(s.Points, func(a, b SweepPoint) int { return cmpFloat(a.x(s.Axis), b.x(s.Axis)) })
+	s.analyse(opts.MaxRPS)
+	return s
+}
+
+// analyse finds the knees and, from the ladder when no bisection gave it, the max RPS.
+func (s *Sweep) analyse(maxRPS *float64) {
+	kp := make([]stats.Point, len(s.Points))
+	for i, p := range s.Points {
+		kp[i] = stats.Point{X: p.x(s.Axis), Achieved: p.AchievedRPS, P99: p.Bench.p99E2EL()}
+	}
+	s.Knee = s.knee(stats.Knee(kp, s.KneeThreshold))
+	s.KneeRobust = s.knee(stats.KneeRobust(kp))
+	s.MaxRPSUnderSLO = maxRPS
+	if maxRPS == nil && s.SLO != nil {
+		for _, p := range s.Points {
+			ok, _ := s.SLO.Met(p.Bench)
+			if !ok {
+				break
+			}
+			v := p.AchievedRPS
+			if s.MaxRPSUnderSLO != nil {
+				v = math.Max(v, *s.MaxRPSUnderSLO)
+			}
+			s.MaxRPSUnderSLO = &v
+		}
+	}
+}
+
+func (s *Sweep) knee(k stats.KneeResult) SweepKnee {
+	out := SweepKnee{Found: k.Found, Method: k.Method}
+	if !k.Found {
+		return out
+	}
+	p := s.Points[k.Index]
+	out.Index, out.Concurrency, out.AchievedRPS, out.P99E2EL = k.Index, p.Concurrency, p.AchievedRPS, k.P99
+	out.Rate = p.Rate
+	if s.Axis == AxisConcurrency {
+		out.Rate = p.AchievedRPS
+	}
+	return out
+}
+
+// p99E2EL is the bench's P99 end-to-end latency, from its histogram when it has one.
+func (b *Bench) p99E2EL() time.Duration {
+	if h := b.Histograms[MetricE2EL]; h != nil && h.Count() > 0 {
+		return h.Quantile(0.99)
+	}
+	if s, ok := b.Metric(MetricE2EL); ok {
+		for _, p := range s.Percentiles {
+			if p.P == 99 {
+				return p.Value
+			}
+		}
+	}
+	return 0
+}
+
+// MarshalJSON writes the ragtail.sweep/v1 document. Each point is its bench's document (without
+// the schema) preceded by rate or concurrency and achieved_rps.
+func (s *Sweep) MarshalJSON() ([]byte, error) {
+	points := make([]object, 0, len(s.Points))
+	for _, p := range s.Points {
+		po := object{}
+		if s.Axis == AxisConcurrency {
+			po = append(po, field{"concurrency", p.Concurrency})
+		} else {
+			po = append(po, field{"rate", rateOrInf(p.Rate)})
+			if p.Concurrency > 0 {
+				po = append(po, field{"concurrency", p.Concurrency})
+			}
+		}
+		po = append(po, field{"achieved_rps", sig(p.AchievedRPS)})
+		points = append(points, append(po, p.Bench.fields()...))
+	}
+	var slo, maxRPS any
+	if s.SLO != nil {
+		slo = s.SLO.String()
+	}
+	if s.MaxRPSUnderSLO != nil {
+		maxRPS = sig(*s.MaxRPSUnderSLO)
+	}
+	probes := make([]object, 0, len(s.Probes))
+	for _, p := range s.Probes {
+		probes = append(probes, object{{"rate", sig(p.Rate)}, {"meets", p.Meets}})
+	}
+	return object{
+		{"schema", SchemaSweep},
+		{"start", s.Start.UTC().Format(time.RFC3339Nano)},
+		{"axis", s.Axis},
+		{"knee", s.kneeObject(s.Knee)},
+		{"knee_robust", s.kneeObject(s.KneeRobust)},
+		{"knee_threshold_ms_per_rps", sig(s.KneeThreshold)},
+		{"slo", slo},
+		{"max_rps_under_slo", maxRPS},
+		{"probes", probes},
+		{"points", points},
+	}.MarshalJSON()
+}
+
+func (s *Sweep) kneeObject(k SweepKnee) any {
+	if !k.Found {
+		return nil
+	}
+	o := object{{"rate", sig(k.Rate)}}
+	if s.Axis == AxisConcurrency {
+		o = append(o, field{"concurrency", k.Concurrency})
+	}
+	return append(o, field{"achieved_rps", sig(k.AchievedRPS)}, field{"p99_e2el_ms", msv(k.P99E2EL)},
+		field{"method", k.Method}, field{"index", k.Index})
+}
+
+// UnmarshalJSON reads a ragtail.sweep/v1 document. The knees and the max RPS read off the
+// ladder are recomputed from the points (with the file's threshold and SLO); a max RPS found
+// by bisection is kept as written.
+func (s *Sweep) UnmarshalJSON(data []byte) error {
+	d := &decodeError{}
+	o := d.object("", data)
+	var schema string
+	d.str(o, "schema", &schema)
+	if d.err == nil && schema != SchemaSweep {
+		return fmt.Errorf("schema %q is not %s", schema, SchemaSweep)
+	}
+	ns := &Sweep{}
+	var start string
+	d.str(o, "start", &start)
+	if start != "" {
+		t, err := time.Parse(time.RFC3339Nano, start)
+		if err != nil {
+			d.fail(o.sub("start"), "want an RFC 3339 time")
+		}
+		ns.Start = t
+	}
+	d.str(o, "axis", &ns.Axis)
+	if ns.Axis != AxisRate && ns.Axis != AxisConcurrency {
+		d.fail(o.sub("axis"), "want %q or %q", AxisRate, AxisConcurrency)
+	}
+	d.nonNeg(o, "knee_threshold_ms_per_rps", &ns.KneeThreshold)
+	if !(ns.KneeThreshold > 0) {
+		ns.KneeThreshold = stats.DefaultKneeSlope
+	}
+	var slo string
+	d.str(o, "slo", &slo)
+	if slo != "" {
+		p, err := ParsePercentileSLO(slo)
+		if err != nil {
+			d.failErr(o.sub("slo"), err)
+		}
+		ns.SLO = &p
+	}
+	for i, raw := range d.array(o, "probes") {
+		po := d.object(fmt.Sprintf("%s[%d]", o.sub("probes"), i), raw)
+		var p stats.Probe
+		d.nonNeg(po, "rate", &p.Rate)
+		if m := po.m["meets"]; !isNull(m) {
+			if err := json.Unmarshal(m, &p.Meets); err != nil {
+				d.fail(po.sub("meets"), "want true or false")
+			}
+		}
+		ns.Probes = append(ns.Probes, p)
+	}
+	for i, raw := range d.array(o, "points") {
+		path := fmt.Sprintf("%s[%d]", o.sub("points"), i)
+		po := d.object(path, raw)
+		if d.err != nil {
+			break
+		}
+		b := decodeBench(d, jobj{path: path, m: po.m})
+		p := SweepPoint{Bench: b, Rate: b.Config.RequestRate, Concurrency: b.Config.Concurrency}
+		d.nonNeg(po, "achieved_rps", &p.AchievedRPS)
+		ns.Points = append(ns.Points, p)
+	}
+	if d.err != nil {
+		return d.err
+	}
+	var maxRPS *float64
+	if len(ns.Probes) > 0 {
+		var v float64
+		if d.nonNeg(o, "max_rps_under_slo", &v) {
+			maxRPS = &v
+		}
+	}
+	slices.SortStableFunc(ns.Points, func(a, b SweepPoint) int { return cmpFloat(a.x(ns.Axis), b.x(ns.Axis)) })
+	ns.analyse(maxRPS)
+	if d.err != nil {
+		return d.err
+	}
+	*s = *ns
+	return nil
+}
+
+// Read reads a result file from disk (see Decode).
+func Read(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open result: %w", err)
+	}
+	defer f.Close()
+	rf, err := Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rf.Path = path
+	return rf, nil
+}

@@ -1,0 +1,78 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestBisectMaxRate(t *testing.T) {
+	t.Parallel()
+	errProbe := errors.New("boom")
+	tests := []struct {
+		name      string
+		lo, hi    float64
+		capacity  float64 // the SLO holds at rates <= capacity
+		probeErr  bool
+		wantErr   error
+		wantRate  float64 // 0: do not check
+		maxProbes int
+	}{
+		// Bracket [10, 160] after 4 doublings, then bisect 150 down to 1: 8 halvings.
+		{name: "bracket then bisect", lo: 10, hi: 20, capacity: 123.4, wantRate: 123.4, maxProbes: 1 + 5 + 8},
+		{name: "inside the first bracket", lo: 1, hi: 1000, capacity: 517, wantRate: 517, maxProbes: 2 + 10},
+		{name: "never met", lo: 10, hi: 20, capacity: 5, wantErr: ErrSLONeverMet, maxProbes: 1},
+		{name: "always met", lo: 1, hi: 2, capacity: math.Inf(1), wantErr: ErrSLOAlwaysMet, maxProbes: 1 + 17},
+		{name: "probe error", lo: 1, hi: 2, capacity: 100, probeErr: true, wantErr: errProbe, maxProbes: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			probe := func(_ context.Context, rate float64) (bool, error) {
+				if tt.probeErr {
+					return false, errProbe
+				}
+				return rate <= tt.capacity, nil
+			}
+			rate, probes, err := BisectMaxRate(context.Background(), tt.lo, tt.hi, 1, probe)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if len(probes) > tt.maxProbes {
+				t.Errorf("%d probes, want at most %d", len(probes), tt.maxProbes)
+			}
+			if tt.wantRate != 0 && (rate > tt.wantRate || rate < tt.wantRate-1) {
+				t.Errorf("rate %g, want within 1 below %g", rate, tt.wantRate)
+			}
+			for _, p := range probes {
+				if p.Meets != (p.Rate <= tt.capacity) {
+					t.Errorf("probe %+v recorded wrongly", p)
+				}
+				if p.Meets && p.Rate > rate {
+					t.Errorf("probe %+v met above the answer %g", p, rate)
+				}
+			}
+		})
+	}
+}
+
+func TestBisectMaxRateStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, probes, err := BisectMaxRate(ctx, 1, 2, 0.01, func(context.Context, float64) (bool, error) {
+		calls++
+		if calls == 3 {
+			cancel()
+		}
+		return true, nil
+	})
+	if !errors.Is(err, context.Canceled) || len(probes) != 3 {
+		t.Errorf("err %v after %d probes, want context.Canceled after 3", err, len(probes))
+	}
+	for _, bad := range [][3]float64{{0, 1, 1}, {2, 1, 1}, {1, 2, 0}, {1, math.Inf(1), 1}, {math.NaN(), 1, 1}} {
+		if _, _, err := BisectMaxRate(context.Background(), bad[0], bad[1], bad[2], nil); err == nil {
+			t.Errorf("accepted lo=%g hi=%g tol=%g", bad[0], bad[1], bad[2])
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package stats
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Goodput SLO metrics: the request-level latencies an SLO can bound. ttft, tpot and e2el are
+// vLLM's --goodput keys; itl bounds a request's largest inter-token gap (a stall mid-answer).
+const (
+	SLOTTFT = "ttft"
+	SLOTPOT = "tpot"
+	SLOITL  = "itl"
+	SLOE2EL = "e2el"
+)
+
+// SLO bounds one request-level latency.
+type SLO struct {
+	Metric string        // one of SLOTTFT, SLOTPOT, SLOITL, SLOE2EL
+	Limit  time.Duration // the latency must be at most this
+}
+
+// SLOs is a goodput definition: a completed request is good when it meets every SLO.
+type SLOs []SLO
+
+// ParseGoodput parses vLLM's --goodput syntax: KEY:MS pairs separated by commas or spaces, e.g.
+// "ttft:300,e2el:2000" (milliseconds; fractions allowed). An empty string means no SLO.
+func ParseGoodput(s string) (SLOs, error) {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	var out SLOs
+	seen := map[string]bool{}
+	for _, f := range fields {
+		key, val, ok := strings.Cut(f, ":")
+		if !ok {
+			return nil, fmt.Errorf("goodput %q: want KEY:MS, e.g. ttft:300", f)
+		}
+		key = strings.ToLower(strings.TrimSpace(key))
+		switch key {
+		case SLOTTFT, SLOTPOT, SLOITL, SLOE2EL:
+		default:
+			return nil, fmt.Errorf("goodput %q: unknown metric %q (want ttft, tpot, itl or e2el)", f, key)
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("goodput: %s given twice", key)
+		}
+		seen[key] = true
+		ms, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || !(ms > 0) || math.IsInf(ms, 0) || ms > float64(HistogramHighest/time.Millisecond) {
+			return nil, fmt.Errorf("goodput %q: want a positive number of milliseconds up to one hour", f)
+		}
+		out = append(out, SLO{Metric: key, Limit: msToDuration(ms)})
+	}
+	return out, nil
+}
+
+// String formats the SLOs as ParseGoodput reads them, e.g. "ttft:300,e2el:2000".
+func (s SLOs) String() string {
+	parts := make([]string, len(s))
+	for i, o := range s {
+		parts[i] = o.Metric + ":" + strconv.FormatFloat(durationToMS(o.Limit), 'f', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Limit returns the limit on metric, if the SLOs bound it.
+func (s SLOs) Limit(metric string) (time.Duration, bool) {
+	for _, o := range s {
+		if o.Metric == metric {
+			return o.Limit, true
+		}
+	}
+	return 0, false
+}
+
+// RequestLatencies are one completed request's latencies as the SLOs see them. A Has flag is
+// false when the latency is undefined for the request.
+type RequestLatencies struct {
+	TTFT    time.Duration
+	HasTTFT bool // false when no content token arrived
+	TPOT    time.Duration
+	HasTPOT bool // false for fewer than two output tokens
+	MaxITL  time.Duration
+	HasITL  bool // false for fewer than two content chunks
+	E2EL    time.Duration
+}
+
+// Meets reports whether a completed request meets every SLO. A request without a first token
+// fails a TTFT SLO (it never showed the user anything); TPOT and ITL SLOs do not apply to a
+// request for which they are undefined (as in vLLM, where such a request's TPOT is 0).
+func (s SLOs) Meets(r RequestLatencies) bool {
+	for _, o := range s {
+		switch o.Metric {
+		case SLOTTFT:
+			if !r.HasTTFT || r.TTFT > o.Limit {
+				return false
+			}
+		case SLOTPOT:
+			if r.HasTPOT && r.TPOT > o.Limit {
+				return false
+			}
+		case SLOITL:
+			if r.HasITL && r.MaxITL > o.Limit {
+				return false
+			}
+		case SLOE2EL:
+			if r.E2EL > o.Limit {
+				return false
+			}
+		}
+	}
+	return true
+}
