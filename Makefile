@@ -17,11 +17,15 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-## e2e: end-to-end tests against the built binary
+## e2e: end-to-end tests against the built binary: a real Prometheus (Debian package
+## prometheus) scrapes a running `ragtail serve`; its query API must return the telemetry
 e2e:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+		{ echo "make e2e needs prometheus and promtool: apt-get install prometheus"; exit 1; }
 	$(GO) test -count=1 -timeout 20m -tags e2e ./cmd/ragtail/
 
-## bench: Go benchmarks of the hot paths (figures, not pass/fail)
+## bench: Go benchmarks of the hot paths (figures, not pass/fail), among them
+## BenchmarkPipelineTelemetry: pipeline throughput with telemetry fully on against off
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 

@@ -26,14 +26,23 @@ simulated LLM engine (profile llama3-8b-a100).
 
 API listener (--addr): POST /v1/chat/completions (OpenAI-compatible, streaming or not, with an
 optional "rag": {"coupling": "sync|fanout|async", "top_k": 5} object), GET /v1/models,
-GET /v1/documents/{id}, GET /healthz, GET /readyz.
-Admin listener (--admin-addr): GET /metrics, /debug/pprof/*.
+GET /v1/documents/{id}, GET /healthz, GET /readyz. Every response carries traceparent,
+Server-Timing and X-Ragtail-Time (the service's clock, Unix nanoseconds).
+Admin listener (--admin-addr): GET /metrics (OpenMetrics with trace_id exemplars on request),
+/debug/pprof/*, GET /debug/traces (recent traces, ?slowest=N, ?trace_id=X, with per-stage
+waterfalls), GET /debug/profiles (profile windows; ?trace_id=X for what ran during a trace).
+
+Telemetry: every request is traced into an in-process ring; set OTEL_EXPORTER_OTLP_ENDPOINT to
+export traces and metrics over OTLP (the standard OTEL_* variables apply), and
+PYROSCOPE_SERVER_ADDRESS to push profiles to Pyroscope. RAGTAIL_CAPTURE_CONTENT=true records
+prompts and answers on spans (off by default: only a hash of the question).
 
 On SIGINT/SIGTERM it stops accepting requests and lets running streams finish for --shutdown-grace.`)
 	fs.StringVar(&o.addr, "addr", ":8080", "API listen address")
 	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof); empty disables it")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
 	o.service.register(fs)
+	o.service.telemetry.register(fs)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -42,7 +51,7 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	if err != nil {
 		return err
 	}
-	defer svc.Close()
+	defer func() { err = errors.Join(err, svc.Close()) }()
 
 	api, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -50,6 +59,7 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	}
 	servers := []*http.Server{{Handler: svc.API, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}}
 	listeners := []net.Listener{api}
+	adminAddr := "off"
 	if o.adminAddr != "" {
 		admin, err := net.Listen("tcp", o.adminAddr)
 		if err != nil {
@@ -58,10 +68,11 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 		}
 		servers = append(servers, &http.Server{Handler: svc.Admin, ReadHeaderTimeout: 10 * time.Second})
 		listeners = append(listeners, admin)
+		adminAddr = "http://" + admin.Addr().String()
 	}
-	logger.Info("ragtail serving", "api", api.Addr().String(), "admin", o.adminAddr, "model", svc.Model,
+	logger.Info("ragtail serving", "api", api.Addr().String(), "admin", adminAddr, "model", svc.Model,
 		"profile", svc.Profile, "shards", svc.Shards, "chunks", svc.Chunks)
-	fmt.Fprintf(stdout, "ragtail serving the API on http://%s (model %q); admin on %s\n", api.Addr(), svc.Model, o.adminAddr)
+	fmt.Fprintf(stdout, "ragtail serving the API on http://%s (model %q); admin on %s\n", api.Addr(), svc.Model, adminAddr)
 	return serveUntilDone(ctx, servers, listeners, o.grace, logger)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,11 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/admission"
@@ -23,6 +25,8 @@ import (
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
+	"github.com/ragtail/ragtail/telemetry"
+	"github.com/ragtail/ragtail/telemetry/profile"
 )
 
 // serviceOptions are the settings of the RAG service on its embedded default, shared by serve
@@ -50,6 +54,24 @@ type serviceOptions struct {
 	corpusDocs   int
 	seed         uint64
 	logLevel     string
+	telemetry    telemetryOptions
+}
+
+// telemetryOptions are the telemetry flags of serve. The zero value, which demo uses, traces
+// into the in-process ring and serves metrics, with no profiler and no trace file; the OTEL_*
+// and PYROSCOPE_* environment variables apply either way.
+type telemetryOptions struct {
+	traceFile     string
+	profiling     bool
+	profileWindow time.Duration
+	profileKeep   int
+}
+
+func (o *telemetryOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.traceFile, "trace-file", "", "append every span as a JSON line to this file (for offline analysis)")
+	fs.BoolVar(&o.profiling, "profiling", true, "run the built-in continuous profiler (profiles on /debug/profiles; pushed to\nPYROSCOPE_SERVER_ADDRESS when set)")
+	fs.DurationVar(&o.profileWindow, "profile-window", profile.DefaultWindow, "length of each profile window")
+	fs.IntVar(&o.profileKeep, "profile-keep", profile.DefaultKeep, "profile windows of each kind kept in memory")
 }
 
 // Defaults of the embedded service. Shard latency is lognormal with a capped tail: each shard
@@ -94,6 +116,8 @@ func (o *serviceOptions) register(fs *flag.FlagSet) {
 type service struct {
 	API       http.Handler
 	Admin     http.Handler
+	Telemetry *telemetry.Telemetry
+	Profiler  *profile.Profiler // nil when profiling is off
 	Registry  *prometheus.Registry
 	Pipeline  *pipeline.Pipeline
 	Engine    *llmsim.Engine
@@ -107,11 +131,16 @@ type service struct {
 	closers   []func() error
 }
 
-// Close stops the engine and background work. It is idempotent.
+// telemetryShutdownGrace bounds how long Close waits for queued spans and metrics to be
+// exported.
+const telemetryShutdownGrace = 5 * time.Second
+
+// Close stops the engine, the profiler and background work, and flushes telemetry, in the
+// reverse order of their start. It is idempotent.
 func (s *service) Close() error {
 	var errs []error
-	for _, c := range s.closers {
-		errs = append(errs, c())
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
 	}
 	s.closers = nil
 	return errors.Join(errs...)
@@ -145,6 +174,14 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 	}
 	if len(o.shardLatency) != 1 && len(o.shardLatency) != o.shards {
 		return nil, fmt.Errorf("--shard-latency has %d laws for %d shards: give one for all or one per shard", len(o.shardLatency), o.shards)
+	}
+
+	if o.telemetry.profiling && o.telemetry.profileWindow < profile.MinWindow {
+		return nil, fmt.Errorf("--profile-window must be at least %v, got %v", profile.MinWindow, o.telemetry.profileWindow)
+	}
+	telCfg, err := telemetry.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry settings: %w", err)
 	}
 
 	start := time.Now()
@@ -185,44 +222,103 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 	docs := docstore.New(chunks, docOpts...)
 	svc.closers = append(svc.closers, docs.Close)
 
+	telCfg.ServiceVersion = version
+	telCfg.TraceFile = o.telemetry.traceFile
+	telCfg.Logger = logger
+	tel, err := telemetry.Setup(ctx, telCfg)
+	if err != nil {
+		return nil, err
+	}
+	svc.closers = append(svc.closers, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), telemetryShutdownGrace)
+		defer cancel()
+		return tel.Shutdown(sctx)
+	})
+	tel.LogStartup(logger)
+	var tp trace.TracerProvider = tel.TracerProvider
+	var profiler *profile.Profiler
+	if o.telemetry.profiling {
+		profiler, err = profile.Start(profile.Config{
+			AppName:           cmp.Or(os.Getenv("PYROSCOPE_APPLICATION_NAME"), profile.DefaultAppName),
+			Window:            o.telemetry.profileWindow,
+			Keep:              o.telemetry.profileKeep,
+			ServerAddress:     os.Getenv("PYROSCOPE_SERVER_ADDRESS"),
+			BasicAuthUser:     os.Getenv("PYROSCOPE_BASIC_AUTH_USER"),
+			BasicAuthPassword: os.Getenv("PYROSCOPE_BASIC_AUTH_PASSWORD"),
+			TenantID:          os.Getenv("PYROSCOPE_TENANT_ID"),
+			Now:               tel.Now,
+			Logger:            logger,
+		})
+		switch {
+		case errors.Is(err, profile.ErrRunning):
+			// Another service in this process (tests, an embedding program) holds the CPU
+			// profiler; serving matters more than profiling.
+			logger.Warn("continuous profiler not started: another one runs in this process", "err", err)
+		case err != nil:
+			return nil, fmt.Errorf("profiler: %w", err)
+		default:
+			svc.closers = append(svc.closers, profiler.Stop)
+			tp = profiler.WrapTracerProvider(tp)
+		}
+	}
+
 	engine, err := llmsim.New(prof, engineOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("llm-sim: %w", err)
 	}
 	svc.closers = append(svc.closers, engine.Close)
+	if err := tel.Registry.Register(engine.Collector()); err != nil {
+		return nil, fmt.Errorf("llm-sim metrics: %w", err)
+	}
 
 	pool, err := admission.NewPool(admission.Config{Workers: o.workers, QueueCapacity: o.queue,
-		QueueTimeout: o.queueTimeout, Policy: admission.Policy(o.policy)})
+		QueueTimeout: o.queueTimeout, Policy: admission.Policy(o.policy)}, admission.WithClock(tel.Now))
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	p, err := pipeline.New(emb, idx, docs, engine, pipeline.Config{
+	p, err := pipeline.New(emb, idx, cacheReporting{docs}, engine, pipeline.Config{
 		Coupling: coupling, TopK: o.topK, AsyncQuorum: o.asyncQuorum, AsyncDeadline: o.asyncDeadln,
-	}, pipeline.WithAdmitter(pool), pipeline.WithLogger(logger))
+	}, pipeline.WithAdmitter(pool), pipeline.WithLogger(logger), pipeline.WithClock(tel.Now),
+		pipeline.WithTracerProvider(tp), pipeline.WithMeterProvider(tel.MeterProvider),
+		pipeline.WithContentCapture(tel.CaptureContent))
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), engine.Collector())
+	reg := tel.Registry
 	limits := rag.DefaultLimits
 	limits.MaxTokensCap = o.maxTokensCap
 	if limits.DefaultMaxTokens > limits.MaxTokensCap {
 		limits.DefaultMaxTokens = limits.MaxTokensCap
 	}
 	svc.API = httpapi.New(p, httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
+		httpapi.WithClock(tel.Now), httpapi.WithTracerProvider(tp), httpapi.WithMeterProvider(tel.MeterProvider),
+		httpapi.WithPropagator(tel.Propagator),
 		httpapi.WithReadiness(func(context.Context) error {
 			if idx.Len() == 0 {
 				return errors.New("the index is empty")
 			}
 			return nil
 		}))
-	svc.Admin = httpapi.NewAdmin(reg)
+	svc.Admin = httpapi.NewAdmin(reg, httpapi.WithTraces(tel.Ring.Handler()),
+		httpapi.WithProfiles(profile.Handler(profiler.Store())), httpapi.WithPprof(profile.PprofHandler()))
+	svc.Telemetry, svc.Profiler = tel, profiler
 	svc.Registry, svc.Pipeline, svc.Engine, svc.Docs, svc.Index = reg, p, engine, docs, idx
 	svc.Model, svc.Profile, svc.Shards, svc.Chunks, svc.Questions = prof.Model, prof.Name, o.shards, len(chunks), questions
 	logger.Debug("service built", "chunks", len(chunks), "took", time.Since(start))
-	_ = ctx
 	return svc, nil
+}
+
+// cacheReporting lets the pipeline see how the doc store answered each lookup (cache hit, miss,
+// or blocked by the Bloom guard), for rag_cache_requests_total and the rag.fetch span.
+type cacheReporting struct{ *docstore.Store }
+
+var _ pipeline.CacheReporter = cacheReporting{}
+
+// LookupResult implements pipeline.CacheReporter.
+func (c cacheReporting) LookupResult(ctx context.Context, id string) (rag.Chunk, string, error) {
+	chunk, result, err := c.Lookup(ctx, id)
+	return chunk, string(result), err
 }
 
 func profileNames() string {

@@ -1,6 +1,9 @@
 // Package httpapi serves the RAG pipeline over HTTP: an OpenAI-compatible API listener
 // (/v1/chat/completions, /v1/models, /v1/documents/{id}, /healthz, /readyz) and the admin
-// listener (/metrics, /debug/pprof). Handlers are safe for concurrent use.
+// listener (/metrics, /debug/pprof/*, /debug/traces, /debug/profiles). The API is traced with
+// otelhttp inside the chi router, so the server span is named by route ("POST
+// /v1/chat/completions"); every response carries the server span's traceparent and the
+// service's clock (X-Ragtail-Time). Handlers are safe for concurrent use.
 package httpapi
 
 import (
@@ -14,6 +17,12 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/pipeline"
@@ -27,11 +36,14 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	docs   pipeline.DocStore
-	ready  func(context.Context) error
-	limits rag.Limits
-	logger *slog.Logger
-	now    func() time.Time
+	docs       pipeline.DocStore
+	ready      func(context.Context) error
+	limits     rag.Limits
+	logger     *slog.Logger
+	now        func() time.Time
+	tracer     trace.TracerProvider
+	meter      metric.MeterProvider
+	propagator propagation.TextMapPropagator
 }
 
 // WithDocuments serves GET /v1/documents/{id} from docs (through its cache and Bloom guard).
@@ -54,9 +66,45 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// WithClock sets the clock used for Server-Timing and timestamps (default time.Now).
+// WithClock sets the clock used for Server-Timing, the server span's start and the
+// X-Ragtail-Time header (default time.Now). Give it the pipeline's clock.
 func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) { c.now = now })
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	})
+}
+
+// WithTracerProvider traces requests with tp: one server span per request, named by route, the
+// parent of the pipeline's spans. The default is a no-op provider (responses still carry a
+// traceparent).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tracer = tp
+		}
+	})
+}
+
+// WithMeterProvider records otelhttp's HTTP server metrics (http_server_request_duration_seconds
+// by route and status) with mp. The default is a no-op provider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meter = mp
+		}
+	})
+}
+
+// WithPropagator sets how the caller's trace context is read from request headers; the default
+// is W3C trace context plus baggage.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) {
+		if p != nil {
+			c.propagator = p
+		}
+	})
 }
 
 // API is the handler of the API listener.
@@ -68,13 +116,22 @@ type API struct {
 
 // New returns the API handler for p.
 func New(p *pipeline.Pipeline, opts ...Option) *API {
-	cfg := config{limits: rag.DefaultLimits, logger: slog.Default(), now: time.Now}
+	cfg := config{limits: rag.DefaultLimits, logger: slog.Default(), now: time.Now,
+		tracer: tracenoop.NewTracerProvider(), meter: metricnoop.NewMeterProvider(),
+		propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	a := &API{p: p, cfg: cfg}
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer, TraceParent)
+	// otelhttp runs inside the router so that chi has set the route pattern on the request by
+	// the time the span is named; nothing after it may replace the request.
+	r.Use(clockHeader(cfg.now), startTime(cfg.now),
+		otelhttp.NewMiddleware("ragtail",
+			otelhttp.WithTracerProvider(cfg.tracer), otelhttp.WithMeterProvider(cfg.meter),
+			otelhttp.WithPropagators(cfg.propagator),
+			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/healthz" && r.URL.Path != "/readyz" })),
+		serverSpan, middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		rag.WriteError(w, &rag.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s: see /v1/chat/completions, /v1/models, /v1/documents/{id}", r.Method, r.URL.Path)})

@@ -5,10 +5,27 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
-type traceKey struct{}
+// ClockHeader is the response header carrying the service's clock: the Unix time in nanoseconds
+// at which the response headers were written, read from the same clock as span timestamps,
+// profile windows and Server-Timing. A client on another host that notes its own send time t0
+// and header-receive time t1 can estimate the offset of the service's clock from its own as
+// X-Ragtail-Time - (t0+t1)/2, within ±(t1-t0)/2, and so place server spans on its own timeline.
+const ClockHeader = "X-Ragtail-Time"
+
+// StageHTTP is the rag.stage of the HTTP server span. Like pipeline.StagePipeline it is a span
+// attribute value only.
+const StageHTTP = "http"
 
 // TraceContext is the W3C trace context of one request as the server sees it: the trace it
 // belongs to and the server's own span id.
@@ -27,26 +44,103 @@ func (tc TraceContext) Header() string {
 	return "00-" + tc.TraceID + "-" + tc.SpanID + "-" + flags
 }
 
-// TraceFromContext returns the trace context TraceParent put in ctx.
+// TraceFromContext returns the trace context of the span in ctx: inside a handler, the HTTP
+// server span. It reports false when ctx holds no valid span context.
 func TraceFromContext(ctx context.Context) (TraceContext, bool) {
-	tc, ok := ctx.Value(traceKey{}).(TraceContext)
-	return tc, ok
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return TraceContext{}, false
+	}
+	return TraceContext{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String(), Sampled: sc.IsSampled()}, true
 }
 
-// TraceParent is middleware that joins the caller's W3C trace (the traceparent request header)
-// or starts a new one, gives the request a span id of its own, and returns it in the traceparent
-// response header, so that a client can find the server's side of every request it made.
-func TraceParent(next http.Handler) http.Handler {
+// serverSpan runs inside otelhttp: it answers with the traceparent of the server span, so that a
+// client can find the server's side of every request it made, and marks the span with its
+// rag.stage. Without a tracer provider there is no server span (the no-op tracer hands back the
+// caller's remote context); the response then still carries a traceparent in the caller's trace
+// (or a new one) with a fresh span id, which nothing records. It must not replace the request:
+// chi sets the route pattern on it for otelhttp to name the span.
+func serverSpan(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tc, ok := ParseTraceParent(r.Header.Get("traceparent"))
-		if !ok {
+		span := trace.SpanFromContext(r.Context())
+		sc := span.SpanContext()
+		var tc TraceContext
+		if sc.IsValid() && !sc.IsRemote() {
+			tc = TraceContext{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String(), Sampled: sc.IsSampled()}
+			if span.IsRecording() {
+				span.SetAttributes(pipeline.AttrStage.String(StageHTTP))
+			}
+		} else {
 			tc = TraceContext{TraceID: randomHex(16), Sampled: true}
+			if sc.IsValid() {
+				tc.TraceID, tc.Sampled = sc.TraceID().String(), sc.IsSampled()
+			}
+			tc.SpanID = randomHex(8)
 		}
-		tc.SpanID = randomHex(8)
 		w.Header().Set("traceparent", tc.Header())
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), traceKey{}, tc)))
+		next.ServeHTTP(w, r)
+		if r.Pattern != "" && span.IsRecording() {
+			span.SetAttributes(semconv.HTTPRoute(r.Pattern))
+		}
 	})
 }
+
+// startTime makes otelhttp start the server span at a reading of now, so that it is on the
+// service's clock.
+func startTime(now func() time.Time) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r.WithContext(otelhttp.ContextWithStartTime(r.Context(), now())))
+		})
+	}
+}
+
+// clockHeader stamps every response with ClockHeader when its headers are written.
+func clockHeader(now func() time.Time) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(&clockWriter{ResponseWriter: w, now: now}, r)
+		})
+	}
+}
+
+// clockWriter sets ClockHeader just before the headers go out. It keeps http.Flusher working
+// for SSE and unwraps for http.ResponseController.
+type clockWriter struct {
+	http.ResponseWriter
+	now     func() time.Time
+	stamped bool
+}
+
+func (c *clockWriter) stamp() {
+	if !c.stamped {
+		c.stamped = true
+		c.Header().Set(ClockHeader, strconv.FormatInt(c.now().UnixNano(), 10))
+	}
+}
+
+func (c *clockWriter) WriteHeader(code int) {
+	if code >= 200 { // informational responses go out before the real headers
+		c.stamp()
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *clockWriter) Write(b []byte) (int, error) {
+	c.stamp()
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher.
+func (c *clockWriter) Flush() {
+	c.stamp()
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (c *clockWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // ParseTraceParent parses a W3C traceparent header of version 00. It rejects malformed values and
 // the all-zero ids the specification forbids.

@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragtail/ragtail/rag"
 )
 
@@ -102,9 +105,13 @@ func (c Config) quorum(shards int) int {
 type Option interface{ apply(*options) }
 
 type options struct {
-	admitter Admitter
-	logger   *slog.Logger
-	now      func() time.Time
+	admitter       Admitter
+	logger         *slog.Logger
+	now            func() time.Time
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	captureContent bool
+	profileLabels  bool
 }
 
 type optionFunc func(*options)
@@ -138,6 +145,33 @@ func WithClock(now func() time.Time) Option {
 	})
 }
 
+// WithTracerProvider traces every run with tp: a rag.pipeline span carrying the rag.* dye, and one
+// span per stage below it (see the package documentation). The default is a no-op provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(o *options) { o.tracerProvider = tp })
+}
+
+// WithMeterProvider records the pipeline's metrics (gen_ai server and client metrics,
+// db_client_operation_duration_seconds, rag_stage_duration_seconds, rag_cache_requests_total,
+// admission and in-flight metrics) with mp. The default is a no-op provider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(o *options) { o.meterProvider = mp })
+}
+
+// WithContentCapture records the question, the prompt messages and the answer on spans
+// (gen_ai.retrieval.query.text, gen_ai.input.messages, gen_ai.output.messages). It is off by
+// default: spans then carry only the question's hash (rag.query.hash) and sizes, never text.
+func WithContentCapture(on bool) Option {
+	return optionFunc(func(o *options) { o.captureContent = on })
+}
+
+// WithProfileLabels sets whether the pipeline labels each stage with the rag_stage pprof label
+// (default on), so that CPU profiles taken while it runs can be filtered by stage. Goroutines a
+// stage starts inherit its label.
+func WithProfileLabels(on bool) Option {
+	return optionFunc(func(o *options) { o.profileLabels = on })
+}
+
 // Stats counts what a Pipeline has done since it was built.
 type Stats struct {
 	Runs              uint64                  // calls to Run
@@ -166,6 +200,7 @@ type Pipeline struct {
 	admitter Admitter
 	log      *slog.Logger
 	now      func() time.Time
+	tel      *telemetry
 
 	cfg   atomic.Pointer[Config]
 	stats counters
@@ -184,11 +219,15 @@ func New(emb Embedder, ret Retriever, docs DocStore, gen Generator, cfg Config, 
 	case gen == nil:
 		return nil, fmt.Errorf("new pipeline: generator is nil")
 	}
-	o := options{logger: slog.New(slog.DiscardHandler), now: time.Now}
+	o := options{logger: slog.New(slog.DiscardHandler), now: time.Now, profileLabels: true}
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, log: o.logger, now: o.now}
+	tel, err := newTelemetry(&o, emb, ret, docs, gen)
+	if err != nil {
+		return nil, fmt.Errorf("new pipeline: instruments: %w", err)
+	}
+	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, log: o.logger, now: o.now, tel: tel}
 	if err := p.SetConfig(cfg); err != nil {
 		return nil, fmt.Errorf("new pipeline: %w", err)
 	}

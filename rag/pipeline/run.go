@@ -10,7 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
 )
@@ -42,17 +48,25 @@ import (
 //
 // Run always returns a non-nil Result; after an error it holds the stages that ran, so the
 // caller can still send Server-Timing.
+//
+// With a tracer provider (WithTracerProvider), a run is a rag.pipeline span, child of the span
+// in ctx, with one child span per stage: rag.admission, "embeddings {model}", "retrieval
+// {collection}" (with one "Query {collection}" child per shard searched), rag.fetch, "chat
+// {model}" and rag.stream. Span timestamps are read from the pipeline's clock, the same readings
+// as the Result's timings, so spans and Server-Timing agree to the nanosecond.
 func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (res *Result, err error) {
 	p.stats.runs.Add(1)
 	p.stats.inFlight.Add(1)
-	r := &run{p: p, cfg: p.cfg.Load(), q: q, start: p.now(), parent: ctx,
+	r := &run{p: p, t: p.tel, cfg: p.cfg.Load(), q: q, start: p.now(), parent: ctx,
 		res: &Result{Timings: make([]rag.StageTiming, 0, numStages)}}
 	r.sink.sink = sink
+	ctx = r.startSpan(ctx)
 	defer func() {
 		p.stats.inFlight.Add(-1)
 		if err != nil {
 			p.stats.failed.Add(1)
 		}
+		r.finish(err)
 	}()
 	if err := r.prepare(); err != nil {
 		return r.res, err
@@ -65,10 +79,19 @@ func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (res *Result
 // run is the state of one Run.
 type run struct {
 	p     *Pipeline
+	t     *telemetry
 	cfg   *Config
 	q     rag.Query
 	start time.Time
 	res   *Result
+
+	span       trace.Span      // rag.pipeline
+	spanCtx    context.Context // parent with the rag.pipeline span
+	firstToken time.Time       // when the first delta carrying text arrived
+	genEnd     time.Time       // when the last delta arrived
+	answer     strings.Builder // the answer, only when content capture is on
+
+	cacheHits, cacheMisses, cacheBlocked atomic.Int32 // fetch: lookup results
 
 	parent context.Context         // the caller's context
 	ctx    context.Context         // parent, also cancelled when a late progress event finds the client gone
@@ -113,48 +136,83 @@ func (r *run) prepare() error {
 }
 
 func (r *run) execute() error {
-	if a := r.p.admitter; a != nil {
-		i := r.begin(rag.StageAdmission)
-		release, err := a.Acquire(r.ctx)
-		r.end(i)
-		if err != nil {
-			return r.fail(rag.StageAdmission, err)
+	if err := r.admit(); err != nil {
+		return err
+	}
+
+	question := r.q.Question()
+	var attrs []attribute.KeyValue
+	if r.t.tracing {
+		attrs = []attribute.KeyValue{
+			semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
+			semconv.GenAIProviderNameKey.String(r.t.embedProvider),
+			semconv.GenAIRequestModel(r.t.embedModel),
+			semconv.GenAIEmbeddingsDimensionCount(r.p.emb.Dimension()),
+			semconv.GenAIUsageInputTokens(rag.CountTokens(question)),
 		}
-		r.release = release
 	}
-
-	i := r.begin(rag.StageEmbed)
-	vec, err := r.p.emb.Embed(r.ctx, r.q.Question())
-	r.end(i)
+	st := r.begin(r.ctx, rag.StageEmbed, r.t.embedName, attrs...)
+	vec, err := r.p.emb.Embed(st.ctx, question)
 	if err != nil {
-		return r.fail(rag.StageEmbed, fmt.Errorf("embed question: %w", err))
+		err = fmt.Errorf("embed question: %w", err)
+	}
+	d := st.end(err)
+	r.t.inst.clientDur.RecordSet(st.ctx, seconds(d), withError(r.t.embedSet, err))
+	if err == nil {
+		r.t.inst.tokenUsage.RecordSet(st.ctx, int64(rag.CountTokens(question)), r.t.embedInput)
+	}
+	if err != nil {
+		return r.fail(rag.StageEmbed, err)
 	}
 
-	i = r.begin(rag.StageRetrieve)
 	var hits []rag.Hit
 	n := r.p.ret.Shards()
 	r.res.Shards = n
+	if r.t.tracing {
+		attrs = []attribute.KeyValue{
+			semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameRetrieval)),
+			semconv.GenAIDataSourceID(r.t.collection),
+			AttrCoupling.String(string(r.res.Coupling)), AttrTopK.Int(r.res.TopK), AttrShards.Int(n),
+		}
+		if r.t.capture {
+			attrs = append(attrs, semconv.GenAIRetrievalQueryText(question))
+		}
+	}
+	st = r.begin(r.ctx, rag.StageRetrieve, r.t.retrievalName, attrs...)
 	switch r.res.Coupling {
 	case rag.CouplingSync:
-		hits, err = r.retrieveSync(vec, n)
+		hits, err = r.retrieveSync(st, vec, n)
 	case rag.CouplingFanout:
-		hits, err = r.retrieveFanout(vec, n)
+		hits, err = r.retrieveFanout(st, vec, n)
 	case rag.CouplingAsync:
-		hits, err = r.retrieveAsync(vec, n)
+		hits, err = r.retrieveAsync(st, vec, n)
 	}
-	r.end(i)
+	if st.span.IsRecording() {
+		st.span.SetAttributes(AttrHits.Int(len(hits)), AttrShardsAnswered.Int(r.res.ShardsAnswered),
+			AttrShardsLate.Int(r.res.ShardsLate), AttrShardsFailed.Int(r.res.ShardsFailed))
+	}
+	st.end(err)
 	if err != nil {
 		return err
 	}
 
-	i = r.begin(rag.StageFetch)
+	st = r.begin(r.ctx, rag.StageFetch, SpanFetch)
 	var chunks []rag.Chunk
 	if r.res.Coupling == rag.CouplingSync {
-		chunks, err = r.fetchSequential(hits)
+		chunks, err = r.fetchSequential(st.ctx, hits)
 	} else {
-		chunks, err = r.fetchConcurrent(hits)
+		chunks, err = r.fetchConcurrent(st.ctx, hits)
 	}
-	r.end(i)
+	if st.span.IsRecording() {
+		if r.t.cache != nil {
+			st.span.SetAttributes(AttrHits.Int(len(hits)), AttrChunksMissing.Int(r.res.ChunksMissing),
+				AttrCacheHits.Int(int(r.cacheHits.Load())), AttrCacheMisses.Int(int(r.cacheMisses.Load())),
+				AttrCacheBlocked.Int(int(r.cacheBlocked.Load())))
+		} else {
+			st.span.SetAttributes(AttrHits.Int(len(hits)), AttrChunksMissing.Int(r.res.ChunksMissing))
+		}
+	}
+	st.end(err)
 	if err != nil {
 		return err
 	}
@@ -163,6 +221,41 @@ func (r *run) execute() error {
 		r.res.ChunkIDs[i] = c.ID
 	}
 	return r.generate(buildMessages(r.cfg.SystemPrompt, chunks, r.q.Messages))
+}
+
+// admit takes an admission slot, if the pipeline has an admitter.
+func (r *run) admit() error {
+	a := r.p.admitter
+	if a == nil {
+		return nil
+	}
+	st := r.begin(r.ctx, rag.StageAdmission, SpanAdmission)
+	var (
+		release func()
+		wait    time.Duration
+		err     error
+	)
+	if r.t.waiter != nil {
+		release, wait, err = r.t.waiter.AcquireWait(st.ctx)
+	} else {
+		release, err = a.Acquire(st.ctx)
+	}
+	if st.span.IsRecording() && r.t.waiter != nil {
+		st.span.SetAttributes(AttrAdmissionWaitMS.Float64(float64(wait) / float64(time.Millisecond)))
+	}
+	d := st.end(err)
+	if err != nil {
+		if errors.Is(err, rag.ErrOverloaded) {
+			r.t.inst.rejected.Add(st.ctx, 1)
+		}
+		return r.fail(rag.StageAdmission, err)
+	}
+	if r.t.waiter == nil {
+		wait = d
+	}
+	r.t.inst.queueWait.Record(st.ctx, seconds(wait))
+	r.release = release
+	return nil
 }
 
 // cleanup runs when Run returns: no sink call may follow, searches still running are cancelled
@@ -176,15 +269,89 @@ func (r *run) cleanup() {
 	}
 }
 
-// begin starts timing stage and returns its index in the timings.
-func (r *run) begin(stage rag.Stage) int {
-	r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: stage, Start: r.p.now()})
-	return len(r.res.Timings) - 1
+// stageRun is one stage of a run in progress: its timing, its span and its labelled context.
+type stageRun struct {
+	r     *run
+	stage rag.Stage
+	i     int             // index in r.res.Timings
+	ctx   context.Context // carries the span and the rag_stage pprof label
+	span  trace.Span
 }
 
-// end stops timing the stage at index i.
-func (r *run) end(i int) {
-	r.res.Timings[i].Duration = r.p.now().Sub(r.res.Timings[i].Start)
+// begin starts timing stage, starts its span (named name, child of the span in parent, with
+// attrs and rag.stage) at the same instant, and labels the goroutine with the stage. Attributes
+// known at the start go in attrs: each later SetAttributes call costs the SDK a slice growth.
+func (r *run) begin(parent context.Context, stage rag.Stage, name string, attrs ...attribute.KeyValue) stageRun {
+	now := r.p.now()
+	r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: stage, Start: now})
+	st := stageRun{r: r, stage: stage, i: len(r.res.Timings) - 1}
+	opts := []trace.SpanStartOption{trace.WithTimestamp(now), trace.WithAttributes(AttrStage.String(string(stage)))}
+	if len(attrs) > 0 {
+		opts = append(opts, trace.WithAttributes(attrs...))
+	}
+	st.ctx, st.span = r.t.tracer.Start(parent, name, opts...)
+	st.ctx = r.t.withStageLabel(st.ctx, stage)
+	r.t.setLabels(st.ctx)
+	return st
+}
+
+// end stops timing the stage, ends its span at the same instant (recording err), records its
+// duration in rag_stage_duration_seconds, restores the run's pprof labels, and returns the
+// duration.
+func (st stageRun) end(err error) time.Duration { return st.endAt(st.r.p.now(), err) }
+
+// endAt is end with the end instant given.
+func (st stageRun) endAt(now time.Time, err error) time.Duration {
+	r := st.r
+	d := now.Sub(r.res.Timings[st.i].Start)
+	r.res.Timings[st.i].Duration = d
+	endSpan(st.span, now, err)
+	r.t.inst.stageDur.Record(st.ctx, seconds(d), r.t.stageSet(st.stage, r.res.Coupling))
+	r.t.setLabels(r.ctx)
+	return d
+}
+
+// startSpan starts the rag.pipeline span at the run's start and returns its context.
+func (r *run) startSpan(ctx context.Context) context.Context {
+	r.t.inst.inflight.Add(ctx, 1)
+	opts := []trace.SpanStartOption{trace.WithTimestamp(r.start)}
+	if r.t.tracing {
+		attrs := []attribute.KeyValue{
+			AttrStage.String(StagePipeline),
+			AttrRequestID.String(r.q.ID),
+			AttrQueryHash.String(QueryHash(r.q.Question())),
+			AttrFaultInjectedMS.Float64(0),
+			semconv.GenAIRequestModel(r.q.Model),
+		}
+		if r.q.UserID != "" {
+			attrs = append(attrs, AttrUserID.String(r.q.UserID))
+		}
+		opts = append(opts, trace.WithAttributes(attrs...))
+	}
+	ctx, r.span = r.t.tracer.Start(ctx, SpanPipeline, opts...)
+	r.spanCtx = ctx
+	return ctx
+}
+
+// finish ends the rag.pipeline span and records the request-level metrics.
+func (r *run) finish(err error) {
+	end := r.p.now()
+	ctx := r.spanCtx
+	if r.span.IsRecording() {
+		r.span.SetAttributes(AttrCoupling.String(string(r.res.Coupling)), AttrTopK.Int(r.res.TopK),
+			AttrChunkIDs.StringSlice(r.res.ChunkIDs))
+	}
+	endSpan(r.span, end, err)
+	r.t.inst.inflight.Add(ctx, -1)
+	cs := r.t.chat(r.q.Model)
+	r.t.inst.serverDur.RecordSet(ctx, seconds(end.Sub(r.start)), withError(cs.base, err))
+	if err == nil && !r.firstToken.IsZero() {
+		r.t.inst.ttft.RecordSet(ctx, seconds(r.res.TimeToFirstToken), cs.base)
+		if n := r.res.Usage.CompletionTokens; n > 1 && r.genEnd.After(r.firstToken) {
+			r.t.inst.tpot.RecordSet(ctx, seconds(r.genEnd.Sub(r.firstToken))/float64(n-1), cs.base)
+		}
+	}
+	r.t.setLabels(r.parent)
 }
 
 func (r *run) elapsed() time.Duration { return r.p.now().Sub(r.start) }
@@ -211,11 +378,30 @@ func (r *run) sinkFailed(err error) error {
 	return err
 }
 
+// search searches one shard under a "Query {collection}" span and records its duration.
+func (r *run) search(ctx context.Context, shard int, vec []float32) ([]rag.Hit, error) {
+	start := r.p.now()
+	opts := []trace.SpanStartOption{trace.WithTimestamp(start)}
+	if r.t.tracing {
+		attrs := make([]attribute.KeyValue, 0, len(r.t.dbAttrs)+1)
+		opts = append(opts, trace.WithAttributes(append(append(attrs, r.t.dbAttrs...), AttrShard.Int(shard))...))
+	}
+	ctx, span := r.t.tracer.Start(ctx, r.t.queryName, opts...)
+	hits, err := r.p.ret.Search(ctx, shard, vec, r.res.TopK)
+	end := r.p.now()
+	if span.IsRecording() {
+		span.SetAttributes(semconv.DBResponseReturnedRows(len(hits)))
+	}
+	endSpan(span, end, err)
+	r.t.inst.dbDur.RecordSet(ctx, seconds(end.Sub(start)), withError(r.t.dbSet, err))
+	return hits, err
+}
+
 // retrieveSync searches the shards one after another.
-func (r *run) retrieveSync(vec []float32, n int) ([]rag.Hit, error) {
+func (r *run) retrieveSync(st stageRun, vec []float32, n int) ([]rag.Hit, error) {
 	perShard := make([][]rag.Hit, n)
 	for shard := range n {
-		hits, err := r.p.ret.Search(r.ctx, shard, vec, r.res.TopK)
+		hits, err := r.search(st.ctx, shard, vec)
 		if err != nil {
 			return nil, r.fail(rag.StageRetrieve, fmt.Errorf("search shard %d: %w", shard, err))
 		}
@@ -226,10 +412,10 @@ func (r *run) retrieveSync(vec []float32, n int) ([]rag.Hit, error) {
 }
 
 // retrieveFanout searches every shard at once and waits for all of them.
-func (r *run) retrieveFanout(vec []float32, n int) ([]rag.Hit, error) {
+func (r *run) retrieveFanout(st stageRun, vec []float32, n int) ([]rag.Hit, error) {
 	perShard := make([][]rag.Hit, n)
-	err := r.concurrently(n, func(ctx context.Context, shard int) error {
-		hits, err := r.p.ret.Search(ctx, shard, vec, r.res.TopK)
+	err := r.concurrently(st.ctx, n, func(ctx context.Context, shard int) error {
+		hits, err := r.search(ctx, shard, vec)
 		if err != nil {
 			return fmt.Errorf("search shard %d: %w", shard, err)
 		}
@@ -253,19 +439,19 @@ type shardResult struct {
 // retrieveAsync searches every shard at once and returns as soon as the quorum has answered, or
 // at the deadline with whatever answered (waiting for a first answer if none has). Searches
 // still running go on in r.bg and are reported as late.
-func (r *run) retrieveAsync(vec []float32, n int) ([]rag.Hit, error) {
+func (r *run) retrieveAsync(st stageRun, vec []float32, n int) ([]rag.Hit, error) {
 	if n == 0 {
 		return nil, nil
 	}
 	quorum := r.cfg.quorum(n)
 	deadline := time.NewTimer(r.cfg.AsyncDeadline)
 	defer deadline.Stop()
-	searchCtx, cancelSearch := context.WithCancel(r.ctx)
+	searchCtx, cancelSearch := context.WithCancel(st.ctx)
 	// Buffered for every shard, so a search never blocks on delivering its answer.
 	results := make(chan shardResult, n)
 	for shard := range n {
 		r.bg.Go(func() {
-			hits, err := r.p.ret.Search(searchCtx, shard, vec, r.res.TopK)
+			hits, err := r.search(searchCtx, shard, vec)
 			results <- shardResult{shard: shard, hits: hits, err: err}
 		})
 	}
@@ -275,9 +461,11 @@ func (r *run) retrieveAsync(vec []float32, n int) ([]rag.Hit, error) {
 		errs           []error
 		pending        = n
 		deadlinePassed bool
+		answered       = make([]bool, n)
 	)
 	take := func(sr shardResult) error {
 		pending--
+		answered[sr.shard] = true
 		if sr.err != nil {
 			errs = append(errs, fmt.Errorf("search shard %d: %w", sr.shard, sr.err))
 			r.res.ShardsFailed++
@@ -335,6 +523,15 @@ func (r *run) retrieveAsync(vec []float32, n int) ([]rag.Hit, error) {
 		cancelSearch()
 	} else {
 		r.p.stats.lateShards.Add(uint64(pending))
+		r.t.inst.lateShards.Add(st.ctx, int64(pending))
+		if st.span.IsRecording() {
+			now := r.p.now()
+			for shard, ok := range answered {
+				if !ok {
+					st.span.AddEvent(EventLateShardDropped, trace.WithTimestamp(now), trace.WithAttributes(AttrShard.Int(shard)))
+				}
+			}
+		}
 		r.bg.Go(func() {
 			defer cancelSearch()
 			for range pending {
@@ -366,10 +563,10 @@ func (r *run) late(searchCtx context.Context, sr shardResult) {
 	}
 }
 
-// concurrently runs f(ctx, i) for i in [0, n) at once and waits for all. The first error
-// cancels the others' ctx and is returned.
-func (r *run) concurrently(n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(r.ctx)
+// concurrently runs f(ctx, i) for i in [0, n) at once and waits for all, ctx derived from
+// parent. The first error cancels the others' ctx and is returned.
+func (r *run) concurrently(parent context.Context, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
 		wg    sync.WaitGroup
@@ -420,11 +617,29 @@ func mergeTopK(perShard [][]rag.Hit, k int) []rag.Hit {
 	return out
 }
 
+// lookup fetches one chunk, counting how the doc store answered when it says.
+func (r *run) lookup(ctx context.Context, id string) (rag.Chunk, error) {
+	if r.t.cache == nil {
+		return r.p.docs.Get(ctx, id)
+	}
+	c, result, err := r.t.cache.LookupResult(ctx, id)
+	switch result {
+	case "hit":
+		r.cacheHits.Add(1)
+	case "miss":
+		r.cacheMisses.Add(1)
+	case "blocked":
+		r.cacheBlocked.Add(1)
+	}
+	r.t.inst.cacheReq.Add(ctx, 1, r.t.cacheSet(result))
+	return c, err
+}
+
 // fetchSequential fetches the chunks one by one, in rank order.
-func (r *run) fetchSequential(hits []rag.Hit) ([]rag.Chunk, error) {
+func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit) ([]rag.Chunk, error) {
 	chunks := make([]rag.Chunk, 0, len(hits))
 	for _, h := range hits {
-		c, err := r.p.docs.Get(r.ctx, h.ChunkID)
+		c, err := r.lookup(ctx, h.ChunkID)
 		if errors.Is(err, rag.ErrNotFound) {
 			r.missing()
 			continue
@@ -439,11 +654,11 @@ func (r *run) fetchSequential(hits []rag.Hit) ([]rag.Chunk, error) {
 }
 
 // fetchConcurrent fetches every chunk at once and keeps them in rank order.
-func (r *run) fetchConcurrent(hits []rag.Hit) ([]rag.Chunk, error) {
+func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit) ([]rag.Chunk, error) {
 	chunks := make([]rag.Chunk, len(hits))
 	found := make([]bool, len(hits))
-	err := r.concurrently(len(hits), func(ctx context.Context, i int) error {
-		c, err := r.p.docs.Get(ctx, hits[i].ChunkID)
+	err := r.concurrently(ctx, len(hits), func(ctx context.Context, i int) error {
+		c, err := r.lookup(ctx, hits[i].ChunkID)
 		if errors.Is(err, rag.ErrNotFound) {
 			return nil
 		}
@@ -496,8 +711,9 @@ func buildMessages(systemPrompt string, chunks []rag.Chunk, conversation []rag.M
 	return append(msgs, conversation...)
 }
 
-// generate runs the LLM and streams its deltas to the sink.
-func (r *run) generate(msgs []rag.Message) error {
+// generate runs the LLM under a "chat {model}" span and streams its deltas to the sink under a
+// rag.stream span.
+func (r *run) generate(msgs []rag.Message) (err error) {
 	if r.res.Coupling == rag.CouplingAsync && r.sink.active() {
 		ev := Progress{Stage: rag.StageGenerate, Shard: -1, Hits: len(r.res.ChunkIDs), Elapsed: r.elapsed()}
 		ev.Message = fmt.Sprintf("generating with %d chunks from %d of %d shards; %d late, %d failed", len(r.res.ChunkIDs), r.res.ShardsAnswered, r.res.Shards, r.res.ShardsLate, r.res.ShardsFailed)
@@ -505,19 +721,81 @@ func (r *run) generate(msgs []rag.Message) error {
 			return r.sinkFailed(err)
 		}
 	}
-	gi := r.begin(rag.StageGenerate)
-	stream, err := r.p.gen.Generate(r.ctx, rag.GenRequest{
+	cs := r.t.chat(r.q.Model)
+	var attrs []attribute.KeyValue
+	if r.t.tracing {
+		attrs = append(cs.base.ToSlice(), semconv.GenAIRequestMaxTokens(r.q.MaxTokens),
+			semconv.GenAIRequestTemperature(r.q.Temperature), semconv.GenAIRequestStream(r.sink.active()))
+		if r.t.capture {
+			attrs = append(attrs, semconv.GenAIInputMessagesKey.String(messagesJSON(msgs)))
+		}
+	}
+	gen := r.begin(r.ctx, rag.StageGenerate, "chat "+r.q.Model, attrs...)
+	gi := gen.i
+
+	// The stream stage: a span from the first hand-over to the end of the last, and the time
+	// spent in the sink, which is what Server-Timing reports.
+	var (
+		si         = -1 // index of the stream stage, once the first delta is handed over
+		streamSpan trace.Span
+		streamCtx  context.Context
+		streamEnd  time.Time
+		chunks     int
+	)
+	genEnd := func() time.Time { return r.res.Timings[gi].Start.Add(r.res.Timings[gi].Duration) }
+	defer func() {
+		end := genEnd()
+		r.genEnd = end
+		if gen.span.IsRecording() && err == nil {
+			attrs := []attribute.KeyValue{
+				semconv.GenAIResponseModel(r.q.Model),
+				semconv.GenAIUsageInputTokens(r.res.Usage.PromptTokens),
+				semconv.GenAIUsageOutputTokens(r.res.Usage.CompletionTokens),
+				semconv.GenAIResponseFinishReasons(r.res.FinishReason),
+			}
+			if !r.firstToken.IsZero() {
+				attrs = append(attrs, semconv.GenAIResponseTimeToFirstChunk(seconds(r.firstToken.Sub(r.res.Timings[gi].Start))))
+			}
+			if r.t.capture {
+				attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(outputJSON(r.answer.String(), r.res.FinishReason)))
+			}
+			gen.span.SetAttributes(attrs...)
+		}
+		genErr := err
+		if rag.StageOf(err) == rag.StageStream {
+			genErr = nil // the client left; the engine did nothing wrong
+		}
+		gen.endAt(end, genErr)
+		r.t.inst.clientDur.RecordSet(gen.ctx, seconds(r.res.Timings[gi].Duration), withError(cs.base, genErr))
+		if genErr == nil && r.res.Usage != (rag.Usage{}) {
+			r.t.inst.tokenUsage.RecordSet(gen.ctx, int64(r.res.Usage.PromptTokens), cs.input)
+			r.t.inst.tokenUsage.RecordSet(gen.ctx, int64(r.res.Usage.CompletionTokens), cs.output)
+		}
+		if si >= 0 {
+			if streamSpan.IsRecording() {
+				streamSpan.SetAttributes(AttrStreamChunks.Int(chunks),
+					AttrStreamWriteMS.Float64(float64(r.res.Timings[si].Duration)/float64(time.Millisecond)))
+			}
+			var streamErr error
+			if rag.StageOf(err) == rag.StageStream {
+				streamErr = err
+			}
+			endSpan(streamSpan, streamEnd, streamErr)
+			r.t.inst.stageDur.Record(streamCtx, seconds(r.res.Timings[si].Duration), r.t.stageSet(rag.StageStream, r.res.Coupling))
+		}
+	}()
+
+	stream, err := r.p.gen.Generate(gen.ctx, rag.GenRequest{
 		ID: r.q.ID, Model: r.q.Model, Messages: msgs, MaxTokens: r.q.MaxTokens, Temperature: r.q.Temperature,
 	})
 	if err != nil {
-		r.end(gi)
+		r.res.Timings[gi].Duration = r.p.now().Sub(r.res.Timings[gi].Start)
 		return r.fail(rag.StageGenerate, err)
 	}
 	// Close frees what the engine holds for this generation (its KV-cache blocks) at once,
 	// whether the stream ended, failed or the client left.
 	defer stream.Close()
 
-	si := -1 // index of the stream stage, once the first delta is handed over
 	completionTokens := 0
 	for {
 		d, err := stream.Recv()
@@ -531,6 +809,10 @@ func (r *run) generate(msgs []rag.Message) error {
 		}
 		if r.res.TimeToFirstToken == 0 && d.Text != "" {
 			r.res.TimeToFirstToken = received.Sub(r.start)
+			r.firstToken = received
+			if gen.span.IsRecording() {
+				gen.span.AddEvent(EventFirstToken, trace.WithTimestamp(received))
+			}
 		}
 		completionTokens += d.Tokens
 		if d.Usage != nil {
@@ -539,14 +821,24 @@ func (r *run) generate(msgs []rag.Message) error {
 		if d.FinishReason != "" {
 			r.res.FinishReason = d.FinishReason
 		}
+		if r.t.capture {
+			r.answer.WriteString(d.Text)
+		}
 
 		handOver := r.p.now()
 		if si < 0 {
 			si = len(r.res.Timings)
 			r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: rag.StageStream, Start: handOver})
+			streamCtx, streamSpan = r.t.tracer.Start(r.ctx, SpanStream, trace.WithTimestamp(handOver),
+				trace.WithAttributes(AttrStage.String(string(rag.StageStream))))
+			streamCtx = r.t.withStageLabel(streamCtx, rag.StageStream)
 		}
+		r.t.setLabels(streamCtx)
 		err = r.sink.delta(d)
-		r.res.Timings[si].Duration += r.p.now().Sub(handOver)
+		streamEnd = r.p.now()
+		r.t.setLabels(gen.ctx)
+		r.res.Timings[si].Duration += streamEnd.Sub(handOver)
+		chunks++
 		if err != nil {
 			return r.sinkFailed(err)
 		}

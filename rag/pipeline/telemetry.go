@@ -1,0 +1,445 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/dbconv"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// Span names of the pipeline that do not depend on a backend. The others are "embeddings
+// {model}", "retrieval {collection}", "Query {collection}" (one per shard) and "chat {model}",
+// as the GenAI and database semantic conventions name them.
+const (
+	SpanPipeline  = "rag.pipeline"
+	SpanAdmission = "rag.admission"
+	SpanFetch     = "rag.fetch"
+	SpanStream    = "rag.stream"
+)
+
+// Span event names.
+const (
+	// EventFirstToken marks, on the chat span, the moment the first delta carrying text arrived.
+	EventFirstToken = "rag.first_token"
+	// EventLateShardDropped marks, on the retrieval span, a shard that was still searching when
+	// async coupling started generating; its hits are not in the prompt. Attribute rag.shard.
+	EventLateShardDropped = "rag.shard.late_dropped"
+)
+
+// StagePipeline is the rag.stage of the rag.pipeline span, which spans all the stages. It is a
+// span attribute value only: it never appears in Server-Timing.
+const StagePipeline = "pipeline"
+
+// ProfileLabel is the pprof label the pipeline sets around each stage (value: the stage name),
+// so that CPU profiles can be filtered by stage.
+const ProfileLabel = "rag_stage"
+
+// Attribute keys of the rag.* dye. The pipeline span carries the request-level ones; every span
+// the pipeline starts carries AttrStage.
+const (
+	AttrStage           attribute.Key = "rag.stage"             // the stage a span belongs to
+	AttrRequestID       attribute.Key = "rag.request.id"        // the request (completion) id
+	AttrUserID          attribute.Key = "rag.user.id"           // X-User-ID, when the client sent one
+	AttrQueryHash       attribute.Key = "rag.query.hash"        // first 16 hex digits of SHA-256 of the question
+	AttrCoupling        attribute.Key = "rag.coupling"          // sync, fanout or async
+	AttrTopK            attribute.Key = "rag.top_k"             // chunks retrieved
+	AttrChunkIDs        attribute.Key = "rag.chunk.ids"         // chunks put in the prompt, in rank order
+	AttrFaultInjectedMS attribute.Key = "rag.fault.injected_ms" // latency injected by fault rules, in ms
+	AttrShard           attribute.Key = "rag.shard"             // the shard a Query span searched
+	AttrShards          attribute.Key = "rag.shards"            // shards searched
+	AttrShardsAnswered  attribute.Key = "rag.shards.answered"   // shards whose hits were used
+	AttrShardsLate      attribute.Key = "rag.shards.late"       // shards dropped as late (async)
+	AttrShardsFailed    attribute.Key = "rag.shards.failed"     // shards that failed (async)
+	AttrHits            attribute.Key = "rag.hits"              // hits kept after merging the shards
+	AttrChunksMissing   attribute.Key = "rag.chunks.missing"    // hits whose chunk the doc store lacked
+	AttrCacheHits       attribute.Key = "rag.cache.hits"        // fetch: lookups answered by the cache
+	AttrCacheMisses     attribute.Key = "rag.cache.misses"      // fetch: lookups that went to the store
+	AttrCacheBlocked    attribute.Key = "rag.cache.blocked"     // fetch: lookups the Bloom guard ruled out
+	AttrStreamWriteMS   attribute.Key = "rag.stream.write_ms"   // stream: total time spent handing deltas to the client
+	AttrStreamChunks    attribute.Key = "rag.stream.chunks"     // stream: deltas handed to the client
+	AttrAdmissionWaitMS attribute.Key = "rag.admission.wait_ms" // admission: time waited for a slot
+)
+
+// Optional interfaces a backend may implement so that its spans and metrics are named properly.
+// The pipeline checks for them with a type assertion; a backend without them gets the default
+// documented on each.
+
+// ModelNamer names the model behind an Embedder, for the "embeddings {model}" span and the
+// gen_ai.request.model attribute. Default: "unknown".
+type ModelNamer interface{ Model() string }
+
+// ProviderNamer names the GenAI provider behind an Embedder or Generator (gen_ai.provider.name,
+// e.g. "openai"). Default: "ragtail", meaning the backend runs inside ragtail (the hash embedder
+// and the simulated engine).
+type ProviderNamer interface{ ProviderName() string }
+
+// DBSystemNamer names the database behind a Retriever (db.system.name, e.g. "qdrant").
+// Default: "ragtail.memory", the in-process sharded index.
+type DBSystemNamer interface{ DBSystem() string }
+
+// CacheReporter is a DocStore that says how each lookup was answered: "hit" (from the cache),
+// "miss" (from the backing store) or "blocked" (ruled out by a Bloom guard). The pipeline counts
+// the results in rag_cache_requests_total{result} and on the rag.fetch span. Without it, fetches
+// go through DocStore.Get and are not counted.
+type CacheReporter interface {
+	LookupResult(ctx context.Context, id string) (rag.Chunk, string, error)
+}
+
+// WaitReporter is an Admitter that reports how long a request waited for its slot, for
+// rag_admission_queue_wait_seconds. Without it the admission stage's duration is used.
+type WaitReporter interface {
+	AcquireWait(ctx context.Context) (release func(), wait time.Duration, err error)
+}
+
+// Defaults for backends that do not implement the optional interfaces.
+const (
+	DefaultProviderName = "ragtail"
+	DefaultDBSystem     = "ragtail.memory"
+	defaultModelName    = "unknown"
+)
+
+// Histogram bucket boundaries, in the unit of each instrument. The gen_ai and db ones are those
+// the OpenTelemetry semantic conventions (v1.41) specify; the stage and queue-wait buckets follow
+// the same roughly-doubling progression from 0.5 ms to 30 s, since a stage can be anywhere from a
+// cache hit to a long generation.
+var (
+	bucketsGenAIDuration = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	bucketsGenAITokens   = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+	bucketsTTFT          = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}
+	bucketsTPOT          = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}
+	bucketsDB            = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+	bucketsStage         = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+)
+
+// instrumentationName is the instrumentation scope of the pipeline's tracer and meter.
+const instrumentationName = "github.com/ragtail/ragtail/rag/pipeline"
+
+// instruments are the pipeline's metric instruments.
+type instruments struct {
+	ttft       genaiconv.ServerTimeToFirstToken
+	tpot       genaiconv.ServerTimePerOutputToken
+	serverDur  genaiconv.ServerRequestDuration
+	clientDur  genaiconv.ClientOperationDuration
+	tokenUsage genaiconv.ClientTokenUsage
+	dbDur      dbconv.ClientOperationDuration
+	stageDur   metric.Float64Histogram
+	cacheReq   metric.Int64Counter
+	queueWait  metric.Float64Histogram
+	rejected   metric.Int64Counter
+	inflight   metric.Int64UpDownCounter
+	faults     metric.Int64Counter
+	lateShards metric.Int64Counter
+}
+
+func newInstruments(mp metric.MeterProvider) (*instruments, error) {
+	m := mp.Meter(instrumentationName)
+	var (
+		in   instruments
+		errs []error
+		err  error
+	)
+	keep := func(e error) {
+		if e != nil {
+			errs = append(errs, e)
+		}
+	}
+	in.ttft, err = genaiconv.NewServerTimeToFirstToken(m, metric.WithExplicitBucketBoundaries(bucketsTTFT...))
+	keep(err)
+	in.tpot, err = genaiconv.NewServerTimePerOutputToken(m, metric.WithExplicitBucketBoundaries(bucketsTPOT...))
+	keep(err)
+	in.serverDur, err = genaiconv.NewServerRequestDuration(m, metric.WithExplicitBucketBoundaries(bucketsGenAIDuration...))
+	keep(err)
+	in.clientDur, err = genaiconv.NewClientOperationDuration(m, metric.WithExplicitBucketBoundaries(bucketsGenAIDuration...))
+	keep(err)
+	in.tokenUsage, err = genaiconv.NewClientTokenUsage(m, metric.WithExplicitBucketBoundaries(bucketsGenAITokens...))
+	keep(err)
+	in.dbDur, err = dbconv.NewClientOperationDuration(m, metric.WithExplicitBucketBoundaries(bucketsDB...))
+	keep(err)
+	in.stageDur, err = m.Float64Histogram("rag.stage.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of each pipeline stage (the Server-Timing durations); the stream stage counts only the time spent handing tokens to the client."),
+		metric.WithExplicitBucketBoundaries(bucketsStage...))
+	keep(err)
+	in.cacheReq, err = m.Int64Counter("rag.cache.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Doc-store lookups made while fetching chunks, by how they were answered: hit (cache), miss (backing store) or blocked (Bloom guard)."))
+	keep(err)
+	in.queueWait, err = m.Float64Histogram("rag.admission.queue_wait", metric.WithUnit("s"),
+		metric.WithDescription("Time admitted requests waited for a worker slot."),
+		metric.WithExplicitBucketBoundaries(bucketsStage...))
+	keep(err)
+	in.rejected, err = m.Int64Counter("rag.admission.rejected", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests shed by admission control (503)."))
+	keep(err)
+	in.inflight, err = m.Int64UpDownCounter("rag.inflight_requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests running the pipeline now, waiting for admission included."))
+	keep(err)
+	in.faults, err = m.Int64Counter("rag.fault.injected", metric.WithUnit("{fault}"),
+		metric.WithDescription("Faults injected by fault rules."))
+	keep(err)
+	in.lateShards, err = m.Int64Counter("rag.shard.late_dropped", metric.WithUnit("{shard}"),
+		metric.WithDescription("Shards still searching when async coupling started generating; their hits were left out of the prompt."))
+	keep(err)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	// Counters of rare events start at zero, so that their series exist (and rate() works)
+	// before the first event.
+	for _, c := range []metric.Int64Counter{in.faults, in.rejected, in.lateShards} {
+		c.Add(context.Background(), 0)
+	}
+	return &in, nil
+}
+
+// telemetry is what the pipeline needs to trace and measure its runs, resolved once in New.
+type telemetry struct {
+	tracer  trace.Tracer
+	tracing bool // a tracer provider was given: build span attributes
+	inst    *instruments
+	labels  bool // set the rag_stage pprof label around stages
+	capture bool // record prompt and answer text
+
+	embedName, embedModel, embedProvider string
+	retrievalName, queryName             string
+	genProvider                          string
+	dbSystem, collection                 string
+
+	cache  CacheReporter
+	waiter WaitReporter
+
+	stageSets  map[stageKey]metric.MeasurementOption // rag_stage_duration_seconds labels
+	cacheSets  map[string]metric.MeasurementOption   // rag_cache_requests_total labels
+	dbSet      attribute.Set                         // db_client_operation_duration_seconds labels on success
+	dbAttrs    []attribute.KeyValue                  // attributes every Query span starts with
+	embedSet   attribute.Set                         // gen_ai client labels of the embeddings operation
+	embedInput attribute.Set                         // gen_ai token usage labels of embedding input
+	chatSets   sync.Map                              // model -> *chatSets
+}
+
+type stageKey struct {
+	stage    rag.Stage
+	coupling rag.Coupling
+}
+
+// chatSets are the gen_ai label sets of one model.
+type chatSets struct {
+	base, input, output attribute.Set
+}
+
+func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Generator) (*telemetry, error) {
+	tp := o.tracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	mp := o.meterProvider
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	inst, err := newInstruments(mp)
+	if err != nil {
+		return nil, err
+	}
+	t := &telemetry{
+		tracer:        tp.Tracer(instrumentationName),
+		tracing:       o.tracerProvider != nil,
+		inst:          inst,
+		labels:        o.profileLabels,
+		capture:       o.captureContent,
+		embedModel:    defaultModelName,
+		embedProvider: DefaultProviderName,
+		genProvider:   DefaultProviderName,
+		dbSystem:      DefaultDBSystem,
+		collection:    ret.Collection(),
+	}
+	if m, ok := emb.(ModelNamer); ok && m.Model() != "" {
+		t.embedModel = m.Model()
+	}
+	if p, ok := emb.(ProviderNamer); ok && p.ProviderName() != "" {
+		t.embedProvider = p.ProviderName()
+	}
+	if p, ok := gen.(ProviderNamer); ok && p.ProviderName() != "" {
+		t.genProvider = p.ProviderName()
+	}
+	if d, ok := ret.(DBSystemNamer); ok && d.DBSystem() != "" {
+		t.dbSystem = d.DBSystem()
+	}
+	t.cache, _ = docs.(CacheReporter)
+	t.waiter, _ = o.admitter.(WaitReporter)
+	t.embedName = "embeddings " + t.embedModel
+	t.retrievalName = "retrieval " + t.collection
+	t.queryName = "Query " + t.collection
+
+	// Label sets are built once, as options, so that recording allocates nothing.
+	t.stageSets = make(map[stageKey]metric.MeasurementOption, len(rag.Stages)*len(rag.Couplings))
+	for _, s := range rag.Stages {
+		for _, c := range rag.Couplings {
+			t.stageSets[stageKey{s, c}] = metric.WithAttributeSet(attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
+		}
+	}
+	t.cacheSets = make(map[string]metric.MeasurementOption, 4)
+	for _, r := range []string{"hit", "miss", "blocked", "other"} {
+		t.cacheSets[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r)))
+	}
+	t.dbAttrs = []attribute.KeyValue{
+		AttrStage.String(string(rag.StageRetrieve)),
+		semconv.DBSystemNameKey.String(t.dbSystem),
+		semconv.DBCollectionName(t.collection),
+		semconv.DBOperationName("Query"),
+	}
+	t.dbSet = attribute.NewSet(t.dbAttrs[1:]...)
+	t.embedSet = attribute.NewSet(
+		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
+		semconv.GenAIProviderNameKey.String(t.embedProvider),
+		semconv.GenAIRequestModel(t.embedModel))
+	t.embedInput = attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...)
+	return t, nil
+}
+
+// chat returns the gen_ai label sets of the chat operation with model.
+func (t *telemetry) chat(model string) *chatSets {
+	if v, ok := t.chatSets.Load(model); ok {
+		return v.(*chatSets)
+	}
+	base := []attribute.KeyValue{
+		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameChat)),
+		semconv.GenAIProviderNameKey.String(t.genProvider),
+		semconv.GenAIRequestModel(model),
+	}
+	cs := &chatSets{
+		base:   attribute.NewSet(base...),
+		input:  attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...),
+		output: attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...),
+	}
+	v, _ := t.chatSets.LoadOrStore(model, cs)
+	return v.(*chatSets)
+}
+
+func (t *telemetry) stageSet(s rag.Stage, c rag.Coupling) metric.MeasurementOption {
+	if set, ok := t.stageSets[stageKey{s, c}]; ok {
+		return set
+	}
+	return metric.WithAttributeSet(attribute.NewSet(AttrStage.String(string(s))))
+}
+
+func (t *telemetry) cacheSet(result string) metric.MeasurementOption {
+	if set, ok := t.cacheSets[result]; ok {
+		return set
+	}
+	return t.cacheSets["other"]
+}
+
+// withError returns set with error.type added when err is not nil.
+func withError(set attribute.Set, err error) attribute.Set {
+	if err == nil {
+		return set
+	}
+	return attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...)
+}
+
+// ErrorType classifies err into the low-cardinality error.type value the pipeline puts on spans
+// and metrics: overloaded, timeout, canceled, client_disconnected, unknown_model,
+// invalid_request, not_found, unavailable, or _OTHER.
+func ErrorType(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, rag.ErrOverloaded):
+		return "overloaded"
+	case errors.Is(err, rag.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, rag.ErrUnknownModel):
+		return "unknown_model"
+	case errors.Is(err, rag.ErrInvalidRequest):
+		return "invalid_request"
+	case errors.Is(err, rag.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, rag.ErrUnavailable):
+		return "unavailable"
+	case rag.StageOf(err) == rag.StageStream:
+		return "client_disconnected"
+	}
+	return string(genaiconv.ErrorTypeOther)
+}
+
+// endSpan ends span at end, recording err with an error status.
+func endSpan(span trace.Span, end time.Time, err error) {
+	if err != nil && span.IsRecording() {
+		span.RecordError(err, trace.WithTimestamp(end))
+		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(semconv.ErrorTypeKey.String(ErrorType(err)))
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// QueryHash returns the rag.query.hash of a question: the first 16 hex digits of its SHA-256,
+// enough to group requests for the same question without recording it.
+func QueryHash(question string) string {
+	sum := sha256.Sum256([]byte(question))
+	return hex.EncodeToString(sum[:8])
+}
+
+// messagesJSON renders messages in the semantic conventions' gen_ai.input.messages shape.
+func messagesJSON(msgs []rag.Message) string {
+	type part struct {
+		Type    string `json:"type"`
+		Content string `json:"content"`
+	}
+	type message struct {
+		Role  string `json:"role"`
+		Parts []part `json:"parts"`
+	}
+	out := make([]message, len(msgs))
+	for i, m := range msgs {
+		out[i] = message{Role: m.Role, Parts: []part{{Type: "text", Content: m.Content}}}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
+
+// outputJSON renders an answer in the semantic conventions' gen_ai.output.messages shape.
+func outputJSON(text, finishReason string) string {
+	type part struct {
+		Type    string `json:"type"`
+		Content string `json:"content"`
+	}
+	b, _ := json.Marshal([]struct {
+		Role         string `json:"role"`
+		Parts        []part `json:"parts"`
+		FinishReason string `json:"finish_reason"`
+	}{{Role: "assistant", Parts: []part{{Type: "text", Content: text}}, FinishReason: finishReason}})
+	return string(b)
+}
+
+// setLabels makes ctx's pprof labels the current goroutine's, when stage labels are on.
+func (t *telemetry) setLabels(ctx context.Context) {
+	if t.labels {
+		pprof.SetGoroutineLabels(ctx)
+	}
+}
+
+// withStageLabel returns ctx carrying the rag_stage pprof label, when stage labels are on.
+func (t *telemetry) withStageLabel(ctx context.Context, stage rag.Stage) context.Context {
+	if !t.labels {
+		return ctx
+	}
+	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(stage)))
+}
+
+// seconds converts d to float seconds.
+func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -1,0 +1,237 @@
+// Package telemetry sets up ragtail's OpenTelemetry SDK in one call: a tracer provider with W3C
+// trace-context and baggage propagation, an always-on in-process trace ring (recent and slowest
+// traces, served on /debug/traces), an optional JSONL span file, OTLP export of traces and
+// metrics when an endpoint is configured, and a meter provider whose Prometheus exporter writes
+// to a registry of its own (OpenMetrics with trace_id exemplars on /metrics). It also owns the
+// service's clock (NewClock), which spans, profiles, Server-Timing and the X-Ragtail-Time
+// header all read.
+//
+// Only cmd imports this package: libraries take the providers it returns as the OpenTelemetry
+// API interfaces. Backends that are down never hurt requests: spans are exported in batches from
+// a bounded queue (full means dropped), metrics are pulled or pushed on a timer, and export
+// errors reach one rate-limited log line (ErrorLimiter).
+package telemetry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+)
+
+// Telemetry is what Setup built. Pass TracerProvider and MeterProvider to the libraries (as
+// trace.TracerProvider and metric.MeterProvider), Now to everything that reads time, and
+// Registry, Ring to the admin listener. Call Shutdown once when the service stops.
+type Telemetry struct {
+	// TracerProvider samples with Config.Sampler and feeds the ring, the trace file and OTLP.
+	TracerProvider *sdktrace.TracerProvider
+	// MeterProvider feeds the Prometheus registry and, when configured, OTLP.
+	MeterProvider *sdkmetric.MeterProvider
+	// Propagator is W3C trace context plus baggage (also installed as the global propagator).
+	Propagator propagation.TextMapPropagator
+	// Registry is the service's own Prometheus registry (not the global one): the OTel
+	// exporter's metrics plus the Go runtime and process collectors. Register other collectors
+	// (the simulated engine's) on it.
+	Registry *prometheus.Registry
+	// Ring holds recent and slowest traces; Ring.Handler serves /debug/traces.
+	Ring *Ring
+	// Now is the service's clock.
+	Now func() time.Time
+	// Resource describes the service (service.name, service.version, service.instance.id, ...).
+	Resource *resource.Resource
+	// CaptureContent says whether prompt and answer text may be recorded (Config.CaptureContent).
+	CaptureContent bool
+	// Errors is the rate-limited handler export errors go to (installed as otel's global
+	// error handler).
+	Errors *ErrorLimiter
+	// Exporting lists the active exports, for a startup log line: "otlp traces (grpc) to ...".
+	Exporting []string
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+	shutdowns    []func(context.Context) error
+}
+
+// Setup builds the telemetry cfg describes. It installs the W3C propagator and the rate-limited
+// error handler as OpenTelemetry globals (the SDK reports export errors only through the global
+// handler); the providers are not made global. On error, whatever was built is shut down.
+func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
+	cfg = cfg.withDefaults()
+	t := &Telemetry{
+		Now:            cfg.Now,
+		Registry:       prometheus.NewRegistry(),
+		CaptureContent: cfg.CaptureContent,
+		Propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		Errors:         NewErrorLimiter(cfg.Logger, cfg.ErrorLogEvery, time.Now),
+	}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = t.Shutdown(sctx)
+		}
+	}()
+	otel.SetTextMapPropagator(t.Propagator)
+	otel.SetErrorHandler(t.Errors)
+
+	if t.Resource, err = newResource(ctx, cfg); err != nil {
+		return nil, err
+	}
+
+	t.Ring = NewRing(cfg.RingRecent, cfg.RingSlowest, cfg.RingMaxSpans)
+	tpOpts := []sdktrace.TracerProviderOption{
+		sdktrace.WithResource(t.Resource),
+		sdktrace.WithSampler(cfg.Sampler),
+		sdktrace.WithSpanProcessor(t.Ring),
+	}
+	if cfg.TraceFile != "" {
+		exp, err := newFileExporter(cfg.TraceFile)
+		if err != nil {
+			return nil, err
+		}
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		t.Exporting = append(t.Exporting, "spans to "+cfg.TraceFile)
+	}
+	if cfg.TracesEndpoint != "" {
+		exp, err := newTraceExporter(ctx, cfg.TracesProtocol, cfg.TracesEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		// The default queue (2048 spans) bounds memory while the collector is away; spans past
+		// it are dropped, never waited for.
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp traces (%s) to %s", cfg.TracesProtocol, cfg.TracesEndpoint))
+	}
+	for _, sp := range cfg.SpanProcessors {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
+	}
+	t.TracerProvider = sdktrace.NewTracerProvider(tpOpts...)
+	t.shutdowns = append(t.shutdowns, t.TracerProvider.Shutdown)
+
+	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(t.Resource), sdkmetric.WithReader(promExp)}
+	if cfg.MetricsEndpoint != "" {
+		exp, err := newMetricExporter(ctx, cfg.MetricsProtocol, cfg.MetricsEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.MetricsInterval))))
+		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp metrics (%s) to %s every %v", cfg.MetricsProtocol, cfg.MetricsEndpoint, cfg.MetricsInterval))
+	}
+	t.MeterProvider = sdkmetric.NewMeterProvider(mpOpts...)
+	t.shutdowns = append(t.shutdowns, t.MeterProvider.Shutdown)
+
+	if err := t.Registry.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("go collector: %w", err)
+	}
+	if err := t.Registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("process collector: %w", err)
+	}
+	return t, nil
+}
+
+// Shutdown flushes and stops the providers (exporting what is queued, within ctx) and closes
+// the trace file. It is idempotent: later calls return the first call's error.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	t.shutdownOnce.Do(func() {
+		var errs []error
+		for _, f := range t.shutdowns {
+			if err := f(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			t.shutdownErr = fmt.Errorf("telemetry shutdown: %w", errors.Join(errs...))
+		}
+	})
+	return t.shutdownErr
+}
+
+// LogStartup logs, at info level, where telemetry goes.
+func (t *Telemetry) LogStartup(logger *slog.Logger) {
+	name, _ := t.Resource.Set().Value(semconv.ServiceNameKey)
+	logger.Info("telemetry", "service", name.AsString(), "exporting", t.Exporting, "capture_content", t.CaptureContent)
+}
+
+func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+	attrs := append([]attribute.KeyValue(nil), cfg.ResourceAttributes...)
+	attrs = append(attrs, semconv.ServiceName(cfg.ServiceName), semconv.ServiceInstanceID(instanceID()))
+	if cfg.ServiceVersion != "" {
+		attrs = append(attrs, semconv.ServiceVersion(cfg.ServiceVersion))
+	}
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithHost(),
+		resource.WithProcessPID(),
+		resource.WithProcessRuntimeName(),
+		resource.WithProcessRuntimeVersion(),
+		resource.WithAttributes(attrs...),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	return res, nil
+}
+
+// instanceID returns a random service.instance.id, so that two replicas are told apart.
+func instanceID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newTraceExporter(ctx context.Context, protocol, endpoint string) (sdktrace.SpanExporter, error) {
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch protocol {
+	case ProtocolGRPC:
+		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
+	default:
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otlp trace exporter: %w", err)
+	}
+	return exp, nil
+}
+
+func newMetricExporter(ctx context.Context, protocol, endpoint string) (sdkmetric.Exporter, error) {
+	var (
+		exp sdkmetric.Exporter
+		err error
+	)
+	switch protocol {
+	case ProtocolGRPC:
+		exp, err = otlpmetricgrpc.New(ctx, otlpmetricgrpc.WithEndpointURL(endpoint))
+	default:
+		exp, err = otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(endpoint))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otlp metric exporter: %w", err)
+	}
+	return exp, nil
+}
