@@ -14,6 +14,9 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ragtail/ragtail/rag"
 )
@@ -36,7 +39,9 @@ type Client struct {
 	httpClient *http.Client
 	dimensions int // requested with "dimensions"; 0: the model's own
 	batchSize  int
-	dim        atomic.Int64 // learned or requested dimension; 0 until known
+	timeout    time.Duration // per request; 0: only the caller's context
+	propagator propagation.TextMapPropagator
+	dim        atomic.Int64 // learned, requested or expected dimension; 0 until known
 }
 
 // ClientOption configures NewClient.
@@ -46,7 +51,10 @@ type clientConfig struct {
 	apiKey     string
 	httpClient *http.Client
 	dimensions int
+	expected   int
 	batchSize  int
+	timeout    time.Duration
+	propagator propagation.TextMapPropagator
 }
 
 type clientOptionFunc func(*clientConfig)
@@ -70,6 +78,26 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 // then reports n before any request is made.
 func WithOutputDimensions(n int) ClientOption {
 	return clientOptionFunc(func(c *clientConfig) { c.dimensions = n })
+}
+
+// WithExpectedDimension makes the client reject vectors that do not have n components, without
+// asking the model for them (unlike WithOutputDimensions). Use it to check an embedding server
+// against the index it must match, such as a Qdrant collection's vector size: a model swapped
+// behind the URL then fails loudly instead of retrieving nonsense. Dimension reports n at once.
+func WithExpectedDimension(n int) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.expected = n })
+}
+
+// WithTimeout bounds each request; one that runs longer fails with an error matching
+// rag.ErrTimeout (default: only the caller's context bounds it).
+func WithTimeout(d time.Duration) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.timeout = d })
+}
+
+// WithPropagator injects the caller's trace context into every request with p, typically W3C
+// traceparent (default: nothing is injected).
+func WithPropagator(p propagation.TextMapPropagator) ClientOption {
+	return clientOptionFunc(func(c *clientConfig) { c.propagator = p })
 }
 
 // WithBatchSize sets the most texts EmbedBatch sends in one request (default DefaultBatchSize).
@@ -96,6 +124,12 @@ func NewClient(baseURL, model string, opts ...ClientOption) (*Client, error) {
 		return nil, fmt.Errorf("embeddings client: dimensions %d must not be negative", cfg.dimensions)
 	case cfg.batchSize < 1:
 		return nil, fmt.Errorf("embeddings client: batch size %d must be at least 1", cfg.batchSize)
+	case cfg.expected < 0:
+		return nil, fmt.Errorf("embeddings client: expected dimension %d must not be negative", cfg.expected)
+	case cfg.expected > 0 && cfg.dimensions > 0 && cfg.expected != cfg.dimensions:
+		return nil, fmt.Errorf("embeddings client: output dimensions %d and expected dimension %d differ", cfg.dimensions, cfg.expected)
+	case cfg.timeout < 0:
+		return nil, fmt.Errorf("embeddings client: timeout %v must not be negative", cfg.timeout)
 	}
 	if cfg.httpClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -109,8 +143,10 @@ func NewClient(baseURL, model string, opts ...ClientOption) (*Client, error) {
 		httpClient: cfg.httpClient,
 		dimensions: cfg.dimensions,
 		batchSize:  cfg.batchSize,
+		timeout:    cfg.timeout,
+		propagator: cfg.propagator,
 	}
-	c.dim.Store(int64(cfg.dimensions))
+	c.dim.Store(int64(max(cfg.dimensions, cfg.expected)))
 	return c, nil
 }
 
@@ -141,7 +177,7 @@ func (c *Client) Endpoint() string { return c.endpoint }
 func (c *Client) Model() string { return c.model }
 
 // Dimension is the length of the vectors the server returns, or 0 until the first successful
-// response when WithOutputDimensions was not given (see Probe).
+// response when neither WithOutputDimensions nor WithExpectedDimension was given (see Probe).
 func (c *Client) Dimension() int { return int(c.dim.Load()) }
 
 // Probe embeds a short text to check that the server answers and to learn the dimension. Call it
@@ -196,6 +232,11 @@ func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error
 	if err != nil {
 		return nil, fmt.Errorf("encode embeddings request: %w", err)
 	}
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("embeddings request: %w", err)
@@ -205,6 +246,9 @@ func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error
 	req.Header.Set("User-Agent", "ragtail-embed")
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if c.propagator != nil {
+		c.propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	resp, err := c.httpClient.Do(req)
 	if err != nil {

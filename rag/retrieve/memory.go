@@ -366,3 +366,6 @@ func (m *Memory) Reshard(n int) error {
 	m.layout.Store(&layout)
 	return nil
 }
+
+// System returns "ragtail.memory", the db.system.name of its spans.
+func (m *Memory) System() string { return "ragtail.memory" }

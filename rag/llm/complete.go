@@ -1,0 +1,93 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// Completion is a whole, non-streamed answer.
+type Completion struct {
+	Model        string     // the model that answered, as the server names it
+	Text         string     // the answer
+	FinishReason string     // "stop", "length", ...
+	Usage        *rag.Usage // nil if the server did not report usage
+}
+
+// Complete asks for a whole completion (stream false). It retries like Generate, since nothing
+// has reached the caller before the answer is complete, and the first-token timeout bounds the
+// whole call.
+func (c *Client) Complete(ctx context.Context, req rag.GenRequest) (Completion, error) {
+	if err := c.checkModel(req.Model); err != nil {
+		return Completion{}, err
+	}
+	params, err := c.params(req, false)
+	if err != nil {
+		return Completion{}, err
+	}
+	deadline := time.Now().Add(c.cfg.firstTokenTimeout)
+	for attempt := 0; ; attempt++ {
+		comp, retryable, err := c.completeOnce(ctx, params, deadline)
+		if err == nil {
+			return comp, nil
+		}
+		if !retryable || attempt >= c.cfg.retries || !c.waitRetry(ctx, attempt+1, err, deadline) {
+			c.failures.Add(1)
+			return Completion{}, err
+		}
+	}
+}
+
+// completeOnce makes one attempt and says whether its failure may be retried.
+func (c *Client) completeOnce(parent context.Context, params openai.ChatCompletionNewParams, deadline time.Time) (Completion, bool, error) {
+	ctx, cancel := context.WithDeadlineCause(parent, deadline, errFirstToken)
+	defer cancel()
+	resp, err := c.oai.Chat.Completions.New(ctx, params)
+	if err != nil {
+		err = c.requestError(ctx, "chat", err)
+		return Completion{}, context.Cause(ctx) == nil && retryableError(err), err
+	}
+	if len(resp.Choices) == 0 {
+		return Completion{}, true, fmt.Errorf("chat: %w: llm server answered without choices", rag.ErrUnavailable)
+	}
+	comp := Completion{Model: resp.Model, Text: resp.Choices[0].Message.Content, FinishReason: resp.Choices[0].FinishReason}
+	if resp.JSON.Usage.Valid() {
+		comp.Usage = &rag.Usage{PromptTokens: int(resp.Usage.PromptTokens), CompletionTokens: int(resp.Usage.CompletionTokens)}
+	}
+	if comp.FinishReason == "" {
+		comp.FinishReason = "stop"
+	}
+	return comp, false, nil
+}
+
+// completionStream hands a whole completion over as one delta.
+type completionStream struct {
+	delta rag.Delta
+	sent  bool
+}
+
+func newCompletionStream(c Completion) *completionStream {
+	tokens := rag.CountTokens(c.Text)
+	if c.Usage != nil {
+		tokens = c.Usage.CompletionTokens
+	}
+	return &completionStream{delta: rag.Delta{Text: c.Text, Tokens: tokens, FinishReason: c.FinishReason, Usage: c.Usage}}
+}
+
+func (s *completionStream) Recv() (rag.Delta, error) {
+	if s.sent {
+		return rag.Delta{}, io.EOF
+	}
+	s.sent = true
+	return s.delta, nil
+}
+
+func (s *completionStream) Close() error {
+	s.sent = true
+	return nil
+}

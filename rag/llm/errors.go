@@ -1,0 +1,178 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// StatusError is an HTTP error answer of the LLM server. It matches the rag sentinel its status
+// maps to: 404 naming a model rag.ErrUnknownModel; 400, 413 and 422 rag.ErrInvalidRequest (the
+// server rejected the request, e.g. a prompt over its context length); 408 and 504
+// rag.ErrTimeout; anything else, including 401/403 (a configuration problem, not the user's),
+// rag.ErrUnavailable.
+type StatusError struct {
+	Status     int
+	Message    string        // the server's error message, or the start of its body
+	RetryAfter time.Duration // from a Retry-After header in seconds; 0 if none
+}
+
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("llm server answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+	switch e.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		msg += " (check the API key)"
+	case http.StatusNotFound:
+		if !mentionsModel(e.Message) {
+			msg += " (is the URL the server's OpenAI base URL, ending in /v1?)"
+		}
+	}
+	return msg
+}
+
+// Unwrap returns the rag sentinel the status maps to.
+func (e *StatusError) Unwrap() error {
+	switch e.Status {
+	case http.StatusNotFound:
+		if mentionsModel(e.Message) {
+			return rag.ErrUnknownModel
+		}
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return rag.ErrInvalidRequest
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return rag.ErrTimeout
+	}
+	return rag.ErrUnavailable
+}
+
+// retryable reports whether a request that got this answer may be sent again.
+func (e *StatusError) retryable() bool {
+	switch e.Status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+func mentionsModel(msg string) bool { return strings.Contains(strings.ToLower(msg), "model") }
+
+// maxErrorBody bounds what is read of an error answer.
+const maxErrorBody = 64 << 10
+
+func readStatusError(resp *http.Response) *StatusError {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	e := &StatusError{Status: resp.StatusCode, Message: serverMessage(body)}
+	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+// serverMessage extracts an error message from the bodies servers send: OpenAI's and vLLM's
+// {"error":{"message":...}}, Ollama's and TGI's {"error":"..."}, vLLM's older top-level
+// {"object":"error","message":...}, llama.cpp's {"error":{"code","message","type"}}; otherwise
+// the start of the body, whatever it is.
+func serverMessage(body []byte) string {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  any             `json:"detail"` // FastAPI's validation errors
+	}
+	if json.Unmarshal(body, &e) == nil {
+		if len(e.Error) > 0 {
+			var s string
+			if json.Unmarshal(e.Error, &s) == nil && s != "" {
+				return truncate(s)
+			}
+			var o struct {
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(e.Error, &o) == nil && o.Message != "" {
+				return truncate(o.Message)
+			}
+		}
+		if e.Message != "" {
+			return truncate(e.Message)
+		}
+		if e.Detail != nil {
+			b, _ := json.Marshal(e.Detail)
+			return truncate(string(b))
+		}
+	}
+	text := string(body)
+	if strings.HasPrefix(strings.TrimSpace(text), "<") {
+		text = stripTags(text) // a proxy's HTML error page
+	}
+	if s := strings.Join(strings.Fields(text), " "); s != "" {
+		return truncate(s)
+	}
+	return "no error message"
+}
+
+func truncate(s string) string {
+	const limit = 300
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// requestError describes the failure of a request that got no usable answer: the context ended
+// (the caller's, or one of the client's timeouts), the server answered with an error status, or
+// the connection failed.
+func (c *Client) requestError(ctx context.Context, what string, err error) error {
+	if cause := context.Cause(ctx); cause != nil {
+		switch {
+		case errors.Is(cause, errFirstToken):
+			c.firstTokenTimeouts.Add(1)
+			return fmt.Errorf("%s: %w: no answer from %s within %v", what, rag.ErrTimeout, c.baseURL, c.cfg.firstTokenTimeout)
+		case errors.Is(cause, context.DeadlineExceeded):
+			return fmt.Errorf("%s: %w (%w)", what, rag.ErrTimeout, cause)
+		default:
+			return fmt.Errorf("%s: %w", what, cause)
+		}
+	}
+	var se *StatusError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%s: %w", what, se)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%s: %w: could not connect to %s within %v: %w", what, rag.ErrUnavailable, c.baseURL, c.cfg.connectTimeout, err)
+	}
+	return fmt.Errorf("%s: %w: %s: %w", what, rag.ErrUnavailable, c.baseURL, err)
+}
+
+// stripTags removes HTML tags, keeping the text between them.
+func stripTags(html string) string {
+	var b strings.Builder
+	inTag := false
+	for _, r := range html {
+		switch {
+		case r == '<':
+			inTag = true
+			b.WriteByte(' ')
+		case r == '>':
+			inTag = false
+		case !inTag:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,287 @@
+// Package qdranttest runs an in-process server that speaks Qdrant's gRPC protocol, for tests and
+// for the pitfall lab, where no Qdrant is running. It is built on the go-client's generated
+// server interfaces, so the real client talks to it exactly as to Qdrant, and keeps each
+// collection in a retrieve.Memory index (exact cosine search, so its answers are Qdrant's answers
+// without HNSW's approximation).
+//
+// Beyond the protocol it lets a test break things the way production breaks them: Stop and
+// Restart on the same port (Qdrant dies and returns, data kept), SetQueryLatency (Qdrant is
+// slow), a keepalive enforcement policy and MaxConnectionAge (gRPC's GOAWAYs: too_many_pings and
+// forced reconnects), an API key and TLS. Stats counts accepted connections, GOAWAYs by reason
+// and calls by method, read from the HTTP/2 frames the server writes.
+//
+// Supported calls: HealthCheck; collection Create (one unnamed dense vector, cosine distance),
+// Get, List, Delete, CollectionExists; points Upsert, Get, Delete (by ids), Query (nearest to a
+// dense vector, limit, offset, score threshold, payload selection), Scroll and Count. Filters,
+// named vectors and the other query kinds answer Unimplemented or InvalidArgument.
+package qdranttest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"sync"
+	"sync/atomic"
+
+	"github.com/qdrant/go-client/qdrant"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// Version is the Qdrant version the server reports unless WithVersion says otherwise.
+const Version = "1.17.0"
+
+type config struct {
+	addr        string
+	enforcement *keepalive.EnforcementPolicy
+	params      *keepalive.ServerParameters
+	apiKey      string
+	tlsConfig   *tls.Config
+	version     string
+	seed        uint64
+}
+
+// Option configures Start.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithAddr sets the listen address (default "127.0.0.1:0", a free loopback port).
+func WithAddr(addr string) Option { return optionFunc(func(c *config) { c.addr = addr }) }
+
+// WithKeepaliveEnforcement sets the server's keepalive enforcement policy: the shortest ping
+// interval it tolerates and whether pings without calls in flight are allowed. A client that
+// pings more often gets a GOAWAY with ENHANCE_YOUR_CALM and "too_many_pings" after three
+// offending pings. gRPC's default policy is a 5-minute minimum without streams forbidden.
+func WithKeepaliveEnforcement(p keepalive.EnforcementPolicy) Option {
+	return optionFunc(func(c *config) { c.enforcement = &p })
+}
+
+// WithKeepaliveParams sets the server's keepalive parameters, notably MaxConnectionAge (a
+// connection older than this, jittered by +-10%, is sent a GOAWAY "max_age" and must be
+// re-established) and MaxConnectionAgeGrace (how long calls in flight may then finish).
+func WithKeepaliveParams(p keepalive.ServerParameters) Option {
+	return optionFunc(func(c *config) { c.params = &p })
+}
+
+// WithAPIKey requires every call to carry key in its api-key metadata, as a Qdrant started with
+// QDRANT__SERVICE__API_KEY does; other calls fail with Unauthenticated.
+func WithAPIKey(key string) Option { return optionFunc(func(c *config) { c.apiKey = key }) }
+
+// WithTLS serves TLS with cfg, which must hold a certificate. "h2" is added to its NextProtos,
+// which gRPC clients require.
+func WithTLS(cfg *tls.Config) Option { return optionFunc(func(c *config) { c.tlsConfig = cfg }) }
+
+// WithVersion sets the version HealthCheck reports (default Version).
+func WithVersion(v string) Option { return optionFunc(func(c *config) { c.version = v }) }
+
+// WithSeed seeds the query latency draws (default 1).
+func WithSeed(seed uint64) Option { return optionFunc(func(c *config) { c.seed = seed }) }
+
+// Server is a running Qdrant-protocol server. Its data outlives Stop, like a Qdrant with
+// persistent storage. A Server is safe for concurrent use.
+type Server struct {
+	cfg   config
+	store *store
+
+	mu      sync.Mutex // guards addr, grpc, running
+	addr    string
+	grpc    *grpc.Server
+	running bool
+
+	latency atomic.Pointer[rag.Delay]
+
+	connections atomic.Int64
+	statsMu     sync.Mutex
+	goAways     map[string]int
+	calls       map[string]int
+	traceparent string
+}
+
+// Stats is what the server has seen since Start, across restarts.
+type Stats struct {
+	// Connections is the number of connections accepted: a client's pool, plus one per
+	// reconnect.
+	Connections int
+	// GoAways counts connections sent a GOAWAY, by reason: "too_many_pings" (keepalive
+	// enforcement), "max_age" (MaxConnectionAge), "graceful_stop", or the HTTP/2 error code.
+	GoAways map[string]int
+	// Calls counts calls by method name ("Query", "Upsert", "HealthCheck", ...), including
+	// rejected ones.
+	Calls map[string]int
+	// LastTraceparent is the traceparent metadata of the last call that carried one.
+	LastTraceparent string
+}
+
+// Start starts a server and returns once it accepts connections.
+func Start(opts ...Option) (*Server, error) {
+	cfg := config{addr: "127.0.0.1:0", version: Version, seed: 1}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if cfg.tlsConfig != nil {
+		cfg.tlsConfig = cfg.tlsConfig.Clone()
+		if !contains(cfg.tlsConfig.NextProtos, "h2") {
+			cfg.tlsConfig.NextProtos = append(cfg.tlsConfig.NextProtos, "h2")
+		}
+	}
+	s := &Server{cfg: cfg, store: newStore(), goAways: map[string]int{}, calls: map[string]int{}}
+	s.latency.Store(rag.NewDelay(rag.Law{Kind: rag.LawNone}, cfg.seed))
+	if err := s.listen(cfg.addr); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// listen binds addr and serves on it; the caller holds no lock.
+func (s *Server) listen(addr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		return errors.New("qdranttest: server is already running")
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("qdranttest: listen on %s: %w", addr, err)
+	}
+	var inner net.Listener = lis
+	if s.cfg.tlsConfig != nil {
+		inner = tls.NewListener(lis, s.cfg.tlsConfig)
+	}
+	// Qdrant accepts requests of up to 32 MB (service.max_request_size_mb), gRPC's default 4.
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.intercept), grpc.MaxRecvMsgSize(32 << 20)}
+	if s.cfg.enforcement != nil {
+		opts = append(opts, grpc.KeepaliveEnforcementPolicy(*s.cfg.enforcement))
+	}
+	if s.cfg.params != nil {
+		opts = append(opts, grpc.KeepaliveParams(*s.cfg.params))
+	}
+	gs := grpc.NewServer(opts...)
+	qdrant.RegisterQdrantServer(gs, qdrantService{s: s})
+	qdrant.RegisterCollectionsServer(gs, collectionsService{s: s})
+	qdrant.RegisterPointsServer(gs, pointsService{s: s})
+	s.addr, s.grpc, s.running = lis.Addr().String(), gs, true
+	go func() { _ = gs.Serve(&watchedListener{Listener: inner, s: s}) }()
+	return nil
+}
+
+// Addr returns the host:port the server listens on; it stays the same across Restart.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Port returns the port the server listens on.
+func (s *Server) Port() int {
+	_, port, _ := net.SplitHostPort(s.Addr())
+	var p int
+	_, _ = fmt.Sscan(port, &p)
+	return p
+}
+
+// Running reports whether the server is serving.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// Stop kills the server the way a crash does: the listener closes, every connection is cut and
+// calls in flight fail. The data stays for Restart. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	gs, running := s.grpc, s.running
+	s.running = false
+	s.mu.Unlock()
+	if running {
+		gs.Stop()
+	}
+}
+
+// Restart serves again on the same address after Stop, with the data it held.
+func (s *Server) Restart() error { return s.listen(s.Addr()) }
+
+// Close stops the server for good. It is idempotent.
+func (s *Server) Close() { s.Stop() }
+
+// SetQueryLatency makes every Query wait a draw of law before it answers, or until the caller
+// gives up. The none law (the default) answers at once.
+func (s *Server) SetQueryLatency(law rag.Law) {
+	s.latency.Store(rag.NewDelay(law, s.cfg.seed))
+}
+
+// Stats returns what the server has seen.
+func (s *Server) Stats() Stats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	st := Stats{Connections: int(s.connections.Load()), GoAways: map[string]int{}, Calls: map[string]int{}, LastTraceparent: s.traceparent}
+	for k, v := range s.goAways {
+		st.GoAways[k] = v
+	}
+	for k, v := range s.calls {
+		st.Calls[k] = v
+	}
+	return st
+}
+
+// Points returns the number of points in a collection, or -1 if it does not exist.
+func (s *Server) Points(collection string) int {
+	c := s.store.get(collection)
+	if c == nil {
+		return -1
+	}
+	return c.len()
+}
+
+func (s *Server) countGoAway(reason string) {
+	s.statsMu.Lock()
+	s.goAways[reason]++
+	s.statsMu.Unlock()
+}
+
+// intercept counts calls, records traceparent and enforces the API key.
+func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.statsMu.Lock()
+	s.calls[path.Base(info.FullMethod)]++
+	if tp := md.Get("traceparent"); len(tp) > 0 {
+		s.traceparent = tp[0]
+	}
+	s.statsMu.Unlock()
+	if s.cfg.apiKey != "" {
+		if keys := md.Get("api-key"); len(keys) == 0 || keys[0] != s.cfg.apiKey {
+			return nil, status.Error(codes.Unauthenticated, "Must provide an API key or an Authorization bearer token")
+		}
+	}
+	return handler(ctx, req)
+}
+
+// qdrantService answers the health check.
+type qdrantService struct {
+	qdrant.UnimplementedQdrantServer
+	s *Server
+}
+
+func (q qdrantService) HealthCheck(context.Context, *qdrant.HealthCheckRequest) (*qdrant.HealthCheckReply, error) {
+	return &qdrant.HealthCheckReply{Title: "qdrant - vector search engine (ragtail qdranttest)", Version: q.s.cfg.version}, nil
+}
