@@ -112,6 +112,12 @@ func TestServeRejectsBadSettings(t *testing.T) {
 
 var servingLine = regexp.MustCompile(`on http://(127\.0\.0\.1:\d+)`)
 
+// servingOut keeps the stdout of each serve startServe started, by API address.
+var (
+	servingMu  sync.Mutex
+	servingOut = map[string]*syncBuffer{}
+)
+
 // startServe runs `ragtail serve` with args until the returned cancel is called; it returns the
 // API address and a channel with run's result.
 func startServe(t *testing.T, args ...string) (addr string, cancel context.CancelFunc, done <-chan error) {
@@ -126,6 +132,9 @@ func startServe(t *testing.T, args ...string) (addr string, cancel context.Cance
 	for {
 		if m := servingLine.FindStringSubmatch(stdout.String()); m != nil {
 			t.Cleanup(cancel)
+			servingMu.Lock()
+			servingOut[m[1]] = stdout
+			servingMu.Unlock()
 			return m[1], cancel, errc
 		}
 		select {

@@ -43,6 +43,7 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
 	o.service.register(fs)
 	o.service.telemetry.register(fs)
+	o.service.backends.register(fs)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/httpapi"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
@@ -54,7 +55,9 @@ type serviceOptions struct {
 	corpusDocs   int
 	seed         uint64
 	logLevel     string
+	faults       fault.Rules
 	telemetry    telemetryOptions
+	backends     backendOptions
 }
 
 // telemetryOptions are the telemetry flags of serve. The zero value, which demo uses, traces
@@ -110,6 +113,7 @@ func (o *serviceOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.corpusDocs, "corpus-docs", 0, "documents in the built-in corpus (0: the default size)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the corpus and every latency law")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Var(&o.faults, "fault", fault.FlagUsage)
 }
 
 // service is the RAG service on its embedded default, wired and ready to serve.
@@ -128,6 +132,9 @@ type service struct {
 	Shards    int
 	Chunks    int
 	Questions []string // questions about the corpus, for demo load
+	Pool      *admission.Pool
+	Faults    *fault.Injector
+	Runtime   *runtime // GET|PUT /admin/config and GET /admin/stats
 	closers   []func() error
 }
 
@@ -184,44 +191,6 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 		return nil, fmt.Errorf("telemetry settings: %w", err)
 	}
 
-	start := time.Now()
-	chunks, questions, err := builtinCorpus(o)
-	if err != nil {
-		return nil, err
-	}
-	emb, err := embed.NewHash(embed.WithDimension(o.dim), embed.WithSeed(o.seed), embed.WithLatency(o.embedLatency, 0))
-	if err != nil {
-		return nil, fmt.Errorf("embedder: %w", err)
-	}
-	idxOpts := []retrieve.Option{retrieve.WithSeed(o.seed)}
-	for i, law := range o.shardLatency {
-		if len(o.shardLatency) == 1 {
-			idxOpts = append(idxOpts, retrieve.WithLatency(law))
-			break
-		}
-		idxOpts = append(idxOpts, retrieve.WithShardLatency(i, law))
-	}
-	idx, err := retrieve.NewMemory(o.dim, o.shards, idxOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("index: %w", err)
-	}
-	ids := make([]string, len(chunks))
-	vecs := make([][]float32, len(chunks))
-	for i, c := range chunks {
-		ids[i], vecs[i] = c.ID, emb.Vector(c.Title+"\n"+c.Text)
-	}
-	if err := idx.AddBatch(ids, vecs); err != nil {
-		return nil, fmt.Errorf("index: %w", err)
-	}
-	docOpts := []docstore.Option{docstore.WithSeed(o.seed), docstore.WithFetchLatency(o.fetchLatency), docstore.WithCache(o.cacheSize)}
-	if o.bloom {
-		docOpts = append(docOpts, docstore.WithBloom(o.bloomFP))
-	} else {
-		docOpts = append(docOpts, docstore.WithoutBloom())
-	}
-	docs := docstore.New(chunks, docOpts...)
-	svc.closers = append(svc.closers, docs.Close)
-
 	telCfg.ServiceVersion = version
 	telCfg.TraceFile = o.telemetry.traceFile
 	telCfg.Logger = logger
@@ -262,12 +231,128 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 		}
 	}
 
+
+	start := time.Now()
+	if err := o.backends.validate(); err != nil {
+		return nil, err
+	}
+	btel := backendTelemetry{TracerProvider: tp, MeterProvider: tel.MeterProvider, Propagator: tel.Propagator}
+	var emb pipeline.Embedder
+	dim := o.dim
+	hash, err := embed.NewHash(embed.WithDimension(o.dim), embed.WithSeed(o.seed), embed.WithLatency(o.embedLatency, 0))
+	if err != nil {
+		return nil, fmt.Errorf("embedder: %w", err)
+	}
+	emb = hash
+	ec, err := openEmbedder(ctx, o.backends, btel, logger)
+	if err != nil {
+		return nil, err
+	}
+	if ec != nil {
+		emb, dim = ec, ec.Dimension()
+	}
+	embedderID := o.backends.embedderID(dim, o.seed)
+	docOpts := []docstore.Option{docstore.WithSeed(o.seed), docstore.WithFetchLatency(o.fetchLatency), docstore.WithCache(o.cacheSize)}
+	if o.bloom {
+		docOpts = append(docOpts, docstore.WithBloom(o.bloomFP))
+	} else {
+		docOpts = append(docOpts, docstore.WithoutBloom())
+	}
+
+	var (
+		chunks    []rag.Chunk
+		questions []string
+		ret       pipeline.Retriever
+		idx       *retrieve.Memory
+		docs      *docstore.Store
+		ready     func(context.Context) error
+	)
+	switch {
+	case o.backends.qdrantAddr != "":
+		// Qdrant holds the vectors and the payloads; the doc store is filled from it once
+		// Qdrant is ready (and again after an ingest while serving).
+		docs = docstore.New(nil, docOpts...)
+		qb, err := openRetriever(ctx, o.backends, o.shards, dim, embedderID, func(cs []rag.Chunk) error {
+			for _, c := range cs {
+				if err := docs.Put(c); err != nil {
+					return err
+				}
+			}
+			docs.RebuildBloom()
+			return nil
+		}, btel, logger)
+		if err != nil {
+			return nil, err
+		}
+		svc.closers = append(svc.closers, qb.Close)
+		ret, ready = qb, qb.Ready
+		questions = corpus.Questions(corpus.Builtin(corpus.Options{Seed: o.seed, Docs: o.corpusDocs}), 1000, o.seed)
+	default:
+		idxOpts := []retrieve.Option{retrieve.WithSeed(o.seed)}
+		for i, law := range o.shardLatency {
+			if len(o.shardLatency) == 1 {
+				idxOpts = append(idxOpts, retrieve.WithLatency(law))
+				break
+			}
+			idxOpts = append(idxOpts, retrieve.WithShardLatency(i, law))
+		}
+		var vecs [][]float32
+		if o.backends.snapshot != "" {
+			snap, err := loadSnapshot(o.backends.snapshot, embedderID)
+			if err != nil {
+				return nil, err
+			}
+			chunks, dim = snap.Chunks, snap.Dim
+			if idx, err = retrieve.NewMemory(dim, o.shards, idxOpts...); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+			if err := snap.AddTo(idx); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+		} else {
+			if chunks, _, err = builtinCorpus(o); err != nil {
+				return nil, err
+			}
+			if idx, err = retrieve.NewMemory(dim, o.shards, idxOpts...); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+			if ec != nil {
+				if vecs, err = embedCorpus(ctx, ec, chunks); err != nil {
+					return nil, fmt.Errorf("embed the corpus: %w", err)
+				}
+			} else {
+				vecs = make([][]float32, len(chunks))
+				for i, c := range chunks {
+					vecs[i] = hash.Vector(chunkText(c))
+				}
+			}
+			ids := make([]string, len(chunks))
+			for i, c := range chunks {
+				ids[i] = c.ID
+			}
+			if err := idx.AddBatch(ids, vecs); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+		}
+		questions = corpus.Questions(chunks, 1000, o.seed)
+		docs = docstore.New(chunks, docOpts...)
+		ret = idx
+		ready = func(context.Context) error {
+			if idx.Len() == 0 {
+				return errors.New("the index is empty")
+			}
+			return nil
+		}
+	}
+	svc.closers = append(svc.closers, docs.Close)
+
 	engine, err := llmsim.New(prof, engineOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("llm-sim: %w", err)
 	}
-	svc.closers = append(svc.closers, engine.Close)
-	if err := tel.Registry.Register(engine.Collector()); err != nil {
+	engines := newEngineSwitch(engine, engineOpts, logger)
+	svc.closers = append(svc.closers, engines.Close)
+	if err := tel.Registry.Register(engines); err != nil {
 		return nil, fmt.Errorf("llm-sim metrics: %w", err)
 	}
 
@@ -276,9 +361,24 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	p, err := pipeline.New(emb, idx, cacheReporting{docs}, engine, pipeline.Config{
+	var gen pipeline.Generator = engines
+	sim := engines
+	model := prof.Model
+	lc, err := openGenerator(ctx, o.backends, btel, logger)
+	if err != nil {
+		return nil, err
+	}
+	if lc != nil {
+		svc.closers = append(svc.closers, lc.Close)
+		gen, model, sim = lc, lc.Models()[0], nil
+	}
+	faults, err := fault.NewInjector(o.faults, o.seed)
+	if err != nil {
+		return nil, fmt.Errorf("--fault: %w", err)
+	}
+	p, err := pipeline.New(emb, ret, cacheReporting{docs}, gen, pipeline.Config{
 		Coupling: coupling, TopK: o.topK, AsyncQuorum: o.asyncQuorum, AsyncDeadline: o.asyncDeadln,
-	}, pipeline.WithAdmitter(pool), pipeline.WithLogger(logger), pipeline.WithClock(tel.Now),
+	}, pipeline.WithAdmitter(pool), pipeline.WithFaults(faultHook{faults}), pipeline.WithLogger(logger), pipeline.WithClock(tel.Now),
 		pipeline.WithTracerProvider(tp), pipeline.WithMeterProvider(tel.MeterProvider),
 		pipeline.WithContentCapture(tel.CaptureContent))
 	if err != nil {
@@ -294,17 +394,16 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 	svc.API = httpapi.New(p, httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
 		httpapi.WithClock(tel.Now), httpapi.WithTracerProvider(tp), httpapi.WithMeterProvider(tel.MeterProvider),
 		httpapi.WithPropagator(tel.Propagator),
-		httpapi.WithReadiness(func(context.Context) error {
-			if idx.Len() == 0 {
-				return errors.New("the index is empty")
-			}
-			return nil
-		}))
+		httpapi.WithReadiness(ready))
+	rt := newRuntime(o, p, idx, docs, pool, faults, sim)
+	svc.Pool, svc.Faults, svc.Runtime = pool, faults, rt
 	svc.Admin = httpapi.NewAdmin(reg, httpapi.WithTraces(tel.Ring.Handler()),
-		httpapi.WithProfiles(profile.Handler(profiler.Store())), httpapi.WithPprof(profile.PprofHandler()))
+		httpapi.WithProfiles(profile.Handler(profiler.Store())), httpapi.WithPprof(profile.PprofHandler()),
+		httpapi.WithConfig(rt, httpapi.ConfigAccess{Token: os.Getenv("RAGTAIL_ADMIN_TOKEN"), TrustLoopback: true}),
+		httpapi.WithStats(rt.Stats))
 	svc.Telemetry, svc.Profiler = tel, profiler
 	svc.Registry, svc.Pipeline, svc.Engine, svc.Docs, svc.Index = reg, p, engine, docs, idx
-	svc.Model, svc.Profile, svc.Shards, svc.Chunks, svc.Questions = prof.Model, prof.Name, o.shards, len(chunks), questions
+	svc.Model, svc.Profile, svc.Shards, svc.Chunks, svc.Questions = model, prof.Name, o.shards, len(chunks), questions
 	logger.Debug("service built", "chunks", len(chunks), "took", time.Since(start))
 	return svc, nil
 }

@@ -413,3 +413,7 @@ func checkFinite(v []float32) error {
 	}
 	return nil
 }
+
+// ProviderName returns "openai", the gen_ai.provider.name of its spans: the client speaks the
+// OpenAI embeddings API, whichever server is behind it.
+func (c *Client) ProviderName() string { return "openai" }

@@ -406,3 +406,7 @@ func (c *Client) waitRetry(ctx context.Context, attempt int, err error, deadline
 	c.retries.Add(1)
 	return true
 }
+
+// ProviderName returns "openai", the gen_ai.provider.name of its spans: the client speaks the
+// OpenAI API, whichever server (vLLM, Ollama, llama.cpp, OpenAI) is behind it.
+func (c *Client) ProviderName() string { return "openai" }

@@ -367,5 +367,5 @@ func (m *Memory) Reshard(n int) error {
 	return nil
 }
 
-// System returns "ragtail.memory", the db.system.name of its spans.
-func (m *Memory) System() string { return "ragtail.memory" }
+// DBSystem returns "ragtail.memory", the db.system.name of its spans.
+func (m *Memory) DBSystem() string { return "ragtail.memory" }

@@ -402,8 +402,8 @@ func (q *Qdrant) ShardCollection(i int) string { return q.collections[i] }
 // Shards returns the number of shards, fixed at construction.
 func (q *Qdrant) Shards() int { return len(q.collections) }
 
-// System returns "qdrant", the db.system.name of its spans.
-func (q *Qdrant) System() string { return "qdrant" }
+// DBSystem returns "qdrant", the db.system.name of its spans.
+func (q *Qdrant) DBSystem() string { return "qdrant" }
 
 // ServerVersion returns the version Qdrant reported at the last successful Check, or "".
 func (q *Qdrant) ServerVersion() string {

@@ -187,8 +187,8 @@ func TestQdrantAddressAndCollections(t *testing.T) {
 			for i := range q.Shards() {
 				names = append(names, q.ShardCollection(i))
 			}
-			if !slices.Equal(names, tt.wantNames) || q.Collection() != "docs" || q.System() != "qdrant" {
-				t.Errorf("collections %v (%s, %s), want %v", names, q.Collection(), q.System(), tt.wantNames)
+			if !slices.Equal(names, tt.wantNames) || q.Collection() != "docs" || q.DBSystem() != "qdrant" {
+				t.Errorf("collections %v (%s, %s), want %v", names, q.Collection(), q.DBSystem(), tt.wantNames)
 			}
 		})
 	}
@@ -766,3 +766,6 @@ func BenchmarkQdrantSearch(b *testing.B) {
 		}
 	}
 }
+
+var _ pipeline.DBSystemNamer = (*retrieve.Qdrant)(nil)
+var _ pipeline.DBSystemNamer = (*retrieve.Memory)(nil)
