@@ -231,7 +231,6 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 		}
 	}
 
-
 	start := time.Now()
 	if err := o.backends.validate(); err != nil {
 		return nil, err
