@@ -28,7 +28,11 @@ func commands() []command {
 	return []command{
 		{"serve", "run the RAG service (API on --addr, admin on --admin-addr)", runServe},
 		{"llm-sim", "run the simulated inference engine alone as an OpenAI-compatible server", runLLMSim},
+		{"bench", "drive an OpenAI-compatible endpoint with an open-loop load; report latencies with intervals", runBench},
+		{"sweep", "run a ladder of rates or concurrencies; find the knee and the max RPS under an SLO", runSweep},
 		{"demo", "serve + drive a short load in each coupling mode on the embedded default; print percentiles", runDemo},
+		{"ingest", "chunk and embed .md/.txt files (or the built-in corpus) into Qdrant or a snapshot file", runIngest},
+		{"lab", "run a pitfall experiment A/B and print measured vs claimed figures", runLab},
 		{"report", "render or merge result files (text, --html, --json)", runReport},
 		{"version", "print the version", runVersion},
 	}

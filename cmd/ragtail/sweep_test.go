@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSweepFindsKneeAndMaxRPS(t *testing.T) {
+	t.Parallel()
+	// llm-sim's tiny engine (8 sequences, ~1 ms steps) completes about 230 requests of 16
+	// tokens a second: at 40 and 120 req/s it keeps up (P95 E2EL tens of ms); at 400 req/s its
+	// queue grows for the whole point and P95 E2EL reaches about a second. So the ladder brackets
+	// the max rate under P95 <= 300 ms between 120 and 400, bisection narrows it to 70 req/s, and
+	// the P99 curve bends at 120 (a slope far above 2 ms per req/s after it, below before).
+	srv := startLLMSim(t, tinyProfile(t))
+	dir := t.TempDir()
+	out, html := filepath.Join(dir, "sweep.json"), filepath.Join(dir, "sweep.html")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"sweep", "--url", srv.URL + "/v1/chat/completions", "--rates", "40,120,400",
+		"--point-duration", "1s", "--pause", "100ms", "--max-tokens", "16", "--dataset", "short", "--slo", "p95_e2el:300",
+		"--rps-tolerance", "70", "--knee-threshold", "2", "--quiet", "--json", out, "--html", html}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	r := readJSON(t, out)
+	if r["schema"] != "ragtail.sweep/v1" || r["axis"] != "rate" {
+		t.Errorf("schema %v, axis %v", r["schema"], r["axis"])
+	}
+	points, _ := r["points"].([]any)
+	if len(points) != 3 {
+		t.Fatalf("%d points", len(points))
+	}
+	knee, _ := r["knee"].(map[string]any)
+	if knee == nil || knee["rate"] == nil || knee["p99_e2el_ms"] == nil || knee["method"] == nil {
+		t.Errorf("knee %v", r["knee"])
+	}
+	maxRPS, _ := r["max_rps_under_slo"].(float64)
+	if maxRPS < 100 || maxRPS > 400 {
+		t.Errorf("max_rps_under_slo %v, want between the bracketing rungs", r["max_rps_under_slo"])
+	}
+	if probes, _ := r["probes"].([]any); len(probes) < 3 {
+		t.Errorf("probes %v: want the bracket and at least one bisection", r["probes"])
+	}
+	if !strings.Contains(stdout.String(), "Max RPS under") {
+		t.Errorf("text report:\n%s", stdout.String())
+	}
+	if b, err := os.ReadFile(html); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("html: %v", err)
+	}
+}
+
+func TestSweepUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"no ladder", nil, "give one ladder"},
+		{"two ladders", []string{"--rates", "1,2", "--concurrencies", "1,2"}, "give one ladder"},
+		{"decreasing", []string{"--rates", "4,2"}, "must increase"},
+		{"bad rate", []string{"--rates", "1,x"}, "not a positive rate"},
+		{"arithmetic", []string{"--rate-start", "5", "--rate-step", "0", "--rate-max", "9"}, "--rate-step"},
+		{"bad slo", []string{"--rates", "1", "--slo", "fast"}, "--slo"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(context.Background(), append([]string{"sweep", "--url", "http://127.0.0.1:1/v1/chat/completions"}, tt.args...), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("err = %v, want %q", err, tt.msg)
+			}
+		})
+	}
+	for _, s := range []string{"p95_e2el:2000", "e2el:p95:2000", "P99.9_ttft:300"} {
+		if _, err := parseSweepSLO(s); err != nil {
+			t.Errorf("parseSweepSLO(%q): %v", s, err)
+		}
+	}
+}
+
+func TestSweepConcurrencyLadder(t *testing.T) {
+	t.Parallel()
+	srv := startLLMSim(t, tinyProfile(t))
+	out := filepath.Join(t.TempDir(), "users.json")
+	err := run(context.Background(), []string{"sweep", "--url", srv.URL + "/v1/chat/completions", "--concurrencies", "1,4",
+		"--point-duration", "300ms", "--pause", "0s", "--max-tokens", "8", "--dataset", "short", "--quiet", "--json", out}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := readJSON(t, out)
+	points, _ := r["points"].([]any)
+	if r["axis"] != "concurrency" || len(points) != 2 {
+		t.Fatalf("axis %v, %d points", r["axis"], len(points))
+	}
+	a, b := points[0].(map[string]any), points[1].(map[string]any)
+	// Four users of an engine that batches eight sequences finish more requests a second than one.
+	if a["achieved_rps"].(float64) >= b["achieved_rps"].(float64) {
+		t.Errorf("achieved %v with 1 user, %v with 4", a["achieved_rps"], b["achieved_rps"])
+	}
+}

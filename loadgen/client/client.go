@@ -1,0 +1,859 @@
+// Package client is ragtail's HTTP client for OpenAI-compatible APIs (vLLM, Ollama, llama.cpp,
+// OpenAI, ragtail itself). It implements loadgen.Doer: one call sends one request and fills in a
+// loadgen.Record with the moment the request was written, the first response byte, the first
+// content token, every content chunk with its tokens, the end, the status, a bounded error kind,
+// the trace id and the server's per-stage timings.
+//
+// The SSE parser survives the streams real servers send: comments and keep-alives, CRLF or CR
+// line ends, multi-line data, several tokens in a chunk, a role-only first chunk, a usage chunk
+// with empty choices, error events (`data: {"error":...}`, vLLM's `{"object":"error"}`,
+// `event: error`), error bodies of any status that are not SSE, and a stream cut without
+// [DONE]. Output tokens come from the server's usage (stream_options.include_usage is asked
+// for; vLLM's continuous usage stats give per-chunk counts); without usage each content chunk
+// counts as one token, a lower bound when a server packs several tokens into a chunk.
+//
+// Every request carries a fresh W3C traceparent; the trace id the server returns (or the one
+// sent) is recorded. Server-Timing is read from the response header, the HTTP trailer, or the
+// last chunk's "server_timing" field (ragtail puts it in all three). When the server reports its
+// clock in a response header, the client estimates the offset between the two clocks.
+//
+// Client spans over OTLP are not emitted: the generator's clock and trace ids already line up
+// with the server's spans through traceparent.
+//
+// A Client is safe for concurrent use.
+package client
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+)
+
+var _ loadgen.Doer = (*Client)(nil)
+
+// Client sends requests to one OpenAI-compatible endpoint.
+type Client struct {
+	cfg         config
+	url         string // the endpoint, e.g. http://host:8000/v1/chat/completions
+	origin      string // scheme://host, for Path requests
+	completions bool   // the legacy /v1/completions endpoint: a prompt, not messages
+	hc          *http.Client
+	extra       map[string]json.RawMessage
+	auth        []string // the Authorization header value, if an API key is set
+	clock       clockEstimator
+	readers     sync.Pool
+}
+
+type config struct {
+	model        string
+	apiKey       string
+	maxTokens    int
+	temperature  *float64
+	stream       bool
+	streamUsage  bool
+	extra        map[string]any
+	header       http.Header
+	timeout      time.Duration
+	transport    http.RoundTripper
+	clockHeaders []string
+}
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithModel sets the "model" of every request.
+func WithModel(model string) Option { return optionFunc(func(c *config) { c.model = model }) }
+
+// WithAPIKey sends key as a bearer token.
+func WithAPIKey(key string) Option { return optionFunc(func(c *config) { c.apiKey = key }) }
+
+// WithMaxTokens sets max_tokens for requests that do not set their own; 0 leaves it out.
+func WithMaxTokens(n int) Option { return optionFunc(func(c *config) { c.maxTokens = n }) }
+
+// WithTemperature sets the sampling temperature of every request.
+func WithTemperature(t float64) Option {
+	return optionFunc(func(c *config) { c.temperature = &t })
+}
+
+// WithStream chooses streamed (SSE, the default) or non-streamed responses. Without streaming
+// there is no first token: TTFT, TPOT and ITL are undefined and only E2EL is measured.
+func WithStream(stream bool) Option { return optionFunc(func(c *config) { c.stream = stream }) }
+
+// WithStreamUsage asks for the usage chunk (stream_options.include_usage, on by default). Turn it
+// off for servers that reject stream_options; output tokens are then counted from chunks.
+func WithStreamUsage(on bool) Option { return optionFunc(func(c *config) { c.streamUsage = on }) }
+
+// WithBody adds top-level fields to every request body, such as ragtail's
+// {"rag": {"coupling": "async"}} or vLLM's {"ignore_eos": true}. A request's own Extra fields
+// win over these, and these over the standard fields.
+func WithBody(fields map[string]any) Option {
+	return optionFunc(func(c *config) {
+		if c.extra == nil {
+			c.extra = map[string]any{}
+		}
+		for k, v := range fields {
+			c.extra[k] = v
+		}
+	})
+}
+
+// WithHeader adds a header to every request.
+func WithHeader(key, value string) Option {
+	return optionFunc(func(c *config) { c.header.Add(key, value) })
+}
+
+// WithTimeout bounds each request from the call to Do (connecting included) to its last byte; a
+// request over it ends with loadgen.ErrKindTimeout. 0 (the default) sets no bound.
+func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.timeout = d }) }
+
+// WithTransport replaces the HTTP transport. The default keeps any number of connections open
+// to the target and does not ask for compression.
+func WithTransport(rt http.RoundTripper) Option {
+	return optionFunc(func(c *config) { c.transport = rt })
+}
+
+// WithClockHeaders sets the response headers that may carry the server's clock, tried in
+// order (see DefaultClockHeaders for the accepted formats).
+func WithClockHeaders(names ...string) Option {
+	return optionFunc(func(c *config) { c.clockHeaders = names })
+}
+
+// DefaultClockHeaders are the response headers read for the server's clock: ragtail's
+// X-Ragtail-Time (Unix nanoseconds when the response headers were written), then a generic
+// name. A value is Unix time as an integer (seconds, milliseconds, microseconds or
+// nanoseconds, told apart by size), a decimal number of seconds, or an RFC 3339 time.
+var DefaultClockHeaders = []string{"X-Ragtail-Time", "X-Server-Time"}
+
+// New returns a client of the endpoint at rawURL: a chat-completions URL
+// (http://host:8000/v1/chat/completions) or a legacy completions one (/v1/completions).
+// Requests with a Path go to the same scheme and host.
+func New(rawURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("url %q: want http:// or https:// with a host", rawURL)
+	}
+	cfg := config{stream: true, streamUsage: true, header: http.Header{}, clockHeaders: DefaultClockHeaders}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if cfg.transport == nil {
+		cfg.transport = NewTransport()
+	}
+	c := &Client{
+		cfg:         cfg,
+		url:         u.String(),
+		origin:      u.Scheme + "://" + u.Host,
+		completions: strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/completions") && !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/chat/completions"),
+		// Redirects are not followed: a load generator should measure the endpoint it was given.
+		hc: &http.Client{Transport: cfg.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+	}
+	if len(cfg.extra) > 0 {
+		c.extra = make(map[string]json.RawMessage, len(cfg.extra))
+		for k, v := range cfg.extra {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("body field %q: %w", k, err)
+			}
+			c.extra[k] = b
+		}
+	}
+	if cfg.apiKey != "" {
+		c.auth = []string{"Bearer " + cfg.apiKey}
+	}
+	c.readers.New = func() any { return newSSEReader(nil) }
+	return c, nil
+}
+
+// NewTransport returns the transport New uses by default: connections kept for reuse without a
+// per-host limit (a load generator must not queue behind its own pool), no compression asked
+// for (servers that compress an event stream delay its events), and the proxy from the
+// environment.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   1 << 16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// CloseIdleConnections closes the connections kept for reuse.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// URL returns the endpoint the client sends chat requests to.
+func (c *Client) URL() string { return c.url }
+
+// timing holds what the transport's trace hooks saw, written from its goroutines.
+type timing struct {
+	origin    time.Time
+	wrote     atomic.Int64 // offset at which the request was written; 0 if not yet
+	firstByte atomic.Int64
+	trace     httptrace.ClientTrace
+}
+
+func (t *timing) wroteRequest(httptrace.WroteRequestInfo) {
+	t.wrote.CompareAndSwap(0, int64(time.Since(t.origin)))
+}
+
+func (t *timing) gotFirstResponseByte() {
+	t.firstByte.CompareAndSwap(0, int64(time.Since(t.origin)))
+}
+
+// Do sends req and fills rec; see loadgen.Doer. It never panics on a bad response: every
+// failure becomes rec.Err and rec.ErrKind.
+func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time, rec *loadgen.Record) {
+	if c.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
+		defer cancel()
+	}
+	// One allocation holds the trace hooks' state; the transport calls the hooks from its own
+	// goroutines, possibly after Do returned, so the state is never reused.
+	tm := &timing{origin: origin}
+	tm.trace.WroteRequest = tm.wroteRequest
+	tm.trace.GotFirstResponseByte = tm.gotFirstResponseByte
+	ctx = httptrace.WithClientTrace(ctx, &tm.trace)
+
+	// The body buffer is not pooled: the transport may still be writing it when a server that
+	// answered early has made Do return.
+	hreq, err := c.newRequest(ctx, req, new(bytes.Buffer))
+	if err != nil {
+		now := time.Since(origin)
+		rec.Sent, rec.End = now, now
+		fail(rec, loadgen.ErrKindProtocol, fmt.Errorf("build request: %w", err))
+		return
+	}
+	traceID, traceparent := newTraceparent()
+	hreq.Header["Traceparent"] = []string{traceparent}
+	rec.TraceID = traceID
+
+	before := time.Since(origin)
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		rec.Sent, rec.End = sentAt(tm, before), time.Since(origin)
+		written := tm.wrote.Load() != 0
+		fail(rec, classify(ctx, err, written), err)
+		return
+	}
+	defer resp.Body.Close()
+	if fb := tm.firstByte.Load(); fb != 0 {
+		rec.FirstByte = time.Duration(fb)
+	} else {
+		rec.FirstByte = time.Since(origin)
+	}
+	// A server may answer before it has read the whole request: then the write ends after the
+	// first byte came, and the send is taken from before the round trip.
+	if rec.Sent = sentAt(tm, before); rec.Sent > rec.FirstByte {
+		rec.Sent = before
+	}
+	rec.Status = resp.StatusCode
+	if tc, ok := parseTraceparent(resp.Header.Get("traceparent")); ok {
+		rec.TraceID = tc
+	}
+	if st := resp.Header.Values("Server-Timing"); len(st) > 0 {
+		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, st...)
+	}
+	c.clock.observe(resp.Header, c.cfg.clockHeaders, origin.Add(rec.Sent), origin.Add(rec.FirstByte))
+
+	body := io.Reader(resp.Body)
+	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			rec.End = time.Since(origin)
+			fail(rec, loadgen.ErrKindProtocol, fmt.Errorf("gzip body: %w", err))
+			return
+		}
+		body = zr
+	}
+
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		c.readError(ctx, resp, body, origin, rec)
+	case req.Path != "":
+		c.readPlain(ctx, body, origin, rec)
+	case isEventStream(resp.Header.Get("Content-Type")) || (c.cfg.stream && !isJSON(resp.Header.Get("Content-Type"))):
+		c.readStream(ctx, body, req, origin, rec)
+	default:
+		c.readCompletion(ctx, body, req, origin, rec)
+	}
+	// Trailers are complete once the body has been read to its end.
+	if st := resp.Trailer.Values("Server-Timing"); len(st) > 0 {
+		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, st...)
+	}
+	if rec.PromptTokens == 0 {
+		rec.PromptTokens = req.PromptTokens
+	}
+}
+
+// sentAt is when the request was written: from the transport's hook, or before the round trip.
+func sentAt(tm *timing, before time.Duration) time.Duration {
+	if w := tm.wrote.Load(); w != 0 {
+		return time.Duration(w)
+	}
+	return before
+}
+
+// newRequest builds the HTTP request for req, encoding its body into buf.
+func (c *Client) newRequest(ctx context.Context, req *loadgen.Request, buf *bytes.Buffer) (*http.Request, error) {
+	if req.Path != "" {
+		target := c.origin + req.Path
+		if !strings.HasPrefix(req.Path, "/") {
+			target = c.origin + "/" + req.Path
+		}
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return nil, err
+		}
+		c.setHeaders(hreq, acceptJSON)
+		return hreq, nil
+	}
+	if err := c.encodeBody(req, buf); err != nil {
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		return nil, err
+	}
+	accept := acceptJSON
+	if c.cfg.stream {
+		accept = acceptEvents
+	}
+	hreq.Header["Content-Type"] = acceptJSON
+	c.setHeaders(hreq, accept)
+	return hreq, nil
+}
+
+// Header values shared by every request: net/http only reads them.
+var (
+	acceptJSON   = []string{"application/json"}
+	acceptEvents = []string{"text/event-stream"}
+	userAgent    = []string{"ragtail-bench"}
+)
+
+func (c *Client) setHeaders(hreq *http.Request, accept []string) {
+	h := hreq.Header
+	h["Accept"] = accept
+	h["User-Agent"] = userAgent
+	if c.auth != nil {
+		h["Authorization"] = c.auth
+	}
+	for k, vs := range c.cfg.header { // the user's own headers win
+		h[k] = vs
+	}
+}
+
+// chatBody is the JSON of a chat (or legacy completions) request.
+type chatBody struct {
+	Model         string            `json:"model,omitempty"`
+	Messages      []loadgen.Message `json:"messages,omitempty"`
+	Prompt        *string           `json:"prompt,omitempty"`
+	MaxTokens     int               `json:"max_tokens,omitempty"`
+	Temperature   *float64          `json:"temperature,omitempty"`
+	Stream        bool              `json:"stream"`
+	StreamOptions *streamOptions    `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+var includeUsage = &streamOptions{IncludeUsage: true}
+
+func (c *Client) encodeBody(req *loadgen.Request, buf *bytes.Buffer) error {
+	b := chatBody{Model: c.cfg.model, MaxTokens: c.cfg.maxTokens, Temperature: c.cfg.temperature, Stream: c.cfg.stream}
+	if req.MaxTokens > 0 {
+		b.MaxTokens = req.MaxTokens
+	}
+	if c.cfg.stream && c.cfg.streamUsage {
+		b.StreamOptions = includeUsage
+	}
+	if c.completions {
+		var sb strings.Builder
+		for i, m := range req.Messages {
+			if i > 0 {
+				sb.WriteString("\n\n")
+			}
+			sb.WriteString(m.Content)
+		}
+		p := sb.String()
+		b.Prompt = &p
+	} else {
+		b.Messages = req.Messages
+		if b.Messages == nil {
+			b.Messages = []loadgen.Message{}
+		}
+	}
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(b); err != nil {
+		return err
+	}
+	if len(c.extra) == 0 && len(req.Extra) == 0 {
+		return nil
+	}
+	// Merge the extra fields: the request's over the client's over the standard ones.
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(buf.Bytes(), &fields); err != nil {
+		return err
+	}
+	for k, v := range c.extra {
+		fields[k] = v
+	}
+	for k, v := range req.Extra {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("body field %q: %w", k, err)
+		}
+		fields[k] = raw
+	}
+	buf.Reset()
+	return enc.Encode(fields)
+}
+
+// readPlain reads a successful non-chat response (a document lookup) to its end.
+func (c *Client) readPlain(ctx context.Context, body io.Reader, origin time.Time, rec *loadgen.Record) {
+	_, err := io.Copy(io.Discard, body)
+	rec.End = time.Since(origin)
+	if err != nil {
+		fail(rec, classifyRead(ctx, err), fmt.Errorf("read body: %w", err))
+	}
+}
+
+// maxErrorBody bounds how much of an error body is read for its message.
+const maxErrorBody = 64 << 10
+
+// readError reads a response whose status is not 2xx, whatever its body.
+func (c *Client) readError(ctx context.Context, resp *http.Response, body io.Reader, origin time.Time, rec *loadgen.Record) {
+	b, err := io.ReadAll(io.LimitReader(body, maxErrorBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 1<<20)) // let the connection be reused
+	rec.End = time.Since(origin)
+	kind := loadgen.ErrKindProtocol
+	switch {
+	case resp.StatusCode >= 500:
+		kind = loadgen.ErrKindHTTP5xx
+	case resp.StatusCode >= 400:
+		kind = loadgen.ErrKindHTTP4xx
+	}
+	msg := errorMessage(b)
+	if msg == "" && err != nil {
+		msg = err.Error()
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	_ = ctx
+	fail(rec, kind, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg))
+}
+
+// errText returns the chunk's error message if it is an error event.
+func (ch *chunkInfo) errText() (string, bool) {
+	if !ch.isError {
+		return "", false
+	}
+	return rawMessage(ch.errRaw), true
+}
+
+// rawMessage turns a raw JSON error value into a message: the "message" of an object, the
+// text of a string, else the JSON itself.
+func rawMessage(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var obj struct {
+		Message string `json:"message"`
+	}
+	if raw[0] == '{' && json.Unmarshal(raw, &obj) == nil && obj.Message != "" {
+		return truncate(obj.Message)
+	}
+	var str string
+	if raw[0] == '"' && json.Unmarshal(raw, &str) == nil {
+		return truncate(str)
+	}
+	return truncate(string(raw))
+}
+
+// serverTimingText unquotes the raw "server_timing" string of a chunk.
+func serverTimingText(raw []byte) string {
+	if len(raw) < 2 {
+		return ""
+	}
+	var str string
+	if json.Unmarshal(raw, &str) != nil {
+		return ""
+	}
+	return str
+}
+
+// readStream reads an SSE response.
+func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Request, origin time.Time, rec *loadgen.Record) {
+	sr := c.readers.Get().(*sseReader)
+	sr.reset(body)
+	defer func() {
+		sr.reset(nil)
+		c.readers.Put(sr)
+	}()
+	var (
+		ch         chunkInfo
+		done       bool
+		finished   bool
+		usageSeen  bool
+		lastCumOut int // completion tokens of the last chunk that carried usage
+	)
+	for {
+		event, data, at, err := sr.next()
+		if err != nil {
+			rec.End = time.Since(origin)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			fail(rec, classifyRead(ctx, err), fmt.Errorf("read stream: %w", err))
+			return
+		}
+		data = bytes.TrimSpace(data)
+		if len(data) == 0 {
+			continue
+		}
+		if bytes.Equal(data, []byte("[DONE]")) {
+			done = true
+			continue // read on to the end of the body, where the trailers are
+		}
+		offset := at.Sub(origin)
+		if err := scanChunk(data, &ch); err != nil {
+			if string(event) == "error" {
+				rec.End = offset
+				fail(rec, loadgen.ErrKindStream, fmt.Errorf("error event: %s", truncate(string(data))))
+				return
+			}
+			rec.End = offset
+			fail(rec, loadgen.ErrKindProtocol, fmt.Errorf("chunk is not JSON: %s", truncate(string(data))))
+			return
+		}
+		if msg, isErr := ch.errText(); isErr || string(event) == "error" {
+			if msg == "" {
+				msg = truncate(string(data))
+			}
+			rec.End = offset
+			fail(rec, loadgen.ErrKindStream, fmt.Errorf("error event: %s", msg))
+			return
+		}
+		if ch.serverTiming != nil {
+			rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
+		}
+		if ch.content {
+			tokens := 1
+			if ch.hasUsage && ch.completionTokens > lastCumOut {
+				// vLLM's continuous usage stats: the running total tells how many tokens came.
+				tokens = ch.completionTokens - lastCumOut
+			}
+			if rec.FirstToken == 0 {
+				rec.FirstToken = offset
+			}
+			rec.Chunks = append(rec.Chunks, loadgen.Chunk{At: offset, Tokens: tokens})
+		}
+		if ch.hasUsage {
+			usageSeen = true
+			lastCumOut = max(lastCumOut, ch.completionTokens)
+			rec.PromptTokens = ch.promptTokens
+			rec.OutputTokens = ch.completionTokens
+		}
+		if ch.finished {
+			finished = true
+		}
+	}
+	if usageSeen {
+		rec.TokensFromUsage = true
+	} else {
+		rec.OutputTokens = 0
+		for _, k := range rec.Chunks {
+			rec.OutputTokens += k.Tokens
+		}
+	}
+	// A stream cut after its finish chunk lost nothing a benchmark measures; one cut before it
+	// did.
+	if !done && !finished {
+		fail(rec, loadgen.ErrKindStream, errors.New("stream ended without [DONE] or a finish reason"))
+	}
+}
+
+// readCompletion reads a non-streamed completion.
+func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadgen.Request, origin time.Time, rec *loadgen.Record) {
+	b, err := io.ReadAll(io.LimitReader(body, 64<<20))
+	rec.End = time.Since(origin)
+	if err != nil {
+		fail(rec, classifyRead(ctx, err), fmt.Errorf("read body: %w", err))
+		return
+	}
+	var ch chunkInfo
+	if err := scanChunk(b, &ch); err != nil {
+		fail(rec, loadgen.ErrKindProtocol, fmt.Errorf("response is not JSON: %s", truncate(string(b))))
+		return
+	}
+	if msg, isErr := ch.errText(); isErr {
+		fail(rec, loadgen.ErrKindStream, fmt.Errorf("error response: %s", msg))
+		return
+	}
+	if !ch.content && !ch.finished {
+		fail(rec, loadgen.ErrKindProtocol, errors.New("response has no choice with content or a finish reason"))
+		return
+	}
+	if ch.hasUsage {
+		rec.PromptTokens, rec.OutputTokens, rec.TokensFromUsage = ch.promptTokens, ch.completionTokens, true
+	}
+	if ch.serverTiming != nil {
+		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
+	}
+	_ = req
+}
+
+// fail marks rec failed with kind and err, keeping the first failure.
+func fail(rec *loadgen.Record, kind string, err error) {
+	if rec.ErrKind != "" {
+		return
+	}
+	rec.ErrKind, rec.Err = kind, truncate(err.Error())
+}
+
+// classify maps a round-trip error to an error kind.
+func classify(ctx context.Context, err error, written bool) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return loadgen.ErrKindTimeout
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		return loadgen.ErrKindCanceled
+	case written:
+		return loadgen.ErrKindProtocol // the connection broke before a response came
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return loadgen.ErrKindTimeout
+	}
+	return loadgen.ErrKindConnect
+}
+
+// classifyRead maps an error reading the body to an error kind.
+func classifyRead(ctx context.Context, err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return loadgen.ErrKindTimeout
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		return loadgen.ErrKindCanceled
+	case errors.Is(err, errEventTooLarge):
+		return loadgen.ErrKindProtocol
+	}
+	return loadgen.ErrKindStream
+}
+
+// errorMessage extracts a human message from an error body: OpenAI's {"error":{"message"}},
+// {"error":"..."}, vLLM's {"message"}, FastAPI's {"detail"}, or the text itself.
+func errorMessage(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return ""
+	}
+	var obj struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(b, &obj) == nil {
+		if msg := rawMessage(obj.Error); msg != "" && string(obj.Error) != "null" {
+			return msg
+		}
+		if obj.Message != "" {
+			return truncate(obj.Message)
+		}
+		if len(obj.Detail) > 0 {
+			var s string
+			if json.Unmarshal(obj.Detail, &s) == nil {
+				return truncate(s)
+			}
+			return truncate(string(obj.Detail))
+		}
+	}
+	return truncate(strings.Join(strings.Fields(string(b)), " "))
+}
+
+// maxErrText bounds error strings kept in records.
+const maxErrText = 300
+
+func truncate(s string) string {
+	if len(s) <= maxErrText {
+		return s
+	}
+	cut := maxErrText
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func isEventStream(ct string) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "text/event-stream")
+}
+
+func isJSON(ct string) bool {
+	ct = strings.ToLower(ct)
+	return strings.Contains(ct, "/json") || strings.Contains(ct, "+json")
+}
+
+// Models lists the model ids the server serves (GET /v1/models next to the endpoint).
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	u, err := url.Parse(c.url)
+	if err != nil {
+		return nil, err
+	}
+	if i := strings.Index(u.Path, "/v1/"); i >= 0 {
+		u.Path = u.Path[:i] + "/v1/models"
+	} else {
+		u.Path = "/v1/models"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	c.setHeaders(req, acceptJSON)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list models: HTTP %d: %s", resp.StatusCode, errorMessage(b))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids, nil
+}
+
+// ClockOffset is the estimated offset of the server's clock: server time minus client time,
+// within plus or minus Uncertainty (half the round trip of the best sample).
+type ClockOffset struct {
+	Offset      time.Duration
+	Uncertainty time.Duration
+	Samples     int
+}
+
+// ClockOffset returns the estimate from the responses seen so far; false when no response
+// carried the server's clock.
+func (c *Client) ClockOffset() (ClockOffset, bool) { return c.clock.estimate() }
+
+// clockEstimator keeps the tightest NTP-style sample: a server time stamped while the request
+// was being served lies between the client's send and first byte, so the offset lies within
+// half that round trip of server - midpoint.
+type clockEstimator struct {
+	mu      sync.Mutex
+	best    ClockOffset
+	samples int
+}
+
+func (e *clockEstimator) observe(h http.Header, names []string, sent, firstByte time.Time) {
+	for _, name := range names {
+		v := h.Get(name)
+		if v == "" {
+			continue
+		}
+		server, ok := ParseServerTime(v)
+		if !ok {
+			continue
+		}
+		half := firstByte.Sub(sent) / 2
+		mid := sent.Add(half)
+		off := server.Sub(mid)
+		e.mu.Lock()
+		e.samples++
+		if e.samples == 1 || half < e.best.Uncertainty {
+			e.best = ClockOffset{Offset: off, Uncertainty: half}
+		}
+		e.mu.Unlock()
+		return
+	}
+}
+
+func (e *clockEstimator) estimate() (ClockOffset, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.samples == 0 {
+		return ClockOffset{}, false
+	}
+	est := e.best
+	est.Samples = e.samples
+	return est, true
+}
+
+// ParseServerTime parses a server clock header value: Unix time as an integer in seconds,
+// milliseconds, microseconds or nanoseconds (told apart by magnitude), a decimal number of
+// seconds, or an RFC 3339 time.
+func ParseServerTime(v string) (time.Time, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return time.Time{}, false
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, true
+	}
+	if !strings.ContainsAny(v, ".eE") {
+		var n int64
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 && fmt.Sprint(n) == v {
+			switch {
+			case n >= 1e17:
+				return time.Unix(0, n), true
+			case n >= 1e14:
+				return time.UnixMicro(n), true
+			case n >= 1e11:
+				return time.UnixMilli(n), true
+			default:
+				return time.Unix(n, 0), true
+			}
+		}
+		return time.Time{}, false
+	}
+	var f float64
+	if _, err := fmt.Sscan(v, &f); err != nil || f <= 0 || math.IsInf(f, 0) || f > 1e12 {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(math.Round(frac*1e9))), true
+}

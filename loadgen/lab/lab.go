@@ -1,0 +1,466 @@
+// Package lab runs ragtail's pitfall experiments (PITFALLS.md): each one switches a mechanism off
+// and on through a service's admin API (PUT /admin/config), drives the service with the load
+// generator over HTTP, and reports the figures the article claims beside what was measured, with
+// 95% intervals and a verdict computed from the measurement. It speaks HTTP only, so it works
+// against the in-process service `ragtail lab` starts as well as against a deployed stack.
+//
+// The claims are reported, never tuned toward: a verdict says whether the direction and size
+// of the effect were reproduced, and why not when they were not.
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/loadgen/report"
+	"github.com/ragtail/ragtail/loadgen/shape"
+)
+
+// Schema is the value of the "schema" key of a lab result.
+const Schema = "ragtail.lab/v1"
+
+// Verdict outcomes.
+const (
+	Reproduced    = "reproduced"
+	NotReproduced = "not reproduced"
+	Opposite      = "opposite"
+	NotRun        = "not run"
+)
+
+// ErrUnknownExperiment is returned by Run for a name Names does not list.
+var ErrUnknownExperiment = errors.New("unknown experiment")
+
+// Target is the service an experiment drives.
+type Target struct {
+	URL        string       // API base URL, e.g. http://127.0.0.1:8080
+	AdminURL   string       // admin base URL, e.g. http://127.0.0.1:9464
+	AdminToken string       // sent as Authorization: Bearer on PUT /admin/config, if set
+	HTTP       *http.Client // for admin calls; nil means a client with a 30 s timeout
+}
+
+// Options tune a run of experiments.
+type Options struct {
+	// Duration is the total load time of one experiment, split among its variants; 0 means the
+	// experiment's default (20 to 60 s).
+	Duration time.Duration
+	// Seed seeds every arrival process and prompt source.
+	Seed uint64
+	// Log, if set, receives one line per variant as it starts and ends.
+	Log io.Writer
+}
+
+// Result is one experiment's outcome: the ragtail.lab/v1 document.
+type Result struct {
+	Experiment string         `json:"experiment"`
+	Title      string         `json:"title"`
+	Setup      string         `json:"setup"`    // what the experiment set, in words
+	Variants   []Variant      `json:"variants"` // each a bench result with its settings
+	Document   map[string]any `json:"document"` // the figures PITFALLS.md quotes
+	Rows       []Row          `json:"rows"`     // the table: claim beside measurement
+	Verdict    Verdict        `json:"verdict"`
+}
+
+// Variant is one arm of an experiment.
+type Variant struct {
+	Name     string             `json:"name"`
+	Settings map[string]any     `json:"settings"`           // the PUT /admin/config body applied
+	Bench    *report.Bench      `json:"bench,omitempty"`    // the ragtail.bench/v1 summary
+	Counters map[string]float64 `json:"counters,omitempty"` // server counters read from /admin/stats (deltas)
+}
+
+// Row is one line of an experiment's table.
+type Row struct {
+	Metric   string `json:"metric"`
+	Claim    string `json:"claim"`    // the article's figure (corrected where its math is wrong)
+	Measured string `json:"measured"` // ours, with a 95% interval where it has one
+}
+
+// Verdict is what the measurement says about the claim.
+type Verdict struct {
+	Outcome string `json:"outcome"` // Reproduced, NotReproduced, Opposite or NotRun
+	Why     string `json:"why"`
+}
+
+// MarshalJSON writes the result with its schema key.
+func (r *Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	return json.Marshal(struct {
+		Schema string `json:"schema"`
+		*plain
+	}{Schema, (*plain)(r)})
+}
+
+type experiment struct {
+	name, title string
+	def         time.Duration
+	run         func(ctx context.Context, e *env) (*Result, error)
+}
+
+var experiments = []experiment{
+	{"p99-model", "P99 distorted by the wrong distribution (PITFALLS.md §2)", 30 * time.Second, runP99Model},
+	{"coupling", "sync vs fanout vs async coupling of retrieval and generation (§3)", 40 * time.Second, runCoupling},
+	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 40 * time.Second, runCachePenetration},
+	{"pool-saturation", "worker-pool configuration under bursts (§5)", 30 * time.Second, runPoolSaturation},
+	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection},
+	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 60 * time.Second, runKnee},
+	{"keepalive", "gRPC MaxConnectionAge reconnects and the P99 (§7)", 30 * time.Second, runKeepalive},
+}
+
+// Names lists the experiments in the order `all` runs them.
+func Names() []string {
+	out := make([]string, len(experiments))
+	for i, e := range experiments {
+		out[i] = e.name
+	}
+	return out
+}
+
+// DefaultDuration returns the default load time of the experiment called name.
+func DefaultDuration(name string) time.Duration {
+	for _, e := range experiments {
+		if e.name == name {
+			return e.def
+		}
+	}
+	return 0
+}
+
+// Run runs the experiment called name against t. It restores the service's configuration as it
+// found it before returning.
+func Run(ctx context.Context, name string, t Target, o Options) (*Result, error) {
+	i := slices.IndexFunc(experiments, func(e experiment) bool { return e.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w %q: want one of %s", ErrUnknownExperiment, name, strings.Join(Names(), ", "))
+	}
+	ex := experiments[i]
+	e := &env{t: t, o: o, dur: o.Duration}
+	if e.dur <= 0 {
+		e.dur = ex.def
+	}
+	if e.t.HTTP == nil {
+		e.t.HTTP = &http.Client{Timeout: 30 * time.Second}
+	}
+	orig, err := e.getConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		restore := map[string]any{}
+		for k, v := range orig {
+			if k != "version" {
+				restore[k] = v
+			}
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := e.put(rctx, restore); err != nil {
+			e.logf("restoring the configuration failed: %v", err)
+		}
+	}()
+	res, err := ex.run(ctx, e)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", name, err)
+	}
+	res.Experiment, res.Title = ex.name, ex.title
+	return res, nil
+}
+
+// env is the state an experiment works with.
+type env struct {
+	t   Target
+	o   Options
+	dur time.Duration
+}
+
+func (e *env) logf(format string, args ...any) {
+	if e.o.Log != nil {
+		fmt.Fprintf(e.o.Log, format+"\n", args...)
+	}
+}
+
+func (e *env) admin(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode %s body: %w", path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(e.t.AdminURL, "/")+path, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if e.t.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+e.t.AdminToken)
+	}
+	resp, err := e.t.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read: %w", method, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+func (e *env) getConfig(ctx context.Context) (map[string]any, error) {
+	var cfg map[string]any
+	if err := e.admin(ctx, http.MethodGet, "/admin/config", nil, &cfg); err != nil {
+		return nil, fmt.Errorf("read the service's runtime config (is --admin-url right?): %w", err)
+	}
+	return cfg, nil
+}
+
+func (e *env) put(ctx context.Context, settings map[string]any) error {
+	return e.admin(ctx, http.MethodPut, "/admin/config", settings, nil)
+}
+
+// serverStats is the subset of GET /admin/stats the experiments read.
+type serverStats struct {
+	Docs struct {
+		StoreLookups        float64 `json:"StoreLookups"`
+		StoreMissingLookups float64 `json:"StoreMissingLookups"`
+		Blocked             float64 `json:"Blocked"`
+		Hits                float64 `json:"Hits"`
+		Misses              float64 `json:"Misses"`
+	} `json:"docs"`
+	Admission struct {
+		Rejected float64 `json:"Rejected"`
+		TimedOut float64 `json:"TimedOut"`
+		Admitted float64 `json:"Admitted"`
+	} `json:"admission"`
+	Faults map[string]struct {
+		Evaluated float64 `json:"evaluated"`
+		Fired     float64 `json:"fired"`
+	} `json:"faults"`
+	Engine *struct {
+		Running              float64 `json:"Running"`
+		MaxRunning           float64 `json:"MaxRunning"`
+		BlocksUsed           float64 `json:"BlocksUsed"`
+		BlocksTotal          float64 `json:"BlocksTotal"`
+		BlocksReservedUnused float64 `json:"BlocksReservedUnused"`
+		Preemptions          float64 `json:"Preemptions"`
+		BatchSize            float64 `json:"BatchSize"`
+	} `json:"engine"`
+}
+
+func (e *env) stats(ctx context.Context) (serverStats, error) {
+	var s serverStats
+	err := e.admin(ctx, http.MethodGet, "/admin/stats", nil, &s)
+	return s, err
+}
+
+// models returns the models the API serves.
+func (e *env) model(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(e.t.URL, "/")+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := e.t.HTTP.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("list models: %w", err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Data) == 0 {
+		return "", fmt.Errorf("list models: %s: no model in the answer (%v)", resp.Status, err)
+	}
+	return body.Data[0].ID, nil
+}
+
+// load describes one run of the generator.
+type load struct {
+	workload    loadgen.Workload
+	shape       string
+	rate        float64
+	concurrency int
+	closed      bool
+	duration    time.Duration
+	maxTokens   int
+	body        map[string]any // extra chat body fields (the "rag" object)
+	report      report.Options
+}
+
+// run applies settings, runs l and summarises it.
+func (e *env) run(ctx context.Context, name string, settings map[string]any, l load) (*Variant, *loadgen.Result, error) {
+	if len(settings) > 0 {
+		if err := e.put(ctx, settings); err != nil {
+			return nil, nil, fmt.Errorf("variant %s: %w", name, err)
+		}
+	}
+	model, err := e.model(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := []client.Option{client.WithModel(model), client.WithStream(true), client.WithTimeout(30 * time.Second)}
+	if l.maxTokens > 0 {
+		opts = append(opts, client.WithMaxTokens(l.maxTokens))
+	}
+	if l.body != nil {
+		opts = append(opts, client.WithBody(l.body))
+	}
+	c, err := client.New(strings.TrimRight(e.t.URL, "/")+"/v1/chat/completions", opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.logf("  %-28s %s for %v", name, l.shape, l.duration.Round(time.Second))
+	res, err := loadgen.Run(ctx, loadgen.Config{
+		Workload: l.workload, Client: c, Concurrency: l.concurrency, ClosedLoop: l.closed,
+		Duration: l.duration, DrainTimeout: 30 * time.Second,
+		Info: loadgen.RunInfo{URL: e.t.URL, Model: model, Shape: l.shape, RequestRate: l.rate,
+			Concurrency: l.concurrency, MaxTokens: l.maxTokens, Seed: e.o.Seed},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("variant %s: %w", name, err)
+	}
+	b := report.Summarize(res, l.report)
+	e.logf("  %-28s %d completed, %d failed, P99 E2EL %v", name, b.Completed, b.Failed, pct(b, report.MetricE2EL, 99).Value.Round(time.Millisecond))
+	return &Variant{Name: name, Settings: settings, Bench: b}, res, nil
+}
+
+// poisson is an open-loop Poisson workload of chat prompts.
+func (e *env) poisson(rate float64, seed uint64, words int) (loadgen.Workload, error) {
+	p, err := shape.Poisson(rate, e.o.Seed+seed)
+	if err != nil {
+		return nil, err
+	}
+	src, err := shape.Synthetic([]shape.Length{{Min: words, Max: words * 2}}, e.o.Seed+seed)
+	if err != nil {
+		return nil, err
+	}
+	return shape.Open(p, src), nil
+}
+
+// pct returns percentile p of metric m of b (zero when absent).
+func pct(b *report.Bench, m string, p float64) report.PercentileStat {
+	ms, ok := b.Metric(m)
+	if !ok {
+		return report.PercentileStat{}
+	}
+	for _, s := range ms.Percentiles {
+		if s.P == p {
+			return s
+		}
+	}
+	return report.PercentileStat{}
+}
+
+func mean(b *report.Bench, m string) time.Duration {
+	ms, _ := b.Metric(m)
+	return ms.Mean
+}
+
+// fmtPct formats a percentile with its interval.
+func fmtPct(s report.PercentileStat) string {
+	if !s.HasCI {
+		return fmt.Sprintf("%s ms (too few samples for a 95%% CI)", msStr(s.Value))
+	}
+	return fmt.Sprintf("%s ms [%s, %s]", msStr(s.Value), msStr(s.Lo), msStr(s.Hi))
+}
+
+func msStr(d time.Duration) string {
+	v := float64(d) / float64(time.Millisecond)
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// compare decides the direction of a "worse must exceed better" effect from two percentile
+// intervals: reproduced when the intervals do not overlap in the claimed direction, opposite when
+// they do not overlap the other way, not reproduced when they overlap.
+func compare(worse, better report.PercentileStat) string {
+	switch {
+	case worse.HasCI && better.HasCI && worse.Lo > better.Hi:
+		return Reproduced
+	case worse.HasCI && better.HasCI && worse.Hi < better.Lo:
+		return Opposite
+	case !worse.HasCI || !better.HasCI:
+		if worse.Value > better.Value {
+			return Reproduced
+		}
+		return NotReproduced
+	default:
+		return NotReproduced
+	}
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return math.Inf(1)
+	}
+	return float64(a) / float64(b)
+}
+
+// binomialCI is the Wilson 95% interval of k successes in n trials.
+func binomialCI(k, n float64) (p, lo, hi float64) {
+	if n == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	const z = 1.959964
+	p = k / n
+	den := 1 + z*z/n
+	c := (p + z*z/(2*n)) / den
+	h := z * math.Sqrt(p*(1-p)/n+z*z/(4*n*n)) / den
+	return p, math.Max(0, c-h), math.Min(1, c+h)
+}
+
+func fmtRate(k, n float64) string {
+	p, lo, hi := binomialCI(k, n)
+	if math.IsNaN(p) {
+		return "n/a (no samples)"
+	}
+	return fmt.Sprintf("%.1f%% [%.1f, %.1f] (%d/%d)", 100*p, 100*lo, 100*hi, int(k), int(n))
+}
+
+// WriteText writes r as a terminal table.
+func WriteText(w io.Writer, r *Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "== %s — %s\n", r.Experiment, r.Title)
+	if r.Setup != "" {
+		fmt.Fprintf(&b, "setup: %s\n", r.Setup)
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "METRIC\tARTICLE CLAIM\tMEASURED (95% CI)")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", row.Metric, row.Claim, row.Measured)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "verdict: %s — %s\n\n", strings.ToUpper(r.Verdict.Outcome), r.Verdict.Why)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

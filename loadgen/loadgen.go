@@ -1,0 +1,119 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Request is what one request sends: a chat completion (Messages) or, when Path is set, a plain
+// GET of that path on the target's origin (a document lookup such as /v1/documents/{id}). The
+// client fills in what a Request leaves out (model, max_tokens, temperature, streaming).
+type Request struct {
+	Messages     []Message      // the chat messages; for a /v1/completions URL they are joined into the prompt
+	MaxTokens    int            // max_tokens of this request; 0 for the client's default
+	PromptTokens int            // the source's estimate of the prompt's tokens, used when the server reports no usage
+	Path         string         // GET this path (already escaped) instead of a chat completion
+	Key          string         // the document key a key lookup asks for, recorded in Record.Key
+	Extra        map[string]any // extra top-level body fields of this request, over the client's own
+}
+
+// Message is one chat message.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Item is one unit of a workload: a request due at At, or a session whose first step is due at
+// At and whose later steps follow, each Think after the previous step's response ended (a user
+// reads the answer before clicking on). Later steps are not sent once a step failed: the user
+// gave up, and the session counts as interrupted. Sessions under way when sending stops go on
+// during the drain; a step still thinking when the run is interrupted or the drain times out is
+// never sent and leaves no record.
+type Item struct {
+	At      time.Duration // intended send offset from the run's start; ignored in a closed loop
+	Request Request       // the request, or a session's first step
+	Session string        // session id; empty for a lone request
+	Then    []Step        // a session's later steps, in order
+}
+
+// Step is a later step of a session.
+type Step struct {
+	Think   time.Duration // wait after the previous step's response ended
+	Request Request
+}
+
+// Workload plans the requests of a run in order of intended send time: At never decreases.
+// It reads no clock (Run owns the clock), so a workload is a pure, seeded sequence that tests
+// can table without sleeping. Run calls Next from one goroutine at a time; false ends the run.
+type Workload interface {
+	Next() (Item, bool)
+}
+
+// Doer sends one request and fills in what it measured: Sent, FirstByte, FirstToken, Chunks,
+// End, Status, Err, ErrKind, TraceID, ServerTiming and the token counts, every time as an offset
+// from origin on the monotonic clock. Run sets the other fields. Do must be safe for concurrent
+// use and must return soon after ctx is done. loadgen/client implements it for OpenAI-compatible
+// HTTP APIs.
+type Doer interface {
+	Do(ctx context.Context, req *Request, origin time.Time, rec *Record)
+}
+
+// Config is how Run drives a workload.
+type Config struct {
+	// Workload plans the requests. Required.
+	Workload Workload
+	// Client sends them. Required.
+	Client Doer
+	// Concurrency caps the requests in flight; 0 means no cap, which is the open-loop default:
+	// every request is sent at its intended time however many are still running. With a cap,
+	// a due request waits for a free slot and the wait counts into its latency (it shows as
+	// send lag), so a slow server cannot hide its queueing.
+	Concurrency int
+	// ClosedLoop runs Concurrency users that each send their next item as soon as their
+	// previous one ended (the request is intended when the user's slot frees), ignoring the
+	// items' At. It is what --request-rate inf with --concurrency N means.
+	ClosedLoop bool
+	// NumItems stops the run after this many items (requests, or sessions); 0 for no limit.
+	NumItems int
+	// Duration stops the run after this long: no item is intended at or after it. 0 for no limit.
+	Duration time.Duration
+	// DrainTimeout bounds the wait for requests still in flight once sending stopped; requests
+	// still running then end with ErrKindDrain. 0 selects DefaultDrainTimeout; negative waits
+	// without limit.
+	DrainTimeout time.Duration
+	// Info describes the run in the Result.
+	Info RunInfo
+	// Progress, if set, is called every ProgressInterval (default 1 s) while the run lasts and
+	// once at its end, from a goroutine of Run's.
+	Progress func(Progress)
+	// ProgressInterval is the period of Progress calls.
+	ProgressInterval time.Duration
+}
+
+// DefaultDrainTimeout is how long Run waits for requests in flight when Config.DrainTimeout is 0.
+const DefaultDrainTimeout = 60 * time.Second
+
+// Progress is a snapshot of a running run.
+type Progress struct {
+	Elapsed  time.Duration // since the run's start
+	Sent     int           // requests sent
+	Done     int           // requests finished, failed ones included
+	Failed   int           // requests that failed
+	InFlight int           // requests sent and not finished
+	Queued   int           // requests due but waiting for a concurrency slot
+	Rate     float64       // requests finished per second over the last interval
+	P99E2EL  time.Duration // running P99 of E2EL over every finished request; 0 until 100 have finished
+	Final    bool          // the last call, after the drain
+}
+
+// Errors Run returns for a configuration it cannot run.
+var (
+	ErrNoWorkload = errors.New("loadgen: no workload")
+	ErrNoClient   = errors.New("loadgen: no client")
+	// ErrClosedLoopNeedsUsers is returned for a closed loop without users (Concurrency < 1).
+	ErrClosedLoopNeedsUsers = errors.New("loadgen: a closed loop needs Concurrency >= 1 users")
+	// ErrUnbounded is returned for a closed loop with neither NumItems nor Duration: it would
+	// never end.
+	ErrUnbounded = errors.New("loadgen: a closed loop needs NumItems or Duration")
+)

@@ -1,0 +1,424 @@
+package loadgen
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// errDrain is the cancellation cause of requests still running when the drain timeout expired.
+var errDrain = errors.New("drain timeout expired")
+
+// Run drives cfg.Workload through cfg.Client and returns a Record for every request that came
+// due. It owns the clock: one monotonic clock whose zero is Result.Start, every intended time
+// an absolute offset on it (waits never accumulate drift), and every record measured from its
+// intended send time.
+//
+// Open loop (the default): each item is sent at its intended time on a goroutine of its own, with
+// no worker cap unless Concurrency sets one; with a cap, due requests queue for a slot and the
+// queueing counts into their latency. Closed loop (ClosedLoop): Concurrency users each send
+// their next item when the previous one ended.
+//
+// Sending stops after NumItems items, at Duration, when the workload ends, or when ctx is done.
+// Run then waits for the requests in flight up to DrainTimeout; those still running are
+// cancelled and recorded with ErrKindDrain. When ctx is done (Ctrl-C), requests in flight are
+// cancelled and recorded with ErrKindCanceled and the Result is marked Interrupted. Run always
+// returns what it measured; it fails only on a configuration it cannot run.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	switch {
+	case cfg.Workload == nil:
+		return nil, ErrNoWorkload
+	case cfg.Client == nil:
+		return nil, ErrNoClient
+	case cfg.ClosedLoop && cfg.Concurrency < 1:
+		return nil, ErrClosedLoopNeedsUsers
+	case cfg.ClosedLoop && cfg.NumItems <= 0 && cfg.Duration <= 0:
+		return nil, ErrUnbounded
+	case cfg.Concurrency < 0:
+		return nil, errors.New("loadgen: negative concurrency")
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = time.Second
+	}
+	r := newRunner(ctx, cfg)
+	defer r.cancel(nil)
+
+	stopProgress := r.startProgress()
+	if cfg.ClosedLoop {
+		r.closedLoop(ctx)
+	} else {
+		r.openLoop(ctx)
+	}
+	r.drain(ctx)
+	stopProgress()
+	return r.result(), nil
+}
+
+// runner is the state of one Run.
+type runner struct {
+	cfg    Config
+	start  time.Time
+	reqCtx context.Context // requests run under it: cancelled by the parent or by the drain
+	cancel context.CancelCauseFunc
+	sem    chan struct{} // concurrency slots; nil without a cap
+	wg     sync.WaitGroup
+
+	seq          atomic.Int64 // creation order of records, to break ties of intended times
+	sent, done   atomic.Int64
+	failed       atomic.Int64
+	queued       atomic.Int64  // due and waiting for a slot
+	unsent       atomic.Int64  // recorded without being sent: stopped while queued
+	sendingEnded time.Duration // when sending stopped; set before the drain
+	interrupted  atomic.Bool
+
+	progressMu       sync.Mutex // guards the fields below
+	records          [][]slot   // in chunks, so that growing never copies what is stored
+	nrecords         int
+	e2el             *hdrhistogram.Histogram // microseconds, for the running P99
+	lastProgressDone int64
+	lastProgressAt   time.Duration
+
+	closedMu       sync.Mutex // guards the closed loop's claims
+	claimed        int
+	claimsOver     bool
+	claimsDone     chan struct{} // closed when the closed loop's users may claim no more
+	claimsDoneOnce sync.Once
+}
+
+func newRunner(ctx context.Context, cfg Config) *runner {
+	r := &runner{cfg: cfg, start: time.Now(), claimsDone: make(chan struct{})}
+	r.reqCtx, r.cancel = context.WithCancelCause(ctx)
+	if cfg.Concurrency > 0 && !cfg.ClosedLoop {
+		r.sem = make(chan struct{}, cfg.Concurrency)
+	}
+	// 1 us to 1 h at 2 significant digits: ~1% resolution, enough for a progress line.
+	r.e2el = hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 2)
+	return r
+}
+
+// slot is a finished record and its creation order.
+type slot struct {
+	rec Record
+	seq int64
+}
+
+// chunkRecords is the size of a chunk of stored records: appending to one big slice would copy
+// every record stored so far at each growth, a cost the hot path does not need.
+const chunkRecords = 1024
+
+// since is the run's clock: the offset of now from the start.
+func (r *runner) since() time.Duration { return time.Since(r.start) }
+
+// openLoop sends every item at its intended time until a stop condition holds.
+func (r *runner) openLoop(ctx context.Context) {
+	unlock := lockPacer()
+	defer unlock()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for n := 0; r.cfg.NumItems <= 0 || n < r.cfg.NumItems; n++ {
+		item, ok := r.cfg.Workload.Next()
+		if !ok || (r.cfg.Duration > 0 && item.At >= r.cfg.Duration) {
+			break
+		}
+		if !waitUntil(ctx, timer, r.start.Add(item.At)) {
+			break
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.runItem(item, item.At)
+		}()
+	}
+	r.sendingEnded = r.since()
+}
+
+// closedLoop runs Concurrency users until the claims run out, Duration passes or ctx is done.
+func (r *runner) closedLoop(ctx context.Context) {
+	for range r.cfg.Concurrency {
+		r.wg.Add(1)
+		go r.user()
+	}
+	var durationC <-chan time.Time
+	if r.cfg.Duration > 0 {
+		t := time.NewTimer(r.cfg.Duration)
+		defer t.Stop()
+		durationC = t.C
+	}
+	allDone := make(chan struct{})
+	go func() { r.wg.Wait(); close(allDone) }()
+	select {
+	case <-r.claimsDone:
+	case <-durationC:
+	case <-ctx.Done():
+	case <-allDone:
+	}
+	r.endClaims()
+	r.sendingEnded = r.since()
+}
+
+// user is one closed-loop user: it sends its next item when the previous one ended.
+func (r *runner) user() {
+	defer r.wg.Done()
+	intended := r.since()
+	for {
+		item, ok := r.claim(intended)
+		if !ok {
+			return
+		}
+		intended = r.runItem(item, intended)
+	}
+}
+
+// claim hands the next item to a closed-loop user whose slot freed at intended.
+func (r *runner) claim(intended time.Duration) (Item, bool) {
+	r.closedMu.Lock()
+	defer r.closedMu.Unlock()
+	if r.claimsOver || r.reqCtx.Err() != nil || (r.cfg.Duration > 0 && intended >= r.cfg.Duration) {
+		return Item{}, false
+	}
+	item, ok := r.cfg.Workload.Next()
+	if !ok {
+		r.endClaimsLocked()
+		return Item{}, false
+	}
+	r.claimed++
+	if r.cfg.NumItems > 0 && r.claimed >= r.cfg.NumItems {
+		r.endClaimsLocked()
+	}
+	return item, true
+}
+
+func (r *runner) endClaims() {
+	r.closedMu.Lock()
+	defer r.closedMu.Unlock()
+	r.endClaimsLocked()
+}
+
+func (r *runner) endClaimsLocked() {
+	r.claimsOver = true
+	r.claimsDoneOnce.Do(func() { close(r.claimsDone) })
+}
+
+// runItem sends an item's request, intended at intended, then the later steps of its session,
+// and returns when the last one it sent ended.
+func (r *runner) runItem(item Item, intended time.Duration) (end time.Duration) {
+	end, ok := r.send(&item.Request, item.Session, 0, intended)
+	if len(item.Then) == 0 {
+		return end
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for k := range item.Then {
+		if !ok {
+			break // the user gave up after a failed step
+		}
+		st := &item.Then[k]
+		due := end + st.Think
+		// Session steps wait on the Go timer alone: their lateness (up to about a millisecond)
+		// is measured as send lag like any other.
+		if d := time.Until(r.start.Add(due)); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-r.reqCtx.Done():
+				return end
+			}
+		} else if r.reqCtx.Err() != nil {
+			return end
+		}
+		end, ok = r.send(&st.Request, item.Session, k+1, due)
+	}
+	return end
+}
+
+// send sends one request intended at intended and records it. It reports when the request
+// ended and whether it succeeded.
+func (r *runner) send(req *Request, session string, step int, intended time.Duration) (time.Duration, bool) {
+	seq := r.seq.Add(1)
+	rec := Record{Intended: intended, Session: session, Step: step, Key: req.Key}
+	if r.sem != nil {
+		r.queued.Add(1)
+		select {
+		case r.sem <- struct{}{}:
+			r.queued.Add(-1)
+		case <-r.reqCtx.Done():
+			r.queued.Add(-1)
+			now := r.since()
+			rec.Sent, rec.End = now, now
+			rec.ErrKind = r.stopKind()
+			rec.Err = "still waiting for a concurrency slot when the run stopped"
+			r.unsent.Add(1)
+			r.finish(rec, seq)
+			return now, false
+		}
+	}
+	r.sent.Add(1)
+	r.cfg.Client.Do(r.reqCtx, req, r.start, &rec)
+	if r.sem != nil {
+		<-r.sem
+	}
+	if rec.ErrKind != "" && r.reqCtx.Err() != nil {
+		rec.ErrKind = r.stopKind()
+	}
+	if rec.End < rec.Sent {
+		rec.End = rec.Sent
+	}
+	ok := rec.OK()
+	r.finish(rec, seq)
+	return rec.End, ok
+}
+
+// stopKind is the error kind of a request the run stopped: drained or cancelled.
+func (r *runner) stopKind() string {
+	if errors.Is(context.Cause(r.reqCtx), errDrain) {
+		return ErrKindDrain
+	}
+	return ErrKindCanceled
+}
+
+func (r *runner) finish(rec Record, seq int64) {
+	r.done.Add(1)
+	if !rec.OK() {
+		r.failed.Add(1)
+	}
+	r.progressMu.Lock()
+	if n := len(r.records); n == 0 || len(r.records[n-1]) == chunkRecords {
+		r.records = append(r.records, make([]slot, 0, chunkRecords))
+	}
+	last := &r.records[len(r.records)-1]
+	*last = append(*last, slot{rec: rec, seq: seq})
+	r.nrecords++
+	if rec.OK() {
+		_ = r.e2el.RecordValue(max(1, int64(rec.E2EL()/time.Microsecond)))
+	}
+	r.progressMu.Unlock()
+}
+
+// drain waits for the requests in flight, at most the drain timeout after sending stopped (or
+// after Duration, when sending stopped earlier), and cancels the rest.
+func (r *runner) drain(ctx context.Context) {
+	if ctx.Err() != nil {
+		r.interrupted.Store(true)
+	}
+	allDone := make(chan struct{})
+	go func() { r.wg.Wait(); close(allDone) }()
+	var timeoutC <-chan time.Time
+	if r.cfg.DrainTimeout > 0 {
+		wait := r.cfg.DrainTimeout
+		if r.cfg.Duration > r.sendingEnded {
+			wait += r.cfg.Duration - r.sendingEnded
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	select {
+	case <-allDone:
+	case <-timeoutC:
+		r.cancel(errDrain)
+		<-allDone
+	case <-ctx.Done():
+		r.interrupted.Store(true)
+		<-allDone
+	}
+}
+
+// result sorts the records by intended time and numbers them.
+func (r *runner) result() *Result {
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
+	type key struct {
+		intended time.Duration
+		seq      int64
+		at       *Record
+	}
+	order := make([]key, 0, r.nrecords)
+	for _, chunk := range r.records {
+		for i := range chunk {
+			order = append(order, key{chunk[i].rec.Intended, chunk[i].seq, &chunk[i].rec})
+		}
+	}
+	slices.SortFunc(order, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.intended, b.intended), cmp.Compare(a.seq, b.seq))
+	})
+	recs := make([]Record, len(order))
+	var last time.Duration
+	for i, k := range order {
+		recs[i] = *k.at
+		recs[i].Index = i
+		last = max(last, recs[i].End)
+	}
+	r.records = nil
+	if len(recs) == 0 {
+		last = r.since()
+	}
+	info := r.cfg.Info
+	info.Interrupted = info.Interrupted || r.interrupted.Load()
+	if r.cfg.ClosedLoop && info.RequestRate == 0 {
+		info.RequestRate = math.Inf(1)
+	}
+	if info.Concurrency == 0 {
+		info.Concurrency = r.cfg.Concurrency
+	}
+	if info.NumPrompts == 0 {
+		info.NumPrompts = r.cfg.NumItems
+	}
+	return &Result{Start: r.start, Duration: last, Records: recs, Config: info}
+}
+
+// startProgress calls cfg.Progress every interval until the returned stop is called, which
+// makes the final call.
+func (r *runner) startProgress() (stop func()) {
+	if r.cfg.Progress == nil {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(r.cfg.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				r.cfg.Progress(r.snapshot(false))
+			}
+		}
+	})
+	return func() {
+		close(quit)
+		wg.Wait()
+		r.cfg.Progress(r.snapshot(true))
+	}
+}
+
+func (r *runner) snapshot(final bool) Progress {
+	now := r.since()
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
+	p := Progress{
+		Elapsed: now, Sent: int(r.sent.Load()), Done: int(r.done.Load()), Failed: int(r.failed.Load()),
+		Queued: int(r.queued.Load()), Final: final,
+	}
+	p.InFlight = max(0, p.Sent-(p.Done-int(r.unsent.Load())))
+	if dt := now - r.lastProgressAt; dt > 0 {
+		p.Rate = float64(int64(p.Done)-r.lastProgressDone) / dt.Seconds()
+	}
+	r.lastProgressAt, r.lastProgressDone = now, int64(p.Done)
+	// A P99 needs at least a hundred samples to rest on one beyond it.
+	if r.e2el.TotalCount() >= 100 {
+		p.P99E2EL = time.Duration(r.e2el.ValueAtQuantile(99)) * time.Microsecond
+	}
+	return p
+}

@@ -1,0 +1,358 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeDoer is a Doer whose requests take a fixed time (or block until released or cancelled),
+// tracking how many are in flight.
+type fakeDoer struct {
+	service  time.Duration // how long each request takes
+	block    bool          // wait for ctx instead
+	fail     func(req *Request) bool
+	inflight atomic.Int64
+	peak     atomic.Int64
+	calls    atomic.Int64
+}
+
+func (f *fakeDoer) Do(ctx context.Context, req *Request, origin time.Time, rec *Record) {
+	f.calls.Add(1)
+	n := f.inflight.Add(1)
+	defer f.inflight.Add(-1)
+	for {
+		p := f.peak.Load()
+		if n <= p || f.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	rec.Sent = time.Since(origin)
+	var wait <-chan time.Time
+	if !f.block {
+		t := time.NewTimer(f.service)
+		defer t.Stop()
+		wait = t.C
+	}
+	select {
+	case <-wait:
+		rec.Status = 200
+		rec.FirstByte = time.Since(origin)
+		rec.FirstToken = rec.FirstByte
+		if f.fail != nil && f.fail(req) {
+			rec.Status, rec.ErrKind, rec.Err = 500, ErrKindHTTP5xx, "HTTP 500"
+		}
+	case <-ctx.Done():
+		rec.ErrKind, rec.Err = ErrKindCanceled, ctx.Err().Error()
+	}
+	rec.End = time.Since(origin)
+}
+
+// evenly is a workload of n requests every gap, the first at 0 (n < 0: endless).
+type evenly struct {
+	gap  time.Duration
+	n, i int
+	then []Step
+}
+
+func (e *evenly) Next() (Item, bool) {
+	if e.n >= 0 && e.i >= e.n {
+		return Item{}, false
+	}
+	item := Item{At: time.Duration(e.i) * e.gap, Request: Request{MaxTokens: e.i}}
+	if e.then != nil {
+		item.Session, item.Then = "s"+string(rune('a'+e.i%26)), e.then
+	}
+	e.i++
+	return item, true
+}
+
+func run(tb testing.TB, ctx context.Context, cfg Config) *Result {
+	tb.Helper()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i, r := range res.Records {
+		if r.Index != i || (i > 0 && r.Intended < res.Records[i-1].Intended) {
+			tb.Fatalf("record %d: index %d, intended %v after %v", i, r.Index, r.Intended, res.Records[max(0, i-1)].Intended)
+		}
+		if r.Sent < r.Intended || r.End < r.Sent {
+			tb.Fatalf("record %d: intended %v, sent %v, end %v", i, r.Intended, r.Sent, r.End)
+		}
+	}
+	return res
+}
+
+func TestOpenLoopSendsOnTimeWithoutWorkerCap(t *testing.T) {
+	t.Parallel()
+	// 50 requests 10 ms apart, each taking 200 ms: 20 are in flight at once. A generator with
+	// a worker pool smaller than that would send late; this one must not.
+	doer := &fakeDoer{service: 200 * time.Millisecond}
+	res := run(t, context.Background(), Config{Workload: &evenly{gap: 10 * time.Millisecond, n: 50}, Client: doer})
+	if len(res.Records) != 50 {
+		t.Fatalf("%d records, want 50", len(res.Records))
+	}
+	if p := doer.peak.Load(); p < 15 {
+		t.Errorf("peak in flight %d, want about 20", p)
+	}
+	lags := make([]time.Duration, len(res.Records))
+	for i, r := range res.Records {
+		if r.Intended != time.Duration(i)*10*time.Millisecond {
+			t.Fatalf("record %d intended at %v", i, r.Intended)
+		}
+		lags[i] = r.SendLag()
+	}
+	slices.Sort(lags)
+	// Not a speed assertion (the benchmark measures that): a lag near the 200 ms service time
+	// would mean requests waited for earlier ones.
+	if lags[len(lags)-1] > 100*time.Millisecond {
+		t.Errorf("largest send lag %v: requests waited for others", lags[len(lags)-1])
+	}
+	if res.Duration < res.Records[49].End || res.Config.Concurrency != 0 {
+		t.Errorf("duration %v, config %+v", res.Duration, res.Config)
+	}
+}
+
+func TestConcurrencyCapCountsQueueing(t *testing.T) {
+	t.Parallel()
+	// 20 requests 20 ms apart, 100 ms each, at most 2 at a time: the server completes 20/s
+	// while 50/s arrive, so the queue grows and the k-th request can start no earlier than
+	// (k/2) x 100 ms. That wait is latency the user sees: it must show in E2EL and send lag.
+	doer := &fakeDoer{service: 100 * time.Millisecond}
+	res := run(t, context.Background(), Config{Workload: &evenly{gap: 20 * time.Millisecond, n: 20}, Client: doer, Concurrency: 2})
+	if p := doer.peak.Load(); p > 2 {
+		t.Fatalf("%d in flight with a cap of 2", p)
+	}
+	last := res.Records[19]
+	// Request 19 is intended at 380 ms and can start at 9 x 100 ms = 900 ms at the earliest.
+	if lag := last.SendLag(); lag < 500*time.Millisecond {
+		t.Errorf("send lag of the last request %v, want at least 520 ms", lag)
+	}
+	if e2e, svc := last.E2EL(), last.ServiceE2EL(); e2e-svc != last.SendLag() || svc < 100*time.Millisecond {
+		t.Errorf("E2EL %v, service E2EL %v, lag %v", e2e, svc, last.SendLag())
+	}
+	if res.Config.Concurrency != 2 {
+		t.Errorf("RunInfo.Concurrency = %d", res.Config.Concurrency)
+	}
+}
+
+func TestClosedLoop(t *testing.T) {
+	t.Parallel()
+	doer := &fakeDoer{service: 20 * time.Millisecond}
+	res := run(t, context.Background(), Config{Workload: &evenly{gap: time.Hour, n: -1}, Client: doer,
+		ClosedLoop: true, Concurrency: 3, NumItems: 30})
+	if len(res.Records) != 30 || doer.peak.Load() > 3 {
+		t.Fatalf("%d records, peak %d", len(res.Records), doer.peak.Load())
+	}
+	// Each user's next request is intended exactly when its previous one ended: every intended
+	// time after the first three is some earlier record's end.
+	ends := map[time.Duration]bool{}
+	for _, r := range res.Records {
+		ends[r.End] = true
+	}
+	for i, r := range res.Records[3:] {
+		if !ends[r.Intended] {
+			t.Errorf("record %d intended at %v, when no request ended", i+3, r.Intended)
+		}
+		if r.SendLag() > 50*time.Millisecond {
+			t.Errorf("record %d waited %v to be sent", i+3, r.SendLag())
+		}
+	}
+	if !math.IsInf(res.Config.RequestRate, 1) || res.Config.NumPrompts != 30 {
+		t.Errorf("config %+v", res.Config)
+	}
+	if _, err := Run(context.Background(), Config{Workload: &evenly{n: 1}, Client: doer, ClosedLoop: true}); !errors.Is(err, ErrClosedLoopNeedsUsers) {
+		t.Errorf("closed loop without users: %v", err)
+	}
+	if _, err := Run(context.Background(), Config{Workload: &evenly{n: 1}, Client: doer, ClosedLoop: true, Concurrency: 1}); !errors.Is(err, ErrUnbounded) {
+		t.Errorf("endless closed loop: %v", err)
+	}
+}
+
+func TestStopConditions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		cfg       Config
+		want, min int // min > 0: at least min and at most want records
+	}{
+		{"num items", Config{Workload: &evenly{gap: time.Millisecond, n: -1}, NumItems: 7}, 7, 0},
+		{"workload ends", Config{Workload: &evenly{gap: time.Millisecond, n: 4}}, 4, 0},
+		// Intended at 0, 40, 80 ms; 120 ms is at the 120 ms duration and is not sent.
+		{"duration", Config{Workload: &evenly{gap: 40 * time.Millisecond, n: -1}, Duration: 120 * time.Millisecond}, 3, 0},
+		// Two users of 20 ms requests start at most 5 each before 95 ms; a slow timer only
+		// lowers that, and nothing may be intended after the duration.
+		{"closed loop duration", Config{Workload: &evenly{n: -1}, ClosedLoop: true, Concurrency: 2, Duration: 95 * time.Millisecond}, 10, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.cfg.Client = &fakeDoer{service: 20 * time.Millisecond}
+			res := run(t, context.Background(), tt.cfg)
+			if n := len(res.Records); (tt.min == 0 && n != tt.want) || (tt.min > 0 && (n < tt.min || n > tt.want)) {
+				t.Errorf("%d records, want %d", n, tt.want)
+			}
+			for _, r := range res.Records {
+				if !r.OK() || (tt.cfg.Duration > 0 && r.Intended >= tt.cfg.Duration) {
+					t.Errorf("record %+v", r)
+				}
+			}
+		})
+	}
+}
+
+func TestDrainTimeout(t *testing.T) {
+	t.Parallel()
+	// Requests that never finish: sending stops at 100 ms, the drain gives up 150 ms later and
+	// every request, running or still queued for the single slot, is recorded as drained.
+	doer := &fakeDoer{block: true}
+	start := time.Now()
+	res := run(t, context.Background(), Config{Workload: &evenly{gap: 30 * time.Millisecond, n: -1}, Client: doer,
+		Concurrency: 1, Duration: 100 * time.Millisecond, DrainTimeout: 150 * time.Millisecond})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("run took %v", took)
+	}
+	if len(res.Records) != 4 || res.Config.Interrupted {
+		t.Fatalf("%d records (want 4: at 0, 30, 60, 90 ms), interrupted %v", len(res.Records), res.Config.Interrupted)
+	}
+	for i, r := range res.Records {
+		if r.ErrKind != ErrKindDrain {
+			t.Errorf("record %d: %q (%s), want drain", i, r.ErrKind, r.Err)
+		}
+		if i > 0 && (r.Sent != r.End || r.Status != 0) {
+			t.Errorf("queued record %d: sent %v, end %v, status %d", i, r.Sent, r.End, r.Status)
+		}
+		if r.End < 250*time.Millisecond {
+			t.Errorf("record %d ended at %v, before the drain timeout", i, r.End)
+		}
+	}
+}
+
+func TestInterrupt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(100*time.Millisecond, cancel)
+	defer stop.Stop()
+	doer := &fakeDoer{block: true}
+	start := time.Now()
+	res := run(t, ctx, Config{Workload: &evenly{gap: 30 * time.Millisecond, n: -1}, Client: doer})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("run took %v after the interrupt", took)
+	}
+	// Requests are due at 0, 30, 60, 90 ms; the interrupt comes at 100 ms after a timer set
+	// just before Run started, so the last one may or may not have been due by then.
+	if n := len(res.Records); !res.Config.Interrupted || n < 3 || n > 4 {
+		t.Fatalf("interrupted %v, %d records (want 3 or 4)", res.Config.Interrupted, n)
+	}
+	for _, r := range res.Records {
+		if r.ErrKind != ErrKindCanceled {
+			t.Errorf("record %+v: want canceled", r)
+		}
+	}
+}
+
+func TestSessions(t *testing.T) {
+	t.Parallel()
+	// Two sessions of three steps, 30 ms of thinking between steps; the second session's
+	// middle step fails, so its last step is never sent (the user gave up).
+	then := []Step{{Think: 30 * time.Millisecond, Request: Request{Key: "second"}}, {Think: 30 * time.Millisecond, Request: Request{Key: "third"}}}
+	doer := &fakeDoer{service: 10 * time.Millisecond, fail: func(req *Request) bool { return req.Key == "second" && req.MaxTokens == 1 }}
+	w := &evenly{gap: 5 * time.Millisecond, n: 2, then: then}
+	// The evenly workload tags requests with their item index in MaxTokens; give the steps it.
+	ws := workloadFunc(func() (Item, bool) {
+		item, ok := w.Next()
+		if ok {
+			item.Then = slices.Clone(item.Then)
+			for i := range item.Then {
+				item.Then[i].Request.MaxTokens = item.Request.MaxTokens
+			}
+		}
+		return item, ok
+	})
+	res := run(t, context.Background(), Config{Workload: ws, Client: doer})
+	bySession := map[string][]Record{}
+	for _, r := range res.Records {
+		bySession[r.Session] = append(bySession[r.Session], r)
+	}
+	a, b := bySession["sa"], bySession["sb"]
+	if len(a) != 3 || len(b) != 2 {
+		t.Fatalf("steps recorded: %d and %d, want 3 and 2", len(a), len(b))
+	}
+	for i := 1; i < 3; i++ {
+		if a[i].Step != i || a[i].Intended != a[i-1].End+30*time.Millisecond {
+			t.Errorf("step %d intended at %v, previous ended %v", i, a[i].Intended, a[i-1].End)
+		}
+	}
+	if b[1].OK() || b[1].Key != "second" {
+		t.Errorf("the second session's failing step: %+v", b[1])
+	}
+}
+
+type workloadFunc func() (Item, bool)
+
+func (f workloadFunc) Next() (Item, bool) { return f() }
+
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []Progress
+	run(t, context.Background(), Config{Workload: &evenly{gap: 10 * time.Millisecond, n: 30}, Client: &fakeDoer{service: 5 * time.Millisecond},
+		ProgressInterval: 50 * time.Millisecond, Progress: func(p Progress) {
+			mu.Lock()
+			got = append(got, p)
+			mu.Unlock()
+		}})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) < 3 {
+		t.Fatalf("%d progress calls over 300 ms at 50 ms", len(got))
+	}
+	last := got[len(got)-1]
+	if !last.Final || last.Sent != 30 || last.Done != 30 || last.InFlight != 0 || last.Failed != 0 {
+		t.Errorf("final progress %+v", last)
+	}
+	if last.P99E2EL != 0 {
+		t.Errorf("a P99 from %d samples", last.Done)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  Config
+		want error
+	}{
+		{Config{Client: &fakeDoer{}}, ErrNoWorkload},
+		{Config{Workload: &evenly{}}, ErrNoClient},
+	} {
+		if _, err := Run(context.Background(), tt.cfg); !errors.Is(err, tt.want) {
+			t.Errorf("Run(%+v) = %v, want %v", tt.cfg, err, tt.want)
+		}
+	}
+}
+
+func TestWaitUntil(t *testing.T) {
+	t.Parallel()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for _, d := range []time.Duration{-time.Millisecond, 0, 500 * time.Microsecond, 3 * time.Millisecond, 20 * time.Millisecond} {
+		target := time.Now().Add(d)
+		if !waitUntil(context.Background(), timer, target) {
+			t.Fatal("waitUntil reported a cancellation")
+		}
+		if late := time.Since(target); late < 0 {
+			t.Errorf("woke %v early for a %v wait", -late, d)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if waitUntil(ctx, timer, time.Now().Add(time.Second)) {
+		t.Error("waitUntil ignored a cancelled context")
+	}
+}
