@@ -55,7 +55,7 @@ func TestServeOnRealBackendProtocols(t *testing.T) {
 	admin := adminAddrOf(t, addr)
 
 	// Readiness follows Qdrant's payload load, which runs in the background.
-	waitReady(t, "http://"+addr+"/readyz")
+	waitReadyz(t, "http://"+addr+"/readyz")
 
 	body := `{"model":"` + prof.Model + `","stream":true,"stream_options":{"include_usage":true},"max_tokens":6,
 	          "messages":[{"role":"user","content":"How does the kv cache limit batching?"}],"rag":{"coupling":"fanout"}}`
@@ -164,7 +164,7 @@ func adminAddrOf(t *testing.T, apiAddr string) string {
 	return m[1]
 }
 
-func waitReady(t *testing.T, url string) {
+func waitReadyz(t *testing.T, url string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
