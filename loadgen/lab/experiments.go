@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen/report"
@@ -17,10 +19,10 @@ import (
 // else (the shard searches are instant), so the retrieve stage's Server-Timing is the article's
 // distribution; the empirical P99 is set beside the models fitted to the same samples.
 func runP99Model(ctx context.Context, e *env) (*Result, error) {
-	settings := map[string]any{
+	settings := e.base(map[string]any{
 		"shard_latency": []string{"none"}, "coupling": "fanout",
 		"faults": []map[string]any{{"name": "pareto-retrieve", "stage": "retrieve", "percent": 100, "delay": "pareto:10ms,1.5,10s"}},
-	}
+	})
 	w, err := e.poisson(40, 1, 8)
 	if err != nil {
 		return nil, err
@@ -75,13 +77,18 @@ func runP99Model(ctx context.Context, e *env) (*Result, error) {
 		rows = append(rows, Row{f.Model + " model P99", claim, fmt.Sprintf("%s ms (%s vs empirical)", msStr(f.P99), rel(float64(f.P99)/1e6))})
 	}
 	rows = append(rows, Row{"normal model P99 (mean+2.326sd)", "62.4 ms, -51.4% (article); unstable: infinite variance", fmt.Sprintf("%.1f ms (%s vs empirical; sd %.1f ms)", normalP99, rel(normalP99), sd)})
-	verdict := Verdict{Outcome: NotReproduced}
 	empMS := float64(emp) / 1e6
-	if ok && expP99 > 0 && expP99*1e6 < float64(lo) && normalP99*1e6 < float64(lo) {
-		verdict = Verdict{Reproduced, fmt.Sprintf("the exponential (%.0f ms) and normal (%.0f ms) models both fall below the empirical P99's 95%% interval [%s, %s] ms: light-tailed models under-estimate a Pareto tail. The article's 128.3 ms is not this distribution's P99 (215.44 ms analytic); we measured %.0f ms, which includes the service's own retrieve overhead",
-			expP99, normalP99, msStr(lo), msStr(hi), empMS)}
-	} else {
-		verdict.Why = fmt.Sprintf("the light-tailed models did not both fall below the empirical P99 interval (exponential %.0f ms, normal %.0f ms, empirical %.0f ms)", expP99, normalP99, empMS)
+	var verdict Verdict
+	switch {
+	case !ok:
+		verdict = Verdict{NotReproduced, "too few samples for an interval on the empirical P99; lengthen --duration"}
+	case expP99 > 0 && expP99*1e6 < float64(lo):
+		verdict = Verdict{Reproduced, fmt.Sprintf("the exponential fit's P99 (%.0f ms) falls below the empirical P99's 95%% interval [%s, %s] ms: a light-tailed model under-estimates a Pareto tail. "+
+			"The normal model gave %.0f ms with a sample sd of %.0f ms: with alpha = 1.5 the variance is infinite, so it swings with the few largest samples, as PITFALLS.md says, rather than reliably under-estimating as the article claims. "+
+			"The article's 128.3 ms is not this distribution's P99 (215.44 ms analytic); our %.0f ms includes the service's own retrieve overhead and the 95%% interval is wide at this sample size",
+			expP99, msStr(lo), msStr(hi), normalP99, sd, empMS)}
+	default:
+		verdict = Verdict{NotReproduced, fmt.Sprintf("the exponential fit's P99 (%.0f ms) is not below the empirical P99's 95%% interval [%s, %s] ms at this sample size; lengthen --duration", expP99, msStr(lo), msStr(hi))}
 	}
 	return &Result{
 		Setup:    "retrieve stage = fault delay pareto:10ms,1.5 (cap 10 s) on every request, shard searches instant; Poisson 40 req/s, max_tokens 4",
@@ -100,13 +107,12 @@ var couplingShardLaws = []string{"lognormal:150ms,0.3,3s", "lognormal:150ms,0.3,
 
 // runCoupling compares sync, fanout and async coupling, then sweeps top_k under sync.
 func runCoupling(ctx context.Context, e *env) (*Result, error) {
-	base := map[string]any{
+	base := e.base(map[string]any{
 		"shards": 4, "shard_latency": couplingShardLaws, "fetch_latency": "fixed:4ms",
 		"cache": map[string]any{"enabled": false, "size": 1}, "top_k": 5, "async_quorum": 3, "async_deadline": "100ms",
-		"faults": []any{},
-	}
-	const rate = 8.0
-	per := e.dur / 6
+	})
+	const rate = 20.0
+	per, sweepPer := e.dur/4, e.dur/12
 	var variants []Variant
 	by := map[string]*report.Bench{}
 	for i, mode := range []string{"sync", "fanout", "async"} {
@@ -116,7 +122,7 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, _, err := e.run(ctx, mode, s, load{workload: w, shape: "poisson(rate=8)", rate: rate, duration: per, maxTokens: 8})
+		v, _, err := e.run(ctx, mode, s, load{workload: w, shape: "poisson(rate=20)", rate: rate, duration: per, maxTokens: 8})
 		if err != nil {
 			return nil, err
 		}
@@ -133,20 +139,20 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 		case "async":
 			claim = "mean 320 ms, P95 jitter ±15 ms"
 		}
-		rows = append(rows, Row{mode + " E2EL mean / P95", claim, fmt.Sprintf("%s ms / %s", msStr(mean(b, report.MetricE2EL)), fmtPct(pct(b, report.MetricE2EL, 95)))},
+		rows = append(rows, Row{mode + " E2EL mean / P95", claim, fmt.Sprintf("%s ms / %s%s", msStr(mean(b, report.MetricE2EL)), fmtPct(pct(b, report.MetricE2EL, 95)), failedNote(b))},
 			Row{mode + " retrieve stage P50 (Server-Timing)", "", msStr(stageP50(b, "retrieve")) + " ms"})
 	}
 	// top_k sweep under sync: fetches are sequential, so E2EL grows by top_k x fetch latency.
 	var ks []int
 	var p50s []time.Duration
-	for i, k := range []int{2, 5, 10} {
+	for i, k := range []int{1, 3, 6} { // the tiny engine takes prompts up to 2048 tokens: ~6 chunks
 		s := clone(base)
 		s["coupling"], s["top_k"] = "sync", k
 		w, err := e.poisson(rate, uint64(20+i), 8)
 		if err != nil {
 			return nil, err
 		}
-		v, _, err := e.run(ctx, "sync top_k="+strconv.Itoa(k), s, load{workload: w, shape: "poisson(rate=8)", rate: rate, duration: per, maxTokens: 8})
+		v, _, err := e.run(ctx, "sync top_k="+strconv.Itoa(k), s, load{workload: w, shape: "poisson(rate=20)", rate: rate, duration: sweepPer, maxTokens: 8})
 		if err != nil {
 			return nil, err
 		}
@@ -154,10 +160,10 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 		ks = append(ks, k)
 		fetch := stageP50(v.Bench, "fetch")
 		p50s = append(p50s, fetch)
-		rows = append(rows, Row{fmt.Sprintf("sync top_k=%d: E2EL P50 / fetch stage P50", k), "grows linearly with top_k", fmt.Sprintf("%s / %s ms", fmtPct(pct(v.Bench, report.MetricE2EL, 50)), msStr(fetch))})
+		rows = append(rows, Row{fmt.Sprintf("sync top_k=%d: E2EL P50 / fetch stage P50", k), "grows linearly with top_k", fmt.Sprintf("%s / %s ms%s", fmtPct(pct(v.Bench, report.MetricE2EL, 50)), msStr(fetch), failedNote(v.Bench))})
 	}
 	slope := float64(p50s[2]-p50s[0]) / 1e6 / float64(ks[2]-ks[0])
-	rows = append(rows, Row{"sync fetch slope (P50 per extra top_k)", "linear", fmt.Sprintf("%.1f ms per chunk (fetch law fixed 4 ms per chunk; E2EL also grows with the prompt's prefill)", slope)})
+	rows = append(rows, Row{"sync fetch slope (P50 per extra top_k)", "linear", fmt.Sprintf("%.1f ms per chunk (the fetch stage, fixed 4 ms per chunk; at these shard laws the searches dominate E2EL)", slope)})
 	syncP95, asyncP95 := pct(by["sync"], report.MetricE2EL, 95), pct(by["async"], report.MetricE2EL, 95)
 	out := compare(syncP95, asyncP95)
 	why := fmt.Sprintf("sync P95 %s ms vs async %s ms (x%.2f; the article claims x%.2f on the mean: %s vs %s ms measured)",
@@ -169,11 +175,11 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 	case Opposite:
 		why = "async was slower: " + why
 	default:
-		why = "intervals overlap: " + why
+		why = "intervals overlap or too few samples for them: " + why
 	}
 	return &Result{
-		Setup: fmt.Sprintf("4 shards with laws %v, fetch fixed 4 ms per chunk, cache off, async quorum 3 / deadline 100 ms; Poisson %.0f req/s, max_tokens 8; %v per variant",
-			couplingShardLaws, rate, per.Round(time.Second)),
+		Setup: fmt.Sprintf("4 shards with laws %v, fetch fixed 4 ms per chunk, cache off, async quorum 3 / deadline 100 ms; Poisson %.0f req/s, max_tokens 8; %v per coupling variant, %v per top_k point",
+			couplingShardLaws, rate, per.Round(time.Second), sweepPer.Round(time.Second)),
 		Variants: variants,
 		Document: map[string]any{"sync_mean_ms": 890, "async_mean_ms": 320, "sync_p95_jitter_ms": 210, "async_p95_jitter_ms": 15},
 		Rows:     rows, Verdict: Verdict{out, why},
@@ -207,6 +213,11 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 		if err := e.put(ctx, s); err != nil {
 			return nil, err
 		}
+		// Warm the cache with the hot set, so that every arm starts from the steady state a
+		// hot-only load reaches (the first arm would otherwise pay the cold start).
+		if err := e.warm(ctx, hotKeys); err != nil {
+			return nil, err
+		}
 		before, err := e.stats(ctx)
 		if err != nil {
 			return nil, err
@@ -215,7 +226,7 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		src, err := shape.Keys(shape.KeyConfig{Pattern: shape.DefaultKeyPattern, Count: 600, Hot: 50, Alpha: 1.2,
+		src, err := shape.Keys(shape.KeyConfig{Pattern: shape.DefaultKeyPattern, Count: 600, Hot: hotKeys, Alpha: 1.2,
 			ColdFraction: a.cold, InvalidFraction: a.invalid}, e.o.Seed+uint64(30+i))
 		if err != nil {
 			return nil, err
@@ -245,13 +256,22 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 	out := compare(p99[1], p99[0])
 	why := fmt.Sprintf("1%% cold keys: P99 %s -> %s ms (article 18 -> 142 ms); invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
 		msStr(p99[0].Value), msStr(p99[1].Value), missing[2], missing[3])
-	if out == Reproduced && missing[3] == 0 && missing[2] > 0 {
+	guard := missing[3] == 0 && missing[2] > 0
+	switch {
+	case out == Reproduced && guard:
 		why = "reproduced: " + why + ". The size of the jump is set by the store's latency law (lognormal 8 ms) and cache size, not the article's"
-	} else {
+	default:
 		if out == Reproduced {
 			out = NotReproduced
 		}
-		why = "not fully reproduced: " + why
+		prefix := "the cold-key tail was not reproduced"
+		if out == Opposite {
+			prefix = "the cold-key P99 came out lower than the hot-only one"
+		}
+		if guard {
+			prefix += " (the Bloom guard did keep every invalid key from the store)"
+		}
+		why = prefix + ": " + why + ". With 1% cold keys only about one request in a hundred pays the store's latency, so the P99 sits at the boundary and moves by at most the store's own latency; the article's 142 ms implies a backing store far slower than this one"
 	}
 	return &Result{
 		Setup:    "GET /v1/documents/{id}: 600 docs, hot set 50 (Zipf 1.2), cache 1024, store lookup lognormal 8 ms; Poisson 100 req/s",
@@ -270,13 +290,14 @@ func runPoolSaturation(ctx context.Context, e *env) (*Result, error) {
 		{"1 worker, unbounded queue", map[string]any{"workers": 1, "queue": -1, "queue_timeout": "0s", "policy": "wait"}},
 		{"8 workers, queue 16, reject", map[string]any{"workers": 8, "queue": 16, "queue_timeout": "500ms", "policy": "reject"}},
 	}
-	const rate, burst = 12.0, 0.25
+	const rate, burst = 25.0, 0.25
 	per := e.dur / 2
 	var variants []Variant
 	var rows []Row
 	var p99s [2]report.PercentileStat
 	for i, a := range arms {
-		s := map[string]any{"admission": a.adm, "coupling": "fanout", "faults": []any{}}
+		s := e.base(map[string]any{"coupling": "fanout"})
+		s["admission"] = a.adm
 		p, err := shape.Gamma(rate, burst, e.o.Seed+uint64(40+i))
 		if err != nil {
 			return nil, err
@@ -289,7 +310,7 @@ func runPoolSaturation(ctx context.Context, e *env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, _, err := e.run(ctx, a.name, nil, load{workload: shape.Open(p, src), shape: "gamma(rate=12,burstiness=0.25)", rate: rate, duration: per, maxTokens: 32})
+		v, _, err := e.run(ctx, a.name, nil, load{workload: shape.Open(p, src), shape: "gamma(rate=25,burstiness=0.25)", rate: rate, duration: per, maxTokens: 32})
 		if err != nil {
 			return nil, err
 		}
@@ -310,7 +331,7 @@ func runPoolSaturation(ctx context.Context, e *env) (*Result, error) {
 	why := fmt.Sprintf("P99 of completed requests %s ms (1 worker, unbounded) vs %s ms (sized, bounded); the bounded pool trades tail for %.0f shed requests",
 		msStr(p99s[0].Value), msStr(p99s[1].Value), variants[1].Counters["rejected"]+variants[1].Counters["timed_out"])
 	return &Result{
-		Setup:    "bursty arrivals gamma(rate 12/s, burstiness 0.25), max_tokens 32, fanout coupling",
+		Setup:    "bursty arrivals gamma(rate 25/s, burstiness 0.25), max_tokens 32, fanout coupling, tiny engine",
 		Variants: variants,
 		Document: map[string]any{"advice": "core = 2 x CPUs, max = 2 x core, bounded queue, monitored rejection; risky: core 1, unbounded max"},
 		Rows:     rows, Verdict: Verdict{out, why},
@@ -324,9 +345,12 @@ func (e *env) statsAfterPut(ctx context.Context, s map[string]any) (serverStats,
 	return e.stats(ctx)
 }
 
-// sessionStepLimit is the latency above which a session step counts as failed: a page that
-// takes longer than this loses the user (a common web budget, stated in the table).
-const sessionStepLimit = 600 * time.Millisecond
+// sessionBudgets are the step latencies above which a replayed step counts as failed (the user
+// gives up on a slow page). The article does not state its budget, so the table shows the rates
+// at several; the verdict is read at verdictBudget, a snappy page-step budget fixed up front.
+var sessionBudgets = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}
+
+const verdictBudget = 250 * time.Millisecond
 
 // runLatencyInjection replays synthetic sessions with and without the article's relative delay.
 func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
@@ -340,13 +364,15 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 	per := e.dur / 2
 	var variants []Variant
 	var rows []Row
-	var interrupted, firstBad [2][2]float64
+	type rates struct{ firstGood, firstAll, interrupted, ended float64 }
+	at := map[time.Duration][2]rates{}
 	for i, a := range arms {
 		faults := []map[string]any{}
 		if a.faults != nil {
 			faults = a.faults
 		}
-		s := map[string]any{"faults": faults, "coupling": "fanout"}
+		s := e.base(map[string]any{"coupling": "fanout"})
+		s["faults"] = faults
 		p, err := shape.Poisson(3, e.o.Seed+uint64(50+i))
 		if err != nil {
 			return nil, err
@@ -355,36 +381,45 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, _, err := e.run(ctx, a.name, s, load{workload: shape.Sessions(p, sess), shape: "sessions(poisson 3/s)", rate: 3, duration: per, maxTokens: 24,
-			report: report.Options{SessionStepLimit: sessionStepLimit}})
+		v, res, err := e.run(ctx, a.name, s, load{workload: shape.Sessions(p, sess), shape: "sessions(poisson 3/s)", rate: 3, duration: per, maxTokens: 24,
+			report: report.Options{SessionStepLimit: verdictBudget}})
 		if err != nil {
 			return nil, err
 		}
 		variants = append(variants, *v)
-		ss := v.Bench.Sessions
-		if ss == nil {
-			return nil, fmt.Errorf("variant %s: no sessions in the result", a.name)
+		for _, budget := range sessionBudgets {
+			ss := report.Summarize(res, report.Options{SessionStepLimit: budget}).Sessions
+			if ss == nil {
+				return nil, fmt.Errorf("variant %s: no sessions in the result", a.name)
+			}
+			r := at[budget]
+			r[i] = rates{float64(ss.FirstStepsGood), float64(ss.FirstSteps), float64(ss.Interrupted), float64(ss.Completed + ss.Interrupted)}
+			at[budget] = r
 		}
-		firstBad[i] = [2]float64{float64(ss.FirstStepsGood), float64(ss.FirstSteps)}
-		interrupted[i] = [2]float64{float64(ss.Interrupted), float64(ss.Completed + ss.Interrupted)}
-		c1, c2 := "98.2%", "1.1%"
-		if i == 1 {
-			c1, c2 = "83.7%", "12.4%"
-		}
+	}
+	for _, budget := range sessionBudgets {
+		r := at[budget]
+		c1, c2 := "98.2% -> 83.7%", "1.1% -> 12.4%"
 		rows = append(rows,
-			Row{a.name + ": first-step completion", c1, fmtRate(firstBad[i][0], firstBad[i][1])},
-			Row{a.name + ": session interruption", c2, fmtRate(interrupted[i][0], interrupted[i][1])})
+			Row{fmt.Sprintf("first-step completion, budget %v", budget), c1, fmtRate(r[0].firstGood, r[0].firstAll) + " -> " + fmtRate(r[1].firstGood, r[1].firstAll)},
+			Row{fmt.Sprintf("session interruption, budget %v", budget), c2, fmtRate(r[0].interrupted, r[0].ended) + " -> " + fmtRate(r[1].interrupted, r[1].ended)})
 	}
-	_, lo1, _ := binomialCI(interrupted[1][0], interrupted[1][1])
-	_, _, hi0 := binomialCI(interrupted[0][0], interrupted[0][1])
+	r := at[verdictBudget]
+	_, lo1, _ := binomialCI(r[1].interrupted, r[1].ended)
+	_, _, hi0 := binomialCI(r[0].interrupted, r[0].ended)
+	_, _, hi1 := binomialCI(r[1].interrupted, r[1].ended)
+	_, lo0, _ := binomialCI(r[0].interrupted, r[0].ended)
 	out := NotReproduced
-	if lo1 > hi0 {
+	switch {
+	case lo1 > hi0:
 		out = Reproduced
+	case hi1 < lo0:
+		out = Opposite
 	}
-	why := fmt.Sprintf("interruption %s -> %s with a step budget of %v; the size depends on that budget and on the service's baseline latency, which the article does not state",
-		fmtRate(interrupted[0][0], interrupted[0][1]), fmtRate(interrupted[1][0], interrupted[1][1]), sessionStepLimit)
+	why := fmt.Sprintf("at a %v step budget interruption went %s -> %s (article 1.1%% -> 12.4%%); the size depends on the budget (see the rows) and on the service's baseline latency, neither of which the article states",
+		verdictBudget, fmtRate(r[0].interrupted, r[0].ended), fmtRate(r[1].interrupted, r[1].ended))
 	return &Result{
-		Setup:    fmt.Sprintf("synthetic shopping sessions (<= 4 steps, think 300 ms) arriving Poisson 3/s; a step over %v or failed interrupts the session; rule max(100ms, baseline x 1.8 + U(0,200ms)) on retrieve", sessionStepLimit),
+		Setup:    "synthetic shopping sessions (<= 4 steps, think 300 ms) arriving Poisson 3/s; a failed step, or one over the budget, interrupts the session; rule max(100ms, baseline x 1.8 + U(0,200ms)) on every retrieve",
 		Variants: variants,
 		Document: map[string]any{"first_screen_completion": []float64{0.982, 0.837}, "session_interruption": []float64{0.011, 0.124}},
 		Rows:     rows, Verdict: Verdict{out, why},
@@ -402,7 +437,12 @@ func runKnee(ctx context.Context, e *env) (*Result, error) {
 	knees := map[string]report.SweepKnee{}
 	maxRun := map[string]float64{}
 	for _, mode := range modes {
-		s := map[string]any{"llm": map[string]any{"profile": "tiny", "kv_alloc": mode}, "coupling": "fanout", "faults": []any{}}
+		s := e.base(map[string]any{"coupling": "fanout", "top_k": 1})
+		if _, ok := s["llm"]; !ok {
+			return &Result{Setup: "needs the simulated engine", Rows: []Row{{"knee", "vLLM 184 QPS, Triton 92 QPS", "not measured"}},
+				Verdict: Verdict{NotRun, "generation goes to a real LLM: the KV allocation mode is the simulator's"}}, nil
+		}
+		s["llm"] = map[string]any{"profile": "tiny", "kv_alloc": mode}
 		if err := e.put(ctx, s); err != nil {
 			return nil, err
 		}
@@ -413,13 +453,14 @@ func runKnee(ctx context.Context, e *env) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
+			peakRun, peakWaste = 0, 0
 			stop := e.sample(ctx, func(st serverStats) {
 				if st.Engine != nil {
 					peakRun = max(peakRun, st.Engine.Running)
 					peakWaste = max(peakWaste, st.Engine.BlocksReservedUnused)
 				}
 			})
-			v, _, err := e.run(ctx, fmt.Sprintf("%s rate=%g", mode, r), nil, load{workload: w, shape: fmt.Sprintf("poisson(rate=%g)", r), rate: r, duration: per, maxTokens: 256})
+			v, _, err := e.run(ctx, fmt.Sprintf("%s rate=%g", mode, r), nil, load{workload: w, shape: fmt.Sprintf("poisson(rate=%g)", r), rate: r, duration: per, maxTokens: 400})
 			stop()
 			if err != nil {
 				return nil, err
@@ -452,7 +493,7 @@ func runKnee(ctx context.Context, e *env) (*Result, error) {
 		why += ". The article's QPS figures are for an A100 with vLLM/Triton; the simulator's tiny profile (256 blocks of 16 tokens, 8 seqs) is not that hardware, so only the direction compares"
 	}
 	return &Result{
-		Setup:    fmt.Sprintf("llm-sim profile tiny, max_tokens 256, Poisson rates %v, %v per point", rates, per.Round(time.Second)),
+		Setup:    fmt.Sprintf("llm-sim profile tiny (256 KV blocks of 16 tokens, 8 seqs), top_k 1, max_tokens 400, Poisson rates %v, %v per point", rates, per.Round(time.Second)),
 		Variants: variants,
 		Document: map[string]any{"vllm_knee_qps": 184, "vllm_knee_p99_ms": 1247, "triton_knee_qps": 92, "triton_knee_p99_ms": 2183, "fragmentation": []float64{0.25, 0.23}},
 		Rows:     rows, Verdict: Verdict{out, why},
@@ -481,14 +522,76 @@ func (e *env) sample(ctx context.Context, f func(serverStats)) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// runKeepalive needs a service retrieving over the Qdrant protocol from a server with a short
-// MaxConnectionAge; the lab does not yet start one, so it says so instead of faking a figure.
-func runKeepalive(_ context.Context, _ *env) (*Result, error) {
+// runKeepalive drives services that retrieve over gRPC from Qdrant-protocol servers, one
+// forcing reconnects with a short MaxConnectionAge and one without, and compares their tails
+// with the reconnects counted.
+func runKeepalive(ctx context.Context, e *env) (*Result, error) {
+	doc := map[string]any{"max_connection_age": "30m", "grace": "5m", "ping": "10s", "timeout": "3s", "p99_increase_ms": 120}
+	if len(e.o.Keepalive) < 2 {
+		return &Result{
+			Setup:    "needs services retrieving from Qdrant-protocol servers with MaxConnectionAge short vs none (the in-process lab starts them)",
+			Document: doc,
+			Rows:     []Row{{"P99 increase from forced reconnects", "+120 ms", "not measured"}},
+			Verdict:  Verdict{NotRun, "no keepalive arms: against --url the lab cannot change the Qdrant server's MaxConnectionAge; run `ragtail lab keepalive` without --url"},
+		}, nil
+	}
+	const rate = 50.0
+	per := e.dur / time.Duration(len(e.o.Keepalive))
+	var variants []Variant
+	var rows []Row
+	var p99s []report.PercentileStat
+	for i, arm := range e.o.Keepalive {
+		sub := &env{t: arm.Target, o: e.o, dur: per}
+		if sub.t.HTTP == nil {
+			sub.t.HTTP = e.t.HTTP
+		}
+		cfg, err := sub.getConfig(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("arm %s: %w", arm.Name, err)
+		}
+		_, sub.simulated = cfg["llm"]
+		var before map[string]float64
+		if arm.Counters != nil {
+			before = arm.Counters()
+		}
+		w, err := e.poisson(rate, uint64(70+i), 8)
+		if err != nil {
+			return nil, err
+		}
+		v, _, err := sub.run(ctx, arm.Name, sub.base(map[string]any{"coupling": "fanout"}),
+			load{workload: w, shape: "poisson(rate=50)", rate: rate, duration: per, maxTokens: 4})
+		if err != nil {
+			return nil, err
+		}
+		if arm.Counters != nil {
+			v.Counters = map[string]float64{}
+			for k, after := range arm.Counters() {
+				v.Counters[k] = after - before[k]
+			}
+		}
+		variants = append(variants, *v)
+		p99 := pct(v.Bench, report.MetricE2EL, 99)
+		p99s = append(p99s, p99)
+		rows = append(rows,
+			Row{arm.Name + ": E2EL P99", "+120 ms with reconnects", fmtPct(p99)},
+			Row{arm.Name + ": retrieve stage P50", "", msStr(stageP50(v.Bench, "retrieve")) + " ms"},
+			Row{arm.Name + ": new connections / GOAWAY max_age", "", fmt.Sprintf("%.0f / %.0f", v.Counters["connections"], v.Counters["goaway_max_age"])})
+	}
+	out := compare(p99s[0], p99s[1])
+	why := fmt.Sprintf("E2EL P99 %s ms (%s, %.0f reconnects) vs %s ms (%s)", msStr(p99s[0].Value), e.o.Keepalive[0].Name,
+		variants[0].Counters["connections"], msStr(p99s[1].Value), e.o.Keepalive[1].Name)
+	switch out {
+	case Reproduced:
+		why = "forced reconnects raised the tail: " + why
+	case Opposite:
+		why = "the arm with reconnects had the lower tail: " + why
+	default:
+		why = "no difference beyond the intervals: " + why + ". On loopback a gRPC reconnect costs a TCP and HTTP/2 handshake (well under a millisecond) and MaxConnectionAgeGrace lets calls in flight finish; the article's +120 ms needs new streams crowding a congested connection window, which an idle loopback link does not have"
+	}
 	return &Result{
-		Setup:    "needs the service on a Qdrant-protocol server (rag/retrieve/qdranttest) with MaxConnectionAge short vs none",
-		Document: map[string]any{"max_connection_age": "30m", "grace": "5m", "ping": "10s", "timeout": "3s", "p99_increase_ms": 120},
-		Rows:     []Row{{"P99 increase from forced reconnects", "+120 ms", "not measured"}},
-		Verdict:  Verdict{NotRun, "the lab does not yet start a Qdrant-protocol server for the in-process target; run against a stack whose Qdrant sets MaxConnectionAge and compare with `ragtail bench`"},
+		Setup: fmt.Sprintf("retrieval over gRPC (Qdrant protocol, 1 shard) from servers with %s vs %s; Poisson %.0f req/s, max_tokens 4, %v per arm",
+			e.o.Keepalive[0].Name, e.o.Keepalive[1].Name, rate, per.Round(time.Second)),
+		Variants: variants, Document: doc, Rows: rows, Verdict: Verdict{out, why},
 	}, nil
 }
 
@@ -512,4 +615,50 @@ func stageP50(b *report.Bench, stage string) time.Duration {
 		}
 	}
 	return 0
+}
+
+// base returns settings with the lab's common ground added under them: the tiny simulated engine
+// (when the service simulates one; ~1 ms steps, so generation does not hide the mechanism under
+// test on a small machine), a roomy admission pool, no faults.
+func (e *env) base(settings map[string]any) map[string]any {
+	out := map[string]any{
+		"admission": map[string]any{"workers": 256, "queue": 1024, "queue_timeout": "30s", "policy": "reject"},
+		"faults":    []any{},
+	}
+	if e.simulated {
+		out["llm"] = map[string]any{"profile": "tiny", "kv_alloc": "paged"}
+	}
+	for k, v := range settings {
+		out[k] = v
+	}
+	return out
+}
+
+// failedNote says how many requests of b failed, if any: their latencies are not in the
+// percentiles beside it.
+func failedNote(b *report.Bench) string {
+	if b.Failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d of %d failed)", b.Failed, b.Completed+b.Failed)
+}
+
+// hotKeys is the size of the hot set of the cache-penetration experiment.
+const hotKeys = 50
+
+// warm GETs the first n documents once.
+func (e *env) warm(ctx context.Context, n int) error {
+	for i := range n {
+		u := strings.TrimRight(e.t.URL, "/") + "/v1/documents/" + shape.EscapeKey(fmt.Sprintf(shape.DefaultKeyPattern, i))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := e.t.HTTP.Do(req)
+		if err != nil {
+			return fmt.Errorf("warm the cache: %w", err)
+		}
+		_ = resp.Body.Close()
+	}
+	return nil
 }

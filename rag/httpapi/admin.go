@@ -17,6 +17,9 @@ type AdminOption interface{ applyAdmin(*adminConfig) }
 
 type adminConfig struct {
 	traces, profiles, pprof http.Handler
+	config                  ConfigStore
+	configAccess            ConfigAccess
+	stats                   func() any
 }
 
 type adminOptionFunc func(*adminConfig)
@@ -41,8 +44,8 @@ func WithPprof(h http.Handler) AdminOption {
 }
 
 // NewAdmin returns the handler of the admin listener: /metrics from reg (OpenMetrics with
-// exemplars when the scraper asks for it), /debug/pprof/*, /healthz, and /debug/traces and
-// /debug/profiles when their handlers are given.
+// exemplars when the scraper asks for it), /debug/pprof/*, /healthz, and /debug/traces,
+// /debug/profiles and /admin/config when their handlers are given.
 func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 	var cfg adminConfig
 	for _, o := range opts {
@@ -70,6 +73,12 @@ func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 	if cfg.profiles != nil {
 		r.Handle("/debug/profiles", cfg.profiles)
 		r.Handle("/debug/profiles/*", cfg.profiles)
+	}
+	if cfg.stats != nil {
+		r.Get("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { rag.WriteJSON(w, http.StatusOK, cfg.stats()) })
+	}
+	if cfg.config != nil {
+		r.Handle("/admin/config", configHandler(cfg.config, cfg.configAccess))
 	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		rag.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})

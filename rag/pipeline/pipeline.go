@@ -106,6 +106,7 @@ type Option interface{ apply(*options) }
 
 type options struct {
 	admitter       Admitter
+	faults         FaultInjector
 	logger         *slog.Logger
 	now            func() time.Time
 	tracerProvider trace.TracerProvider
@@ -198,6 +199,7 @@ type Pipeline struct {
 	gen  Generator
 
 	admitter Admitter
+	faults   FaultInjector
 	log      *slog.Logger
 	now      func() time.Time
 	tel      *telemetry
@@ -227,7 +229,7 @@ func New(emb Embedder, ret Retriever, docs DocStore, gen Generator, cfg Config, 
 	if err != nil {
 		return nil, fmt.Errorf("new pipeline: instruments: %w", err)
 	}
-	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, log: o.logger, now: o.now, tel: tel}
+	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, faults: o.faults, log: o.logger, now: o.now, tel: tel}
 	if err := p.SetConfig(cfg); err != nil {
 		return nil, fmt.Errorf("new pipeline: %w", err)
 	}

@@ -88,6 +88,7 @@ type run struct {
 	span       trace.Span      // rag.pipeline
 	spanCtx    context.Context // parent with the rag.pipeline span
 	firstToken time.Time       // when the first delta carrying text arrived
+	faultDelay time.Duration   // latency injected by fault rules so far
 	genEnd     time.Time       // when the last delta arrived
 	answer     strings.Builder // the answer, only when content capture is on
 
@@ -152,11 +153,16 @@ func (r *run) execute() error {
 		}
 	}
 	st := r.begin(r.ctx, rag.StageEmbed, r.t.embedName, attrs...)
-	vec, err := r.p.emb.Embed(st.ctx, question)
-	if err != nil {
-		err = fmt.Errorf("embed question: %w", err)
+	dec, err := r.inject(st)
+	var vec []float32
+	if err == nil {
+		vec, err = r.p.emb.Embed(st.ctx, question)
+		if err != nil {
+			err = fmt.Errorf("embed question: %w", err)
+		}
 	}
 	d := st.end(err)
+	r.observe(rag.StageEmbed, d, dec)
 	r.t.inst.clientDur.RecordSet(st.ctx, seconds(d), withError(r.t.embedSet, err))
 	if err == nil {
 		r.t.inst.tokenUsage.RecordSet(st.ctx, int64(rag.CountTokens(question)), r.t.embedInput)
@@ -179,28 +185,37 @@ func (r *run) execute() error {
 		}
 	}
 	st = r.begin(r.ctx, rag.StageRetrieve, r.t.retrievalName, attrs...)
-	switch r.res.Coupling {
-	case rag.CouplingSync:
-		hits, err = r.retrieveSync(st, vec, n)
-	case rag.CouplingFanout:
-		hits, err = r.retrieveFanout(st, vec, n)
-	case rag.CouplingAsync:
-		hits, err = r.retrieveAsync(st, vec, n)
+	dec, err = r.inject(st)
+	if err != nil {
+		err = r.fail(rag.StageRetrieve, err)
+	} else {
+		switch r.res.Coupling {
+		case rag.CouplingSync:
+			hits, err = r.retrieveSync(st, vec, n)
+		case rag.CouplingFanout:
+			hits, err = r.retrieveFanout(st, vec, n)
+		case rag.CouplingAsync:
+			hits, err = r.retrieveAsync(st, vec, n)
+		}
 	}
 	if st.span.IsRecording() {
 		st.span.SetAttributes(AttrHits.Int(len(hits)), AttrShardsAnswered.Int(r.res.ShardsAnswered),
 			AttrShardsLate.Int(r.res.ShardsLate), AttrShardsFailed.Int(r.res.ShardsFailed))
 	}
-	st.end(err)
+	r.observe(rag.StageRetrieve, st.end(err), dec)
 	if err != nil {
 		return err
 	}
 
 	st = r.begin(r.ctx, rag.StageFetch, SpanFetch)
 	var chunks []rag.Chunk
-	if r.res.Coupling == rag.CouplingSync {
+	dec, err = r.inject(st)
+	switch {
+	case err != nil:
+		err = r.fail(rag.StageFetch, err)
+	case r.res.Coupling == rag.CouplingSync:
 		chunks, err = r.fetchSequential(st.ctx, hits)
-	} else {
+	default:
 		chunks, err = r.fetchConcurrent(st.ctx, hits)
 	}
 	if st.span.IsRecording() {
@@ -212,7 +227,7 @@ func (r *run) execute() error {
 			st.span.SetAttributes(AttrHits.Int(len(hits)), AttrChunksMissing.Int(r.res.ChunksMissing))
 		}
 	}
-	st.end(err)
+	r.observe(rag.StageFetch, st.end(err), dec)
 	if err != nil {
 		return err
 	}
@@ -233,17 +248,20 @@ func (r *run) admit() error {
 	var (
 		release func()
 		wait    time.Duration
-		err     error
 	)
-	if r.t.waiter != nil {
+	dec, err := r.inject(st)
+	switch {
+	case err != nil:
+	case r.t.waiter != nil:
 		release, wait, err = r.t.waiter.AcquireWait(st.ctx)
-	} else {
+	default:
 		release, err = a.Acquire(st.ctx)
 	}
 	if st.span.IsRecording() && r.t.waiter != nil {
 		st.span.SetAttributes(AttrAdmissionWaitMS.Float64(float64(wait) / float64(time.Millisecond)))
 	}
 	d := st.end(err)
+	r.observe(rag.StageAdmission, d, dec)
 	if err != nil {
 		if errors.Is(err, rag.ErrOverloaded) {
 			r.t.inst.rejected.Add(st.ctx, 1)
@@ -251,7 +269,7 @@ func (r *run) admit() error {
 		return r.fail(rag.StageAdmission, err)
 	}
 	if r.t.waiter == nil {
-		wait = d
+		wait = d - dec.Delay
 	}
 	r.t.inst.queueWait.Record(st.ctx, seconds(wait))
 	r.release = release
@@ -785,6 +803,12 @@ func (r *run) generate(msgs []rag.Message) (err error) {
 		}
 	}()
 
+	dec, err := r.inject(gen)
+	defer func() { r.observe(rag.StageGenerate, r.res.Timings[gi].Duration, dec) }()
+	if err != nil {
+		r.res.Timings[gi].Duration = r.p.now().Sub(r.res.Timings[gi].Start)
+		return r.fail(rag.StageGenerate, err)
+	}
 	stream, err := r.p.gen.Generate(gen.ctx, rag.GenRequest{
 		ID: r.q.ID, Model: r.q.Model, Messages: msgs, MaxTokens: r.q.MaxTokens, Temperature: r.q.Temperature,
 	})
@@ -844,6 +868,9 @@ func (r *run) generate(msgs []rag.Message) (err error) {
 		}
 		if d.FinishReason != "" {
 			break
+		}
+		if dec.CutAfterTokens > 0 && completionTokens >= dec.CutAfterTokens {
+			return r.fail(rag.StageGenerate, dec.CutErr)
 		}
 	}
 	if r.res.FinishReason == "" {

@@ -1,0 +1,106 @@
+package lab
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen/report"
+)
+
+func TestCompare(t *testing.T) {
+	ms := time.Millisecond
+	ci := func(v, lo, hi time.Duration) report.PercentileStat {
+		return report.PercentileStat{P: 95, Value: v, Lo: lo, Hi: hi, HasCI: true}
+	}
+	tests := []struct {
+		name          string
+		worse, better report.PercentileStat
+		want          string
+	}{
+		{"separated", ci(500*ms, 450*ms, 600*ms), ci(100*ms, 90*ms, 120*ms), Reproduced},
+		{"overlapping", ci(500*ms, 300*ms, 600*ms), ci(400*ms, 350*ms, 450*ms), NotReproduced},
+		{"reversed", ci(100*ms, 90*ms, 120*ms), ci(500*ms, 450*ms, 600*ms), Opposite},
+		{"no interval", report.PercentileStat{Value: 900 * ms}, ci(100*ms, 90*ms, 120*ms), NotReproduced},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := compare(tt.worse, tt.better); got != tt.want {
+				t.Errorf("compare = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBinomialCI checks the Wilson interval against values computed by hand:
+// k=10, n=100: centre (0.1 + 1.92/100)/(1+3.84/100) = 0.1148, half-width
+// 1.96*sqrt(0.0009+0.000096)/1.0384 = 0.0596, so [0.0552, 0.1744].
+func TestBinomialCI(t *testing.T) {
+	tests := []struct {
+		name          string
+		k, n          float64
+		p, lo, hi     float64
+		wantUndefined bool
+	}{
+		{name: "ten percent", k: 10, n: 100, p: 0.1, lo: 0.0552, hi: 0.1744},
+		{name: "none", k: 0, n: 50, p: 0, lo: 0, hi: 0.0714},
+		{name: "no trials", n: 0, wantUndefined: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, lo, hi := binomialCI(tt.k, tt.n)
+			if tt.wantUndefined {
+				if !math.IsNaN(p) {
+					t.Errorf("p = %v, want NaN", p)
+				}
+				return
+			}
+			for _, c := range []struct{ got, want float64 }{{p, tt.p}, {lo, tt.lo}, {hi, tt.hi}} {
+				if math.Abs(c.got-c.want) > 5e-4 {
+					t.Errorf("binomialCI(%v, %v) = %v, %v, %v; want %v, %v, %v", tt.k, tt.n, p, lo, hi, tt.p, tt.lo, tt.hi)
+				}
+			}
+		})
+	}
+}
+
+func TestResultJSONAndText(t *testing.T) {
+	r := &Result{Experiment: "coupling", Title: "t", Document: map[string]any{"sync_mean_ms": 890},
+		Rows: []Row{{"m", "c", "x"}}, Verdict: Verdict{Reproduced, "because"}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc["schema"] != Schema || doc["experiment"] != "coupling" || doc["verdict"].(map[string]any)["outcome"] != Reproduced {
+		t.Errorf("JSON %s", b)
+	}
+	var sb strings.Builder
+	if err := WriteText(&sb, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), "verdict: REPRODUCED — because") {
+		t.Errorf("text:\n%s", sb.String())
+	}
+	sb.Reset()
+	if err := WriteHTML(&sb, []*Result{r}); err != nil || !strings.Contains(sb.String(), "<td>m</td>") {
+		t.Errorf("html (%v):\n%s", err, sb.String())
+	}
+}
+
+func TestNames(t *testing.T) {
+	want := []string{"p99-model", "coupling", "cache-penetration", "pool-saturation", "latency-injection", "knee", "keepalive"}
+	if got := Names(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("Names() = %v, want %v", got, want)
+	}
+	for _, n := range want {
+		if DefaultDuration(n) <= 0 {
+			t.Errorf("%s has no default duration", n)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/httpapi"
+)
+
+// counterStore is a ConfigStore whose configuration is one integer and a version.
+type counterStore struct {
+	mu      sync.Mutex
+	Version int `json:"version"`
+	TopK    int `json:"top_k"`
+}
+
+func (s *counterStore) Get() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return map[string]int{"version": s.Version, "top_k": s.TopK}
+}
+
+func (s *counterStore) Apply(_ context.Context, body []byte) (any, error) {
+	var in struct {
+		TopK *int `json:"top_k"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, fmt.Errorf("%w: %v", rag.ErrInvalidRequest, err)
+	}
+	if in.TopK != nil && *in.TopK < 1 {
+		return nil, fmt.Errorf("%w: top_k must be positive", rag.ErrInvalidRequest)
+	}
+	s.mu.Lock()
+	if in.TopK != nil {
+		s.TopK = *in.TopK
+	}
+	s.Version++
+	s.mu.Unlock()
+	return s.Get(), nil
+}
+
+func TestAdminConfig(t *testing.T) {
+	tests := []struct {
+		name       string
+		access     httpapi.ConfigAccess
+		localAddr  string // the listener side of the connection
+		method     string
+		auth       string
+		body       string
+		wantStatus int
+		wantCode   string
+	}{
+		{name: "get needs no token", access: httpapi.ConfigAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodGet, wantStatus: 200},
+		{name: "loopback trusted without token", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 200},
+		{name: "off loopback without configured token", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "10.0.0.5:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 403, wantCode: "admin_token_required"},
+		{name: "token set, missing on loopback", access: httpapi.ConfigAccess{Token: "s3cret", TrustLoopback: true}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 401, wantCode: "missing_admin_token"},
+		{name: "wrong token", access: httpapi.ConfigAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodPut, auth: "Bearer nope", body: `{"top_k":3}`, wantStatus: 403, wantCode: "invalid_admin_token"},
+		{name: "right token off loopback", access: httpapi.ConfigAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodPut, auth: "Bearer s3cret", body: `{"top_k":3}`, wantStatus: 200},
+		{name: "invalid field", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "[::1]:9464", method: http.MethodPut, body: `{"top_k":0}`, wantStatus: 400},
+		{name: "method not allowed", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "127.0.0.1:9464", method: http.MethodDelete, wantStatus: 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &counterStore{TopK: 5}
+			h := httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithConfig(store, tt.access))
+			req := httptest.NewRequest(tt.method, "/admin/config", strings.NewReader(tt.body))
+			addr, err := net.ResolveTCPAddr("tcp", tt.localAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, addr))
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", rec.Code, tt.wantStatus, rec.Body)
+			}
+			if tt.wantStatus >= 400 {
+				var body rag.ErrorBody
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Message == "" {
+					t.Fatalf("error body %q is not OpenAI error JSON: %v", rec.Body, err)
+				}
+				if tt.wantCode != "" && body.Error.Code != tt.wantCode {
+					t.Errorf("code %v, want %s", body.Error.Code, tt.wantCode)
+				}
+				if store.Version != 0 {
+					t.Errorf("a refused PUT changed the config (version %d)", store.Version)
+				}
+			}
+			if tt.method == http.MethodPut && tt.wantStatus == 200 && store.TopK != 3 {
+				t.Errorf("top_k %d after PUT, want 3", store.TopK)
+			}
+		})
+	}
+}
+
+// TestAdminConfigLoopbackListener checks the loopback rule against a real listener on 127.0.0.1.
+func TestAdminConfigLoopbackListener(t *testing.T) {
+	store := &counterStore{TopK: 5}
+	srv := httptest.NewServer(httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithConfig(store, httpapi.ConfigAccess{TrustLoopback: true})))
+	defer srv.Close()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, srv.URL+"/admin/config", strings.NewReader(`{"top_k":7}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || store.TopK != 7 || store.Version != 1 {
+		t.Fatalf("PUT on a loopback listener: status %d, top_k %d, version %d", resp.StatusCode, store.TopK, store.Version)
+	}
+}
