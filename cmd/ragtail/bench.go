@@ -498,7 +498,7 @@ Example (the article's command, against ragtail llm-sim):
 		return err
 	}
 	if o.saveDetailed != "" {
-		if err := writeFile(stdout, o.saveDetailed, func(w io.Writer) error { return report.WriteDetailedJSONL(w, res) }); err != nil {
+		if err := writeOutput(o.saveDetailed, stdout, func(w io.Writer) error { return report.WriteDetailedJSONL(w, res) }); err != nil {
 			return err
 		}
 	}
@@ -569,42 +569,14 @@ func writeOutputs(stdout io.Writer, v any, jsonOut, htmlOut string) error {
 		return err
 	}
 	if jsonOut != "" {
-		if err := writeFile(stdout, jsonOut, func(w io.Writer) error { return report.WriteJSON(w, v) }); err != nil {
+		if err := writeOutput(jsonOut, stdout, func(w io.Writer) error { return report.WriteJSON(w, v) }); err != nil {
 			return err
 		}
 	}
 	if htmlOut != "" {
-		if err := writeFile(stdout, htmlOut, func(w io.Writer) error { return report.WriteHTML(w, v) }); err != nil {
+		if err := writeOutput(htmlOut, stdout, func(w io.Writer) error { return report.WriteHTML(w, v) }); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// writeFile writes a file through a temporary one renamed into place, so that an interrupted
-// write never leaves half a report; "-" writes to stdout.
-func writeFile(stdout io.Writer, path string, write func(io.Writer) error) (err error) {
-	if path == "-" {
-		return write(stdout)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if err := write(tmp); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
