@@ -34,6 +34,7 @@ func commands() []command {
 		{"ingest", "chunk and embed .md/.txt files (or the built-in corpus) into Qdrant or a snapshot file", runIngest},
 		{"lab", "run a pitfall experiment A/B and print measured vs claimed figures", runLab},
 		{"report", "render or merge result files (text, --html, --json)", runReport},
+		{"healthcheck", "probe a URL and exit 0 on 2xx (container healthchecks)", runHealthcheck},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -203,3 +203,29 @@ func TestDemoPrintsEveryCoupling(t *testing.T) {
 		t.Errorf("demo requests failed:\n%s", out.String())
 	}
 }
+
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	addr, _, _ := startServe(t, "--profile", "tiny", "--corpus-docs", "20", "--profiling=false")
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"ready", []string{"http://" + addr + "/readyz"}, ""},
+		{"404", []string{"http://" + addr + "/nope"}, "HTTP 404"},
+		{"refused", []string{"--timeout", "2s", "http://127.0.0.1:1/healthz"}, "connect"},
+		{"no url", nil, "usage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(context.Background(), append([]string{"healthcheck"}, tt.args...), io.Discard, io.Discard)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("err = %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// runHealthcheck probes a URL and succeeds on a 2xx answer. The container image is distroless
+// (no shell, no curl), so compose healthchecks run the binary itself:
+// ["CMD", "ragtail", "healthcheck", "http://127.0.0.1:8080/readyz"].
+func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("healthcheck", "URL", `Probes URL with GET and exits 0 if it answers 2xx, 1 otherwise (printing why). Meant for
+container healthchecks, where the image has no shell or curl, e.g. /readyz of ragtail serve or
+/health of ragtail llm-sim.`)
+	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() != 1 || !strings.HasPrefix(fs.Arg(0), "http") {
+		fmt.Fprintln(stderr, "ragtail healthcheck: want exactly one http(s) URL")
+		fs.Usage()
+		return errUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fs.Arg(0), nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck %s: %w", fs.Arg(0), err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("healthcheck %s: HTTP %d: %s", fs.Arg(0), resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
