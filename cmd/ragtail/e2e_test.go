@@ -50,7 +50,7 @@ func TestTelemetryE2E(t *testing.T) {
 	traceFile := filepath.Join(dir, "spans.jsonl")
 	serve := telStart(t, ctx, dir, "ragtail", bin, "serve", "--addr", api, "--admin-addr", admin,
 		"--profile", "tiny", "--corpus-docs", "60", "--profile-window", "2s", "--trace-file", traceFile, "--log-level", "warn")
-	telWaitHTTP(t, ctx, "http://"+api+"/readyz")
+	nbWaitHTTP(t, ctx, "http://"+api+"/readyz")
 
 	promAddr := telFreeAddr(t)
 	promURL := "http://" + promAddr
@@ -61,7 +61,7 @@ func TestTelemetryE2E(t *testing.T) {
 	}
 	telStart(t, ctx, dir, "prometheus", promBin, "--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+promAddr, "--enable-feature=exemplar-storage", "--log.level=warn")
-	telWaitHTTP(t, ctx, promURL+"/-/ready")
+	nbWaitHTTP(t, ctx, promURL+"/-/ready")
 
 	// Traffic: every coupling mode, streamed and not.
 	const requests = 30
@@ -318,18 +318,6 @@ func telWaitFor(t *testing.T, ctx context.Context, what string, timeout time.Dur
 		case <-tick.C:
 		}
 	}
-}
-
-func telWaitHTTP(t *testing.T, ctx context.Context, u string) {
-	t.Helper()
-	telWaitFor(t, ctx, u, 60*time.Second, func() (bool, error) {
-		resp, err := http.Get(u)
-		if err != nil {
-			return false, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Errorf("status %d", resp.StatusCode)
-	})
 }
 
 func telGetJSON(t *testing.T, u string, into any) {

@@ -77,7 +77,7 @@ func TestNotebooksE2E(t *testing.T) {
 		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr,
 		"--enable-feature=exemplar-storage", "--log.level=warn")
 	nbWaitHTTP(t, ctx, promURL+"/-/ready")
-	nbWaitFor(t, ctx, "Prometheus scraping ragtail", 30*time.Second, func() (bool, error) {
+	telWaitFor(t, ctx, "Prometheus scraping ragtail", 30*time.Second, func() (bool, error) {
 		v, err := nbPromQuery(ctx, promURL, `up{job="ragtail"}`)
 		return err == nil && v == 1, err
 	})
@@ -100,11 +100,11 @@ func TestNotebooksE2E(t *testing.T) {
 
 	// Prometheus must hold the whole run, and the profiler must have stored the windows that
 	// cover it (each window is kept once it closes).
-	nbWaitFor(t, ctx, "a Prometheus scrape after the run", 30*time.Second, func() (bool, error) {
+	telWaitFor(t, ctx, "a Prometheus scrape after the run", 30*time.Second, func() (bool, error) {
 		v, err := nbPromQuery(ctx, promURL, `timestamp(up{job="ragtail"})`)
 		return err == nil && v > float64(end.Add(2*time.Second).UnixNano())/1e9, err
 	})
-	nbWaitFor(t, ctx, "profile windows covering the run", 60*time.Second, func() (bool, error) {
+	telWaitFor(t, ctx, "profile windows covering the run", 60*time.Second, func() (bool, error) {
 		return profileWindowsCover(ctx, "http://"+admin, end)
 	})
 
@@ -268,33 +268,10 @@ func nbStart(t *testing.T, ctx context.Context, dir, name, bin string, args ...s
 	})
 }
 
-// nbWaitFor polls cond every 200 ms until it is true, failing the test after timeout.
-func nbWaitFor(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-deadline.C:
-			t.Fatalf("waiting for %s: not after %s (last error: %v)", what, timeout, lastErr)
-		case <-tick.C:
-		}
-	}
-}
-
+// nbWaitHTTP polls u until it answers 2xx, failing the test after a minute.
 func nbWaitHTTP(t *testing.T, ctx context.Context, u string) {
 	t.Helper()
-	nbWaitFor(t, ctx, u, 60*time.Second, func() (bool, error) {
+	telWaitFor(t, ctx, u, 60*time.Second, func() (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return false, err
