@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,14 +62,14 @@ func TestNotebooksE2E(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	api, admin := nbFreeAddr(t), nbFreeAddr(t)
+	api, admin := telFreeAddr(t), telFreeAddr(t)
 	// 2 s profile windows, kept for 10 minutes: a slow request's window is then close to the
 	// request itself, and every window of the test is still there when the notebook asks.
 	nbStart(t, ctx, dir, "ragtail", bin, "serve", "--addr", api, "--admin-addr", admin,
 		"--profile-window=2s", "--profile-keep=300", "--log-level=warn")
 	nbWaitHTTP(t, ctx, "http://"+api+"/readyz")
 
-	promAddr := nbFreeAddr(t)
+	promAddr := telFreeAddr(t)
 	promURL := "http://" + promAddr
 	promCfg := writeE2EPrometheusConfig(t, dir, root, admin)
 	nbStart(t, ctx, dir, "prometheus", promBin, "--config.file="+promCfg,
@@ -225,16 +224,6 @@ func nbPythonCmd(ctx context.Context, python, dir, workDir string, args ...strin
 		"PYDEVD_DISABLE_FILE_VALIDATION=1",
 	)
 	return cmd
-}
-
-func nbFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // nbStart starts a long-running process, logging to dir/name.log, and stops it (SIGTERM,

@@ -45,13 +45,25 @@ var testChunks = []rag.Chunk{
 	{ID: "shard#0", DocID: "shard", Title: "Sharding", Text: "A sharded index searches every shard and merges the results; the slowest shard sets the pace."},
 }
 
-func newTestService(tb testing.TB, opts ...httpapi.Option) *testService {
+// testBackends are the real backends the API tests run on: hash embedder, an in-memory index of
+// testChunks, the doc store, the simulated engine on its tiny profile in real time, and an
+// admission pool.
+type testBackends struct {
+	emb    *embed.Hash
+	idx    *retrieve.Memory
+	docs   *docstore.Store
+	engine *llmsim.Engine
+	pool   *admission.Pool
+	model  string
+}
+
+func newTestBackends(tb testing.TB, shards int) *testBackends {
 	tb.Helper()
 	emb, err := embed.NewHash()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	idx, err := retrieve.NewMemory(emb.Dimension(), 2)
+	idx, err := retrieve.NewMemory(emb.Dimension(), shards)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -75,14 +87,20 @@ func newTestService(tb testing.TB, opts ...httpapi.Option) *testService {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, err := pipeline.New(emb, idx, docs, engine, pipeline.Config{TopK: 3}, pipeline.WithAdmitter(pool))
+	return &testBackends{emb: emb, idx: idx, docs: docs, engine: engine, pool: pool, model: prof.Model}
+}
+
+func newTestService(tb testing.TB, opts ...httpapi.Option) *testService {
+	tb.Helper()
+	be := newTestBackends(tb, 2)
+	p, err := pipeline.New(be.emb, be.idx, be.docs, be.engine, pipeline.Config{TopK: 3}, pipeline.WithAdmitter(be.pool))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(httpapi.New(p, append([]httpapi.Option{httpapi.WithDocuments(docs), httpapi.WithLogger(quiet)}, opts...)...))
+	srv := httptest.NewServer(httpapi.New(p, append([]httpapi.Option{httpapi.WithDocuments(be.docs), httpapi.WithLogger(quiet)}, opts...)...))
 	tb.Cleanup(srv.Close)
-	return &testService{srv: srv, engine: engine, docs: docs, model: prof.Model}
+	return &testService{srv: srv, engine: be.engine, docs: be.docs, model: be.model}
 }
 
 func (s *testService) client() openai.Client {

@@ -19,11 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
-	"github.com/ragtail/ragtail/rag/admission"
 	"github.com/ragtail/ragtail/rag/docstore"
-	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/httpapi"
-	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 )
@@ -48,43 +45,16 @@ func newTracedService(tb testing.TB, capture bool) *tracedService {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(sr))
 	tb.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	emb, err := embed.NewHash()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	idx, err := retrieve.NewMemory(emb.Dimension(), 4)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, c := range testChunks {
-		if err := idx.Add(c.ID, emb.Vector(c.Title+"\n"+c.Text)); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	docs := docstore.New(testChunks)
-	tb.Cleanup(func() { _ = docs.Close() })
-	prof, err := llmsim.ProfileByName("tiny")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	engine, err := llmsim.New(prof)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = engine.Close() })
-	pool, err := admission.NewPool(admission.DefaultConfig())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := pipeline.New(emb, idx, lookups{docs}, engine, pipeline.Config{TopK: 3}, pipeline.WithAdmitter(pool),
+	be := newTestBackends(tb, 4)
+	p, err := pipeline.New(be.emb, be.idx, lookups{be.docs}, be.engine, pipeline.Config{TopK: 3}, pipeline.WithAdmitter(be.pool),
 		pipeline.WithTracerProvider(tp), pipeline.WithContentCapture(capture))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(httpapi.New(p, httpapi.WithDocuments(docs), httpapi.WithLogger(quiet), httpapi.WithTracerProvider(tp)))
+	srv := httptest.NewServer(httpapi.New(p, httpapi.WithDocuments(be.docs), httpapi.WithLogger(quiet), httpapi.WithTracerProvider(tp)))
 	tb.Cleanup(srv.Close)
-	return &tracedService{srv: srv, spans: sr, model: prof.Model}
+	return &tracedService{srv: srv, spans: sr, model: be.model}
 }
 
 // serverSpan waits for the HTTP server span of trace id to end (it ends after the handler
