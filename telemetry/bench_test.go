@@ -20,6 +20,7 @@ import (
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/telemetry"
@@ -84,7 +85,7 @@ func BenchmarkPipelineTelemetry(b *testing.B) {
 
 func benchTelemetry(b *testing.B, docs int) {
 	chunks := corpus.Builtin(corpus.Options{Seed: 1, Docs: docs})
-	hash, err := embed.NewHash(embed.WithLatency(rag.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
+	hash, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func benchTelemetry(b *testing.B, docs int) {
 			b.Fatal(err)
 		}
 	}
-	store := docstore.New(chunks, docstore.WithFetchLatency(rag.Law{}), docstore.WithSeed(1))
+	store := docstore.New(chunks, docstore.WithFetchLatency(latency.Law{}), docstore.WithSeed(1))
 	b.Cleanup(func() { _ = store.Close() })
 	gen := instantGenerator{tokens: make([]string, 32)}
 	for i := range gen.tokens {

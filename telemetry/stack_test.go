@@ -22,6 +22,7 @@ import (
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
@@ -40,7 +41,7 @@ type stack struct {
 }
 
 type stackOptions struct {
-	embedLatency rag.Law
+	embedLatency latency.Law
 	embedder     func(*embed.Hash) pipeline.Embedder // wraps the hash embedder, if set
 	profiler     *profile.Profiler
 	shards       int
@@ -85,7 +86,7 @@ func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {
 			tb.Fatal(err)
 		}
 	}
-	docs := docstore.New(chunks, docstore.WithSeed(1), docstore.WithFetchLatency(rag.Law{}))
+	docs := docstore.New(chunks, docstore.WithSeed(1), docstore.WithFetchLatency(latency.Law{}))
 	tb.Cleanup(func() { _ = docs.Close() })
 	prof, err := llmsim.ProfileByName("tiny")
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
 )
@@ -254,7 +255,7 @@ func hashEmbeddingsServer(tb testing.TB, dim int) *httptest.Server {
 		for i, s := range inputs {
 			data[i] = map[string]any{"object": "embedding", "index": i, "embedding": h.Vector(s)}
 		}
-		rag.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+		openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 	}))
 	tb.Cleanup(srv.Close)
 	return srv

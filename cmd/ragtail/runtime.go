@@ -20,6 +20,7 @@ import (
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
@@ -36,9 +37,9 @@ type runtimeConfig struct {
 	AsyncQuorum   int          `json:"async_quorum"`
 	AsyncDeadline jsonDuration `json:"async_deadline"`
 
-	Shards       int       `json:"shards"`
-	ShardLatency []rag.Law `json:"shard_latency"` // one law for every shard, or one per shard
-	FetchLatency rag.Law   `json:"fetch_latency"`
+	Shards       int           `json:"shards"`
+	ShardLatency []latency.Law `json:"shard_latency"` // one law for every shard, or one per shard
+	FetchLatency latency.Law   `json:"fetch_latency"`
 
 	Cache     runtimeCache     `json:"cache"`
 	Bloom     runtimeBloom     `json:"bloom"`
@@ -126,7 +127,7 @@ func newRuntime(o serviceOptions, pipe *pipeline.Pipeline, index *retrieve.Memor
 	rt.cur = runtimeConfig{
 		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: jsonDuration(pc.AsyncDeadline),
 		Shards:       o.shards,
-		ShardLatency: append([]rag.Law(nil), o.shardLatency...),
+		ShardLatency: append([]latency.Law(nil), o.shardLatency...),
 		FetchLatency: docs.FetchLatency(),
 		Cache:        runtimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.cacheSize)},
 		Bloom:        runtimeBloom{Enabled: ds.BloomEnabled, FPRate: o.bloomFP},
@@ -183,7 +184,7 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	next := rt.cur
-	next.ShardLatency = append([]rag.Law(nil), rt.cur.ShardLatency...)
+	next.ShardLatency = append([]latency.Law(nil), rt.cur.ShardLatency...)
 	if rt.cur.LLM != nil {
 		llm := *rt.cur.LLM
 		next.LLM = &llm
@@ -326,7 +327,7 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 	return rt.cur, nil
 }
 
-func lawsEqual(a, b []rag.Law) bool {
+func lawsEqual(a, b []latency.Law) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -23,7 +23,9 @@ import (
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/llmsim"
+	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/telemetry"
@@ -38,8 +40,8 @@ type serviceOptions struct {
 	dim          int
 	shards       int
 	shardLatency lawList
-	embedLatency rag.Law
-	fetchLatency rag.Law
+	embedLatency latency.Law
+	fetchLatency latency.Law
 	cacheSize    int
 	bloom        bool
 	bloomFP      float64
@@ -109,7 +111,7 @@ func (o *serviceOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.queue, "queue", def.QueueCapacity, "admission: requests that may wait for a worker (-1: unbounded)")
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", def.QueueTimeout, "admission: longest wait for a worker before a 503 (0: no limit)")
 	fs.StringVar(&o.policy, "admission-policy", string(def.Policy), "admission: when the queue is full, reject (503) or wait")
-	fs.IntVar(&o.maxTokensCap, "max-tokens-cap", rag.DefaultLimits.MaxTokensCap, "largest max_tokens a request may ask for")
+	fs.IntVar(&o.maxTokensCap, "max-tokens-cap", openai.DefaultLimits.MaxTokensCap, "largest max_tokens a request may ask for")
 	fs.IntVar(&o.corpusDocs, "corpus-docs", 0, "documents in the built-in corpus (0: the default size)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the corpus and every latency law")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -385,7 +387,7 @@ func buildService(ctx context.Context, o serviceOptions, logger *slog.Logger) (_
 	}
 
 	reg := tel.Registry
-	limits := rag.DefaultLimits
+	limits := openai.DefaultLimits
 	limits.MaxTokensCap = o.maxTokensCap
 	if limits.DefaultMaxTokens > limits.MaxTokensCap {
 		limits.DefaultMaxTokens = limits.MaxTokensCap
@@ -428,7 +430,7 @@ func profileNames() string {
 }
 
 // lawFlag is a flag.Value holding one latency law.
-type lawFlag struct{ law *rag.Law }
+type lawFlag struct{ law *latency.Law }
 
 func (f lawFlag) String() string {
 	if f.law == nil {
@@ -440,7 +442,7 @@ func (f lawFlag) String() string {
 func (f lawFlag) Set(s string) error { return f.law.UnmarshalText([]byte(s)) }
 
 // lawList is a flag.Value holding latency laws separated by ';'.
-type lawList []rag.Law
+type lawList []latency.Law
 
 func (l *lawList) String() string {
 	var parts []string
@@ -453,7 +455,7 @@ func (l *lawList) String() string {
 func (l *lawList) Set(s string) error {
 	var out lawList
 	for part := range strings.SplitSeq(s, ";") {
-		law, err := rag.ParseLaw(part)
+		law, err := latency.Parse(part)
 		if err != nil {
 			return err
 		}
@@ -463,8 +465,8 @@ func (l *lawList) Set(s string) error {
 	return nil
 }
 
-func mustLaw(s string) rag.Law {
-	law, err := rag.ParseLaw(s)
+func mustLaw(s string) latency.Law {
+	law, err := latency.Parse(s)
 	if err != nil {
 		panic(err)
 	}

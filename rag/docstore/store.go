@@ -20,6 +20,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // Defaults of New.
@@ -55,7 +56,7 @@ const (
 )
 
 type config struct {
-	fetchLaw     rag.Law
+	fetchLaw     latency.Law
 	cacheSize    int
 	bloomEnabled bool
 	bloomRate    float64
@@ -72,7 +73,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // WithFetchLatency sets the latency law of the backing store, paid on every lookup that reaches
 // it: each cache miss, including misses for ids that do not exist.
-func WithFetchLatency(law rag.Law) Option {
+func WithFetchLatency(law latency.Law) Option {
 	return optionFunc(func(c *config) { c.fetchLaw = law })
 }
 
@@ -122,7 +123,7 @@ func validRate(r float64) bool { return r > 0 && r < 1 && !math.IsNaN(r) }
 // A Store is safe for concurrent use; every method may run concurrently with lookups.
 type Store struct {
 	seed  uint64
-	delay atomic.Pointer[rag.Delay]
+	delay atomic.Pointer[latency.Delay]
 
 	// mu guards the backing map, the filter and its settings, and which cache is in use. Lookups
 	// hold it shared; the cache is then used under its own lock. Store-side cache inserts
@@ -164,7 +165,7 @@ type Stats struct {
 // chunks with an empty id are skipped. Call Close when done if WithBloomRebuildEvery is used.
 func New(chunks []rag.Chunk, opts ...Option) *Store {
 	cfg := config{
-		fetchLaw:     rag.Law{Kind: rag.LawNone},
+		fetchLaw:     latency.Law{Kind: latency.LawNone},
 		cacheSize:    DefaultCacheSize,
 		bloomEnabled: true,
 		bloomRate:    DefaultBloomFalsePositiveRate,
@@ -180,7 +181,7 @@ func New(chunks []rag.Chunk, opts ...Option) *Store {
 		bloomRate:    cfg.bloomRate,
 		stop:         make(chan struct{}),
 	}
-	s.delay.Store(rag.NewDelay(cfg.fetchLaw, cfg.seed))
+	s.delay.Store(latency.NewDelay(cfg.fetchLaw, cfg.seed))
 	for _, c := range chunks {
 		if c.ID != "" {
 			s.chunks[c.ID] = c
@@ -379,12 +380,12 @@ func (s *Store) setCacheLocked(size int) {
 
 // SetFetchLatency replaces the backing store's latency law. Lookups already waiting keep the
 // latency they drew.
-func (s *Store) SetFetchLatency(law rag.Law) {
-	s.delay.Store(rag.NewDelay(law, s.seed))
+func (s *Store) SetFetchLatency(law latency.Law) {
+	s.delay.Store(latency.NewDelay(law, s.seed))
 }
 
 // FetchLatency returns the backing store's latency law.
-func (s *Store) FetchLatency() rag.Law { return s.delay.Load().Law() }
+func (s *Store) FetchLatency() latency.Law { return s.delay.Load().Law() }
 
 // Stats returns the store's counters and current settings. The counters are read one by one,
 // so a snapshot taken while lookups run may be off by the lookups in flight.

@@ -10,23 +10,24 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
 // chatCompletions serves POST /v1/chat/completions, streamed or not.
 func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, rag.MaxBodyBytes)
-	req, err := rag.DecodeChatRequest(r.Body)
+	r.Body = http.MaxBytesReader(w, r.Body, openai.MaxBodyBytes)
+	req, err := openai.DecodeChatRequest(r.Body)
 	if err != nil {
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 		return
 	}
 	q, err := req.Query(a.cfg.limits)
 	if err != nil {
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 		return
 	}
-	q.ID = rag.NewCompletionID()
+	q.ID = openai.NewCompletionID()
 	q.UserID = r.Header.Get("X-User-ID")
 	w.Header().Set("X-Request-ID", q.ID)
 
@@ -47,11 +48,11 @@ func (a *API) complete(w http.ResponseWriter, r *http.Request, q rag.Query) {
 			return // the client is gone; nobody to answer
 		}
 		a.logFailure(r.Context(), q, err)
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 		return
 	}
 	w.Header().Set("Server-Timing", res.ServerTiming())
-	rag.WriteJSON(w, http.StatusOK, rag.Completion(q.ID, q.Model, sink.text.String(), res.FinishReason, res.Usage))
+	openai.WriteJSON(w, http.StatusOK, openai.Completion(q.ID, q.Model, sink.text.String(), res.FinishReason, res.Usage))
 }
 
 // collectSink gathers the answer of a non-streamed request.
@@ -68,10 +69,10 @@ func (s *collectSink) Delta(d rag.Delta) error {
 // before it (unknown model, overload, a dead retriever) still gets its proper status code. In
 // async coupling the first events are retrieval progress comments; otherwise the first token.
 // Server-Timing is sent as a trailer and repeated on the last chunk.
-func (a *API) stream(w http.ResponseWriter, r *http.Request, req *rag.ChatRequest, q rag.Query) {
+func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, q rag.Query) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	w.Header().Set("Trailer", "Server-Timing")
-	sink := &streamSink{cs: rag.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync ||
+	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync ||
 		(q.Coupling == "" && a.p.Config().Coupling == rag.CouplingAsync)}
 	res, err := a.p.Run(r.Context(), q, sink)
 	switch {
@@ -84,7 +85,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, req *rag.ChatReques
 	case !sink.started:
 		w.Header().Del("Trailer")
 		a.logFailure(r.Context(), q, err)
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 	default:
 		a.logFailure(r.Context(), q, err)
 		_ = sink.cs.Fail(err)
@@ -108,7 +109,7 @@ var errClientGone = errors.New("client connection lost")
 // streamSink writes pipeline events as OpenAI chunks. Progress events become SSE comments (which
 // OpenAI clients ignore) only when progress streaming is on.
 type streamSink struct {
-	cs       *rag.ChatStream
+	cs       *openai.ChatStream
 	progress bool
 	started  bool
 }
@@ -146,7 +147,7 @@ func (s *streamSink) Delta(d rag.Delta) error {
 }
 
 func (a *API) logFailure(ctx context.Context, q rag.Query, err error) {
-	he := rag.ToHTTPError(err)
+	he := openai.ToHTTPError(err)
 	level := slog.LevelWarn
 	if he.Status >= 500 {
 		level = slog.LevelError
