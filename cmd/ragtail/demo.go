@@ -53,7 +53,7 @@ queueing. Needs nothing else running.`)
 		return errors.New("--max-tokens must be positive")
 	}
 	logger := newLogger(stderr, o.service.logLevel)
-	svc, err := buildService(ctx, o.service, logger)
+	svc, err := buildService(ctx, o.service.config(false), telemetryOptions{}, logger)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func driveDemo(ctx context.Context, url, model string, questions []string, o dem
 		errs    = make([]error, len(rag.Couplings))
 	)
 	for i, mode := range rag.Couplings {
-		seed := o.service.seed + uint64(i)*0x9e37
+		seed := o.service.cfg.Seed + uint64(i)*0x9e37
 		c, err := client.New(url, client.WithModel(model), client.WithMaxTokens(o.maxToks),
 			client.WithBody(map[string]any{"rag": map[string]any{"coupling": string(mode)}}))
 		if err != nil {

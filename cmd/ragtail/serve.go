@@ -48,7 +48,7 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 		return err
 	}
 	logger := newLogger(stderr, o.service.logLevel)
-	svc, err := buildService(ctx, o.service, logger)
+	svc, err := buildService(ctx, o.service.config(true), o.service.telemetry, logger)
 	if err != nil {
 		return err
 	}
