@@ -45,6 +45,7 @@ type config struct {
 	tracer     trace.TracerProvider
 	meter      metric.MeterProvider
 	propagator propagation.TextMapPropagator
+	faults     RouteFaults
 }
 
 // WithDocuments serves GET /v1/documents/{id} from docs (through its cache and Bloom guard).
@@ -141,9 +142,9 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 		openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path)})
 	})
-	r.Post("/v1/chat/completions", a.chatCompletions)
-	r.Get("/v1/models", a.models)
-	r.Get("/v1/documents/*", a.document) // ids of ingested files contain slashes
+	r.Post("/v1/chat/completions", a.faulty("/v1/chat/completions", a.chatCompletions))
+	r.Get("/v1/models", a.faulty("/v1/models", a.models))
+	r.Get("/v1/documents/*", a.faulty("/v1/documents/*", a.document)) // ids of ingested files contain slashes
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

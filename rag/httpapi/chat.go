@@ -41,7 +41,7 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // complete answers a non-streamed request: the whole answer in one JSON body, Server-Timing as a
 // header.
 func (a *API) complete(w http.ResponseWriter, r *http.Request, q rag.Query) {
-	var sink collectSink
+	sink := collectSink{cut: newCut(r.Context())}
 	res, err := a.p.Run(r.Context(), q, &sink)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -56,14 +56,42 @@ func (a *API) complete(w http.ResponseWriter, r *http.Request, q rag.Query) {
 }
 
 // collectSink gathers the answer of a non-streamed request.
-type collectSink struct{ text strings.Builder }
+type collectSink struct {
+	text strings.Builder
+	cut  tokenCut
+}
 
 func (s *collectSink) Progress(pipeline.Progress) error { return nil }
 
 func (s *collectSink) Delta(d rag.Delta) error {
+	if err := s.cut.before(); err != nil {
+		return err
+	}
 	s.text.WriteString(d.Text)
+	s.cut.wrote(d.Tokens)
 	return nil
 }
+
+// tokenCut ends an answer with a route fault rule's error once its token count is written.
+type tokenCut struct {
+	limit, sent int
+	err         error
+}
+
+func newCut(ctx context.Context) tokenCut {
+	d := routeCut(ctx)
+	return tokenCut{limit: d.CutAfterTokens, err: d.CutErr}
+}
+
+// before returns the cut's error when the answer has reached it.
+func (c *tokenCut) before() error {
+	if c.limit > 0 && c.sent >= c.limit {
+		return c.err
+	}
+	return nil
+}
+
+func (c *tokenCut) wrote(tokens int) { c.sent += tokens }
 
 // stream answers a streamed request. Headers go out with the first event, so that every error
 // before it (unknown model, overload, a dead retriever) still gets its proper status code. In
@@ -73,7 +101,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatReq
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	w.Header().Set("Trailer", "Server-Timing")
 	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync ||
-		(q.Coupling == "" && a.p.Config().Coupling == rag.CouplingAsync)}
+		(q.Coupling == "" && a.p.Config().Coupling == rag.CouplingAsync), cut: newCut(r.Context())}
 	res, err := a.p.Run(r.Context(), q, sink)
 	switch {
 	case err == nil:
@@ -112,6 +140,7 @@ type streamSink struct {
 	cs       *openai.ChatStream
 	progress bool
 	started  bool
+	cut      tokenCut
 }
 
 func (s *streamSink) Progress(ev pipeline.Progress) error {
@@ -136,7 +165,11 @@ func (s *streamSink) Progress(ev pipeline.Progress) error {
 }
 
 func (s *streamSink) Delta(d rag.Delta) error {
+	if err := s.cut.before(); err != nil {
+		return err
+	}
 	s.started = true
+	s.cut.wrote(d.Tokens)
 	if d.Text == "" {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/fault"
+	"github.com/ragtail/ragtail/rag/httpapi"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
@@ -30,6 +31,17 @@ func (h faultHook) Inject(ctx context.Context, stage rag.Stage) (pipeline.FaultD
 
 // Observe implements pipeline.FaultInjector.
 func (h faultHook) Observe(stage rag.Stage, d time.Duration) { h.in.Observe(stage, d) }
+
+var _ httpapi.RouteFaults = faultHook{}
+
+// InjectRoute implements httpapi.RouteFaults: the rules with a route and no stage.
+func (h faultHook) InjectRoute(ctx context.Context, route string) (httpapi.RouteDecision, error) {
+	d, err := h.in.Apply(ctx, "", route)
+	return httpapi.RouteDecision{Delay: d.Delay, CutAfterTokens: d.CutAfterTokens, CutErr: d.CutError()}, err
+}
+
+// ObserveRoute implements httpapi.RouteFaults.
+func (h faultHook) ObserveRoute(route string, d time.Duration) { h.in.ObserveRoute(route, d) }
 
 // cacheReporting lets the pipeline see how the doc store answered each lookup (cache hit, miss,
 // or blocked by the Bloom guard), for rag_cache_requests_total and the rag.fetch span.

@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		limits.DefaultMaxTokens = limits.MaxTokensCap
 	}
 	apiOpts := []httpapi.Option{httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
-		httpapi.WithClock(tel.Now), httpapi.WithReadiness(ready)}
+		httpapi.WithClock(tel.Now), httpapi.WithReadiness(ready), httpapi.WithRouteFaults(faultHook{faults})}
 	if tel.TracerProvider != nil {
 		apiOpts = append(apiOpts, httpapi.WithTracerProvider(tel.TracerProvider))
 	}
