@@ -29,11 +29,16 @@ e2e:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## lint: gofmt, go vet, and golangci-lint when it is installed
-lint:
+## lint: gofmt, go vet, and golangci-lint (pinned in tools/golangci-lint, built into bin/) with the
+## depguard rules of the dependency direction (.golangci.yml)
+GOLANGCI_LINT ?= bin/golangci-lint
+$(GOLANGCI_LINT): tools/golangci-lint/go.mod tools/golangci-lint/go.sum
+	cd tools/golangci-lint && $(GO) build -o ../../$(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+lint: $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run; else echo "golangci-lint not installed; skipped"; fi
+	$(GOLANGCI_LINT) run ./...
 
 ## fmt: format all Go files
 fmt:

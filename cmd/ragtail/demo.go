@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 type demoOptions struct {
@@ -63,7 +63,7 @@ queueing. Needs nothing else running.`)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: svc.API, ReadHeaderTimeout: 10 * time.Second}
+	srv := service.NewServer(svc.API, service.DefaultTimeouts, logger)
 	go func() { _ = srv.Serve(ln) }()
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -162,7 +162,7 @@ func startLabService(ctx context.Context, cfg service.Config, logger *slog.Logge
 			}
 			return nil, t, errors.Join(fmt.Errorf("listen on loopback: %w", lerr), svc.Close())
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := service.NewServer(h, service.DefaultTimeouts, logger)
 		go func() { _ = srv.Serve(ln) }()
 		servers = append(servers, srv)
 		addrs = append(addrs, "http://"+ln.Addr().String())
