@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -57,9 +56,9 @@ queueing. Needs nothing else running.`)
 	if err != nil {
 		return err
 	}
-	defer svc.Close()
+	defer func() { _ = svc.Close() }()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listen(ctx, "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

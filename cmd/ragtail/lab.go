@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -155,7 +154,7 @@ func startLabService(ctx context.Context, cfg service.Config, logger *slog.Logge
 	var servers []*http.Server
 	var addrs []string
 	for _, h := range []http.Handler{svc.API, svc.Admin} {
-		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		ln, lerr := listen(ctx, "127.0.0.1:0")
 		if lerr != nil {
 			for _, s := range servers {
 				_ = s.Close()

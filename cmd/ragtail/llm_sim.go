@@ -52,8 +52,8 @@ context, a KV cache of 16-token blocks (paged or contiguous), and preemption whe
 	if err != nil {
 		return err
 	}
-	defer engine.Close()
-	ln, err := net.Listen("tcp", addr)
+	defer func() { _ = engine.Close() }()
+	ln, err := listen(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listen on --addr %s: %w", addr, err)
 	}

@@ -55,7 +55,7 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	}
 	defer func() { err = errors.Join(err, svc.Close()) }()
 
-	api, err := net.Listen("tcp", o.addr)
+	api, err := listen(ctx, o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on --addr %s: %w", o.addr, err)
 	}
@@ -63,9 +63,9 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	listeners := []net.Listener{api}
 	adminAddr := "off"
 	if o.adminAddr != "" {
-		admin, err := net.Listen("tcp", o.adminAddr)
+		admin, err := listen(ctx, o.adminAddr)
 		if err != nil {
-			api.Close()
+			_ = api.Close()
 			return fmt.Errorf("listen on --admin-addr %s: %w", o.adminAddr, err)
 		}
 		servers = append(servers, service.NewServer(svc.Admin, service.DefaultTimeouts, logger))

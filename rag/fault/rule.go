@@ -151,7 +151,7 @@ func (r *Relative) UnmarshalJSON(b []byte) error {
 		}
 		d, err := parseDuration(*f.in)
 		if err != nil {
-			return fmt.Errorf("%w: relative %s: %v", rag.ErrInvalidRequest, f.key, err)
+			return fmt.Errorf("%w: relative %s: %w", rag.ErrInvalidRequest, f.key, err)
 		}
 		*f.out = d
 	}

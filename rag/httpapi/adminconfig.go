@@ -69,7 +69,7 @@ func configHandler(store ConfigStore, access ConfigAccess) http.Handler {
 			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigBody))
 			if err != nil {
-				openai.WriteError(w, fmt.Errorf("%w: read config body (at most %d bytes): %v", rag.ErrInvalidRequest, MaxConfigBody, err))
+				openai.WriteError(w, fmt.Errorf("%w: read config body (at most %d bytes): %w", rag.ErrInvalidRequest, MaxConfigBody, err))
 				return
 			}
 			cfg, err := store.Apply(r.Context(), body)

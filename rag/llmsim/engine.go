@@ -106,7 +106,6 @@ type Engine struct {
 	waiting    []*sequence   // FCFS; preempted sequences go back to the front
 	running    []*sequence   // in admission order; the last one is preempted first
 	freeBlocks int
-	nextAdmit  uint64
 	plan       []planItem
 	stats      Stats
 }

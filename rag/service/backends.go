@@ -333,7 +333,7 @@ func LoadSnapshot(path, embedder string) (*retrieve.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--snapshot: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing is lost
 	snap, err := retrieve.ReadSnapshot(f)
 	if err != nil {
 		return nil, fmt.Errorf("--snapshot %s: %w: write it again with ragtail ingest --snapshot", path, err)

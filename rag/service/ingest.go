@@ -137,7 +137,7 @@ func Ingest(ctx context.Context, o IngestConfig, logger *slog.Logger) (sum *Inge
 		if err != nil {
 			return sum, err
 		}
-		defer q.Close()
+		defer func() { _ = q.Close() }()
 		if err := q.EnsureCollections(ctx, dim); err != nil {
 			return sum, fmt.Errorf("prepare qdrant collections: %w", err)
 		}
@@ -237,23 +237,23 @@ func writeSnapshotFile(path string, s *retrieve.Snapshot) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("--snapshot: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	defer func() { _ = os.Remove(tmp.Name()) }() // fails harmlessly once renamed
 	if err := retrieve.WriteSnapshot(tmp, s); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return 0, fmt.Errorf("--snapshot %s: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return 0, fmt.Errorf("--snapshot %s: %w", path, err)
 	}
 	// CreateTemp makes the file private; a snapshot is as readable as any file the user writes.
 	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return 0, fmt.Errorf("--snapshot %s: %w", path, err)
 	}
 	info, err := tmp.Stat()
 	if err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return 0, fmt.Errorf("--snapshot %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {

@@ -162,7 +162,7 @@ func (s *Server) listen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("qdranttest: listen on %s: %w", addr, err)
 	}
-	var inner net.Listener = lis
+	inner := net.Listener(lis)
 	if s.cfg.tlsConfig != nil {
 		inner = tls.NewListener(lis, s.cfg.tlsConfig)
 	}
