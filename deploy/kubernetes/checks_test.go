@@ -1192,7 +1192,9 @@ func (s *stack) checkPodDiscoveryRBAC(c container) {
 		sa = "default"
 	}
 	for _, rb := range s.roleBindings {
-		if !slices.ContainsFunc(rb.Subjects, func(sub rbacv1.Subject) bool { return sub.Kind == "ServiceAccount" && sub.Name == sa && sub.Namespace == s.namespace }) {
+		if !slices.ContainsFunc(rb.Subjects, func(sub rbacv1.Subject) bool {
+			return sub.Kind == "ServiceAccount" && sub.Name == sa && sub.Namespace == s.namespace
+		}) {
 			continue
 		}
 		role := s.roles[rb.RoleRef.Name]
