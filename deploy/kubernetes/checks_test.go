@@ -61,6 +61,8 @@ type stack struct {
 	namespace     string
 	problems      []string
 	ragtailImages map[string][]string
+	usedFlags     map[string][]string // ragtail flag -> the containers that pass it
+	usedEnv       map[string][]string // RAGTAIL_* variable set on ragtail -> the containers
 
 	workloads    []*workload
 	services     map[string]*corev1.Service
@@ -99,7 +101,7 @@ func (s *stack) addf(format string, args ...any) {
 
 func newStack(name string, objs []object) *stack {
 	s := &stack{
-		name: name, ragtailImages: map[string][]string{},
+		name: name, ragtailImages: map[string][]string{}, usedFlags: map[string][]string{}, usedEnv: map[string][]string{},
 		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
 		secrets: map[string]*corev1.Secret{}, claims: map[string]*corev1.PersistentVolumeClaim{},
 		roles: map[string]*rbacv1.Role{},
@@ -574,12 +576,18 @@ func (s *stack) parseRagtail(c container) (ragtailArgs, bool) {
 		return ragtailArgs{}, false
 	}
 	a := ragtailArgs{sub: c.c.Args[0], flags: map[string]string{}}
+	for _, e := range c.c.Env {
+		if strings.HasPrefix(e.Name, "RAGTAIL_") {
+			s.usedEnv[e.Name] = append(s.usedEnv[e.Name], c.String())
+		}
+	}
 	for _, arg := range c.c.Args[1:] {
 		if strings.HasPrefix(arg, "-") {
 			name, val, ok := strings.Cut(strings.TrimLeft(arg, "-"), "=")
 			if !ok {
 				val = "true"
 			}
+			s.usedFlags[name] = append(s.usedFlags[name], c.String())
 			if _, dup := a.flags[name]; dup {
 				s.addf("%s: ragtail %s: --%s given twice", c, a.sub, name)
 			}

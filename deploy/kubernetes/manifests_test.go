@@ -163,10 +163,13 @@ var originalBuilds = sync.OnceValue(func() map[string]*build {
 })
 
 // checkManifests builds every stack of the manifests with bl and returns every problem found;
-// root is the repository whose prometheus.yml and rules the manifests must agree with.
-func checkManifests(root string, bl builder) []string {
+// root is the repository whose prometheus.yml, rules and flags the manifests must agree with.
+// tb, if not nil, logs what is not a problem yet.
+func checkManifests(tb testing.TB, root string, bl builder) []string {
 	var problems []string
 	images := map[string][]string{} // ragtail image -> where
+	flags := map[string][]string{}  // ragtail flag -> where
+	env := map[string][]string{}    // RAGTAIL_* variable -> where
 	for _, s := range stacks {
 		var objs []object
 		failed := false
@@ -188,7 +191,15 @@ func checkManifests(root string, bl builder) []string {
 		for img, where := range st.ragtailImages {
 			images[img] = append(images[img], where...)
 		}
+		for f, where := range st.usedFlags {
+			flags[f] = append(flags[f], where...)
+		}
+		for e, where := range st.usedEnv {
+			env[e] = append(env[e], where...)
+		}
 	}
+	problems = append(problems, checkFlags(tb, root, flags)...)
+	problems = append(problems, checkEnv(tb, root, env)...)
 	if len(images) > 1 {
 		problems = append(problems, fmt.Sprintf("the ragtail containers run different images %v: bench, report and serve must be one build (set the same image in every kustomization)", images))
 	}
@@ -199,7 +210,7 @@ func TestManifests(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	bl := builder{deployDir: repoDeployDir, original: originalBuilds()}
-	for _, p := range checkManifests(root, bl) {
+	for _, p := range checkManifests(t, root, bl) {
 		t.Error(p)
 	}
 }
@@ -413,6 +424,10 @@ func TestBrokenManifests(t *testing.T) {
 			"ragtail report merges [bench-0.json bench-1.json bench-2.json] of claim ragtail-bench-results, want the 4 segment files [bench-0.json bench-1.json bench-2.json bench-3.json]"},
 		{"merge reads another claim", "loadgen/merge/merge-job.yaml", "            claimName: ragtail-bench-results", "            claimName: results",
 			`PersistentVolumeClaim "results" is not in the manifests`},
+		{"misspelt flag", "loadgen/bench-job.yaml", "--max-tokens=128", "--max-token=128",
+			"ragtail flag --max-token (Job ragtail/ragtail-bench: container bench) is defined nowhere in cmd/ragtail"},
+		{"misspelt variable", "base/ragtail.yaml", "            - name: RAGTAIL_ADMIN_TOKEN\n", "            - name: RAGTAIL_ADMIN_TOKENS\n",
+			"RAGTAIL_ADMIN_TOKENS (Deployment ragtail/ragtail: container ragtail): ragtail reads no such variable"},
 		{"bench url to a missing port", "loadgen/bench-job.yaml", "--url=http://ragtail:8080/", "--url=http://ragtail:8000/",
 			"--url=http://ragtail:8000/v1/chat/completions: Service ragtail has no port 8000"},
 		{"namespaces differ", "loadgen/merge/kustomization.yaml", "namespace: ragtail", "namespace: loadgen",
@@ -428,7 +443,7 @@ func TestBrokenManifests(t *testing.T) {
 			}
 			dir := copyTree(t, src)
 			breakFile(t, filepath.Join(dir, filepath.FromSlash(tc.file)), tc.old, tc.new)
-			problems := checkManifests(root, builder{deployDir: dir, changed: tc.file, original: originalBuilds()})
+			problems := checkManifests(nil, root, builder{deployDir: dir, changed: tc.file, original: originalBuilds()})
 			if tc.want == "" {
 				if len(problems) > 0 {
 					t.Errorf("%s: %q -> %q: want no problem, got:\n%s", tc.file, tc.old, tc.new, strings.Join(problems, "\n"))
