@@ -67,11 +67,9 @@ type object struct {
 
 // build is one kustomization built and decoded, with the files kustomize read for it.
 type build struct {
-	objs  []object
-	read  map[string]bool // absolute paths
-	err   error
-	dir   string
-	label string
+	objs []object
+	read map[string]bool // absolute paths
+	err  error
 }
 
 // readingFS is the disk as kustomize sees it, recording every file it reads.
@@ -97,7 +95,7 @@ func (f *readingFS) Open(p string) (filesys.File, error) { f.note(p); return f.F
 // inside it, no plugins) and decodes every object strictly.
 func buildDir(dir, label string) build {
 	fsys := &readingFS{FileSystem: filesys.MakeFsOnDisk(), read: map[string]bool{}}
-	b := build{read: fsys.read, dir: dir, label: label}
+	b := build{read: fsys.read}
 	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fsys, dir)
 	if err != nil {
 		b.err = fmt.Errorf("kustomize build %s: %w", label, err)
