@@ -19,8 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
 
@@ -115,6 +118,7 @@ func newStack(name string, objs []object) *stack {
 				s.addf("%s: %s %s has no namespace: kubectl would put it in the current context's namespace (set namespace: in the kustomization)", o.build, o.obj.GetObjectKind().GroupVersionKind().Kind, m.GetName())
 			}
 		}
+		s.checkMeta(o)
 		switch v := o.obj.(type) {
 		case *appsv1.Deployment:
 			s.workloads = append(s.workloads, &workload{kind: "Deployment", name: v.Name, namespace: v.Namespace, tmpl: &v.Spec.Template, selector: v.Spec.Selector, longRunning: true})
@@ -144,6 +148,25 @@ func newStack(name string, objs []object) *stack {
 		s.addf("objects in several namespaces %v (or none): the stack's short Service names resolve only within one", sortedKeys(namespaces))
 	}
 	return s
+}
+
+// checkMeta checks what the API server validates of every object's name and labels.
+func (s *stack) checkMeta(o object) {
+	mo, ok := o.obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	kind := o.obj.GetObjectKind().GroupVersionKind().Kind
+	nameErrs := validation.IsDNS1123Subdomain(mo.GetName())
+	if kind == "Service" {
+		nameErrs = validation.IsDNS1035Label(mo.GetName())
+	}
+	for _, e := range nameErrs {
+		s.addf("%s: %s %s: name: %s", o.build, kind, mo.GetName(), e)
+	}
+	for _, e := range metav1validation.ValidateLabels(mo.GetLabels(), field.NewPath("metadata", "labels")) {
+		s.addf("%s: %s %s: %v", o.build, kind, mo.GetName(), e)
+	}
 }
 
 // clusterScoped are the kinds that live outside namespaces.
@@ -302,6 +325,29 @@ func refs(s string) []string {
 }
 
 func (s *stack) checkContainer(c container) {
+	for _, e := range validation.IsDNS1123Label(c.c.Name) {
+		s.addf("%s: name: %s", c, e)
+	}
+	for _, p := range c.c.Ports {
+		for _, e := range validation.IsValidPortNum(int(p.ContainerPort)) {
+			s.addf("%s: container port %d: %s", c, p.ContainerPort, e)
+		}
+		if p.Name != "" {
+			for _, e := range validation.IsValidPortName(p.Name) {
+				s.addf("%s: port name %q: %s", c, p.Name, e)
+			}
+		}
+	}
+	for _, e := range c.c.Env {
+		for _, msg := range validation.IsEnvVarName(e.Name) {
+			s.addf("%s: env %q: %s", c, e.Name, msg)
+		}
+	}
+	if c.w.tmpl != nil {
+		for _, e := range metav1validation.ValidateLabels(c.w.tmpl.Labels, field.NewPath("spec", "template", "metadata", "labels")) {
+			s.addf("%s: %v", c.w, e)
+		}
+	}
 	if !pinned(c.c.Image) {
 		s.addf("%s: image %q is not pinned: give it a version tag or a digest (never latest)", c, c.c.Image)
 	}
