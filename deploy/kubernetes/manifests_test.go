@@ -128,13 +128,30 @@ type builder struct {
 	deployDir string
 	changed   string            // the one file that differs from the repository's, relative; "" for none
 	original  map[string]*build // the repository's builds by label, or nil
+	memo      map[string]build  // builds of the copy, each built once; nil: no memo
+	// firstAffected checks only the first stack that a changed build is part of (the others
+	// are the repository's, which TestManifests checks).
+	firstAffected bool
 }
 
 func (bl builder) build(label string) build {
-	if o := bl.original[label]; o != nil && (bl.changed == "" || !o.read[filepath.Join(repoDeployDir, filepath.FromSlash(bl.changed))]) {
+	if o := bl.original[label]; o != nil && !bl.affects(label) {
 		return *o
 	}
-	return buildDir(filepath.Join(bl.deployDir, filepath.FromSlash(label)), label)
+	if b, ok := bl.memo[label]; ok {
+		return b
+	}
+	b := buildDir(filepath.Join(bl.deployDir, filepath.FromSlash(label)), label)
+	if bl.memo != nil {
+		bl.memo[label] = b
+	}
+	return b
+}
+
+// affects reports whether the changed file is one the repository's build of label read.
+func (bl builder) affects(label string) bool {
+	o := bl.original[label]
+	return bl.changed != "" && (o == nil || o.read[filepath.Join(repoDeployDir, filepath.FromSlash(bl.changed))])
 }
 
 // repoDeployDir is the repository's deploy/kubernetes, absolute.
@@ -169,6 +186,9 @@ func checkManifests(tb testing.TB, root string, bl builder) []string {
 	flags := map[string][]string{}  // ragtail flag -> where
 	env := map[string][]string{}    // RAGTAIL_* variable -> where
 	for _, s := range stacks {
+		if bl.firstAffected && !slices.ContainsFunc(s.builds, bl.affects) {
+			continue
+		}
 		var objs []object
 		failed := false
 		for _, label := range s.builds {
@@ -181,6 +201,9 @@ func checkManifests(tb testing.TB, root string, bl builder) []string {
 			objs = append(objs, b.objs...)
 		}
 		if failed {
+			if bl.firstAffected {
+				break
+			}
 			continue
 		}
 		st := newStack(s.name, objs)
@@ -194,6 +217,9 @@ func checkManifests(tb testing.TB, root string, bl builder) []string {
 		}
 		for e, where := range st.usedEnv {
 			env[e] = append(env[e], where...)
+		}
+		if bl.firstAffected {
+			break
 		}
 	}
 	problems = append(problems, checkFlags(tb, root, flags)...)
@@ -448,7 +474,8 @@ func TestBrokenManifests(t *testing.T) {
 			}
 			dir := copyTree(t, src)
 			breakFile(t, filepath.Join(dir, filepath.FromSlash(tc.file)), tc.old, tc.new)
-			problems := checkManifests(nil, root, builder{deployDir: dir, changed: tc.file, original: originalBuilds()})
+			problems := checkManifests(nil, root, builder{deployDir: dir, changed: tc.file, original: originalBuilds(),
+				memo: map[string]build{}, firstAffected: true})
 			if tc.want == "" {
 				if len(problems) > 0 {
 					t.Errorf("%s: %q -> %q: want no problem, got:\n%s", tc.file, tc.old, tc.new, strings.Join(problems, "\n"))
