@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 // flagDef is one flag definition found in cmd/ragtail's source.
@@ -187,11 +189,14 @@ func TestFlagDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// serve's service flags default to the service's own defaults, not to literals.
+	if got := service.DefaultConfig().Shards; got != defaultShards {
+		t.Errorf("serve --shards defaults to service.DefaultConfig().Shards = %d, the checks assume %d: update the constants in checks_test.go", got, defaultShards)
+	}
 	for _, tc := range []struct{ file, flag, want string }{
 		{"serve.go", "addr", defaultServeAddr},
 		{"serve.go", "admin-addr", defaultAdminAddr},
 		{"llm_sim.go", "addr", defaultLLMSimAddr},
-		{"service.go", "shards", strconv.Itoa(defaultShards)},
 		{"ingest.go", "shards", strconv.Itoa(defaultShards)},
 	} {
 		found := false
