@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,7 @@ import (
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/embed"
-	"github.com/ragtail/ragtail/rag/openai"
+	"github.com/ragtail/ragtail/rag/embed/embedtest"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
 	"github.com/ragtail/ragtail/rag/service"
@@ -231,43 +230,9 @@ func TestIngestQdrant(t *testing.T) {
 	}
 }
 
-// hashEmbeddingsServer is an OpenAI-compatible embeddings server returning hash embeddings.
-func hashEmbeddingsServer(tb testing.TB, dim int) *httptest.Server {
-	tb.Helper()
-	h, err := embed.NewHash(embed.WithDimension(dim))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Input any `json:"input"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var inputs []string
-		switch in := req.Input.(type) {
-		case string:
-			inputs = []string{in}
-		case []any:
-			for _, x := range in {
-				inputs = append(inputs, fmt.Sprint(x))
-			}
-		}
-		data := make([]map[string]any, len(inputs))
-		for i, s := range inputs {
-			data[i] = map[string]any{"object": "embedding", "index": i, "embedding": h.Vector(s)}
-		}
-		openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-	}))
-	tb.Cleanup(srv.Close)
-	return srv
-}
-
 func TestIngestWithEmbeddingsServer(t *testing.T) {
 	t.Parallel()
-	srv := hashEmbeddingsServer(t, 24)
+	srv := embedtest.NewHashServer(t, 24)
 	out := filepath.Join(t.TempDir(), "e.snap")
 	stdout, stderr, err := runIngestCmd(t, context.Background(), writeDocs(t), "--snapshot", out, "--embed-url", srv.URL+"/v1", "--embed-model", "hash-24", "--embed-batch", "3")
 	if err != nil {

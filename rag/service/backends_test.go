@@ -3,7 +3,6 @@ package service
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +20,8 @@ import (
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/embed/embedtest"
 	"github.com/ragtail/ragtail/rag/llm"
-	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
@@ -73,40 +72,6 @@ func writeDocs(tb testing.TB) string {
 		}
 	}
 	return dir
-}
-
-// hashEmbeddingsServer is an OpenAI-compatible embeddings server returning hash embeddings.
-func hashEmbeddingsServer(tb testing.TB, dim int) *httptest.Server {
-	tb.Helper()
-	h, err := embed.NewHash(embed.WithDimension(dim))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Input any `json:"input"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var inputs []string
-		switch in := req.Input.(type) {
-		case string:
-			inputs = []string{in}
-		case []any:
-			for _, x := range in {
-				inputs = append(inputs, fmt.Sprint(x))
-			}
-		}
-		data := make([]map[string]any, len(inputs))
-		for i, s := range inputs {
-			data[i] = map[string]any{"object": "embedding", "index": i, "embedding": h.Vector(s)}
-		}
-		openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-	}))
-	tb.Cleanup(srv.Close)
-	return srv
 }
 
 func TestBackendsUnsetKeepTheDefault(t *testing.T) {
@@ -297,7 +262,7 @@ func TestOpenGenerator(t *testing.T) {
 
 func TestOpenEmbedder(t *testing.T) {
 	t.Parallel()
-	srv := hashEmbeddingsServer(t, 16)
+	srv := embedtest.NewHashServer(t, 16)
 	o := testBackends("")
 	o.Embed.URL, o.Embed.Model = srv.URL+"/v1", "hash-16"
 	c, err := openEmbedder(context.Background(), o, backendTelemetry{}, discardLogger())
