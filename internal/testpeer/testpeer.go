@@ -84,8 +84,8 @@ func versionOf(binDir string) int {
 }
 
 // StartPostgres initialises a database cluster in a fresh temporary directory and starts
-// PostgreSQL on 127.0.0.1 on a free port, with durability off (fsync, synchronous commit) since
-// tests need none. PostgreSQL refuses to run as root, so as root it runs as the postgres user
+// PostgreSQL on 127.0.0.1 on a free port, without fsync (a killed server still keeps every
+// committed row, since the kernel holds the WAL; only a machine crash would lose it). PostgreSQL refuses to run as root, so as root it runs as the postgres user
 // (created by the Debian package) through runuser. The server is stopped and its directory
 // removed when the test ends.
 func StartPostgres(tb testing.TB) *Postgres {
@@ -154,7 +154,7 @@ func (p *Postgres) Restart() {
 	if p.running {
 		return
 	}
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c full_page_writes=off",
 		p.port, p.dir)
 	p.run("pg_ctl", "-D", p.data(), "-l", filepath.Join(p.dir, "server.log"), "-o", opts, "-w", "-t", "30", "start")
 	p.running = true
