@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
@@ -38,6 +41,7 @@ type redisConfig struct {
 	poolSize    int
 	tp          trace.TracerProvider
 	mp          metric.MeterProvider
+	logger      *slog.Logger
 }
 
 // RedisOption configures OpenRedis.
@@ -97,6 +101,40 @@ func WithRedisMeterProvider(mp metric.MeterProvider) RedisOption {
 	return redisOptionFunc(func(c *redisConfig) { c.mp = mp })
 }
 
+// WithRedisLogger sets where go-redis's own messages (failed dials and the like) go, at most one
+// line per 10 s (default slog.Default()). go-redis has one logger per process, so the last
+// OpenRedis sets it for all.
+func WithRedisLogger(l *slog.Logger) RedisOption {
+	return redisOptionFunc(func(c *redisConfig) { c.logger = l })
+}
+
+// redisLog is go-redis's process-wide logger, rate-limited: a dead Redis makes it report every
+// failed dial.
+type redisLog struct {
+	logger atomic.Pointer[slog.Logger]
+	last   atomic.Int64 // unix nanoseconds of the last line written
+}
+
+// redisLogger is installed in go-redis once; OpenRedis only swaps the slog.Logger it writes to,
+// so that no client is ever logging while go-redis's logger variable changes.
+var (
+	redisLogger     redisLog
+	redisLoggerOnce sync.Once
+)
+
+// Printf implements go-redis's internal.Logging.
+func (l *redisLog) Printf(_ context.Context, format string, v ...any) {
+	now, last := time.Now().UnixNano(), l.last.Load()
+	if now-last < int64(cacheFailureLogEvery) || !l.last.CompareAndSwap(last, now) {
+		return
+	}
+	msg := fmt.Sprintf(format, v...)
+	if len(msg) > 300 {
+		msg = msg[:300] + "..."
+	}
+	l.logger.Load().Warn("redis client", "message", msg, "rate_limit", cacheFailureLogEvery)
+}
+
 // Redis is a cache tier in Redis: cache-aside, each chunk a JSON value under prefix+id with a
 // TTL. Commands time out quickly and are not retried, so a dead or slow Redis costs a lookup
 // little before the Store falls back to the backing store. Commands are client spans
@@ -131,6 +169,11 @@ func OpenRedis(url string, opts ...RedisOption) (*Redis, error) {
 	if cfg.poolSize > 0 {
 		ro.PoolSize = cfg.poolSize
 	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	redisLogger.logger.Store(cfg.logger)
+	redisLoggerOnce.Do(func() { redis.SetLogger(&redisLogger) })
 	client := redis.NewClient(ro)
 	tp, mp := cfg.tp, cfg.mp
 	if tp == nil {
