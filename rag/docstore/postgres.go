@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -220,8 +221,41 @@ func (p *Postgres) fail(ctx context.Context, op string, err error) error {
 	if errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded) {
 		p.pool.Reset()
 	}
-	return fmt.Errorf("postgresql %s: %w: %w", op, rag.ErrUnavailable, err)
+	return &unavailableError{op: op, reason: p.reason(err), err: err}
 }
+
+// reason says in a few bounded words why an operation failed; the full pgx error, which names
+// hosts, users and databases, stays behind Unwrap for logs and errors.As.
+func (p *Postgres) reason(err error) string {
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	switch {
+	case errors.As(err, &pgErr):
+		msg := pgErr.Message
+		if len(msg) > 120 {
+			msg = msg[:120] + "..."
+		}
+		return "server error " + pgErr.Code + ": " + msg
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("no answer within %v", p.queryTimeout)
+	case errors.As(err, &connErr):
+		return "cannot connect"
+	}
+	return "connection failed"
+}
+
+// unavailableError is a failed PostgreSQL operation: it matches rag.ErrUnavailable and the pgx
+// error, and its message is short enough for an API client.
+type unavailableError struct {
+	op, reason string
+	err        error
+}
+
+func (e *unavailableError) Error() string {
+	return "postgresql " + e.op + ": " + rag.ErrUnavailable.Error() + ": " + e.reason
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{rag.ErrUnavailable, e.err} }
 
 // Fetch implements Backend: take a pool connection (queueing while all are busy), pay the
 // simulated service time if any, select the row.

@@ -245,6 +245,13 @@ func TestPostgresDownThenBack(t *testing.T) {
 		if !errors.Is(err, rag.ErrUnavailable) {
 			t.Fatalf("Fetch with postgres down: %v, want rag.ErrUnavailable", err)
 		}
+		// The message reaches API clients: it names the operation, not hosts or users.
+		if msg := err.Error(); strings.Contains(msg, pg.Addr) || strings.Contains(msg, "user=") || len(msg) > 200 {
+			t.Fatalf("error message %q names the server or runs long", msg)
+		}
+		if i == 0 {
+			t.Logf("with postgres down: %v", err)
+		}
 		// Bounded by the query timeout (plus scheduling), never by TCP's own timeouts.
 		if took := time.Since(start); took > 4*timeout {
 			t.Fatalf("Fetch with postgres down took %v, want under %v", took, 4*timeout)
