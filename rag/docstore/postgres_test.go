@@ -3,6 +3,7 @@ package docstore_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // openPostgres opens a store on pg and closes it when the test ends.
@@ -251,6 +253,11 @@ func TestPostgresDownThenBack(t *testing.T) {
 		}
 		if i == 0 {
 			t.Logf("with postgres down: %v", err)
+			// What the API makes of it once the pipeline has put it at the fetch stage.
+			he := openai.ToHTTPError(rag.AtStage(rag.StageFetch, err))
+			if he.Status != http.StatusServiceUnavailable || !strings.HasPrefix(he.Message, "fetch: ") {
+				t.Fatalf("API error %d %q, want 503 naming fetch", he.Status, he.Message)
+			}
 		}
 		// Bounded by the query timeout (plus scheduling), never by TCP's own timeouts.
 		if took := time.Since(start); took > 4*timeout {
