@@ -115,9 +115,17 @@ func StartPostgres(tb testing.TB) *Postgres {
 		p.asUser = []string{runuser, "-u", "postgres", "--"}
 	}
 	p.run("initdb", "-D", p.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	for range startAttempts {
+		if err = p.start(); !portTaken(err) {
+			break
+		}
+		p.port = FreePort(tb)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
 	p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
 	p.DSN = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", p.Addr)
-	p.Restart()
 	tb.Cleanup(func() { p.stop("fast") })
 	return p
 }
@@ -127,15 +135,32 @@ func (p *Postgres) data() string { return filepath.Join(p.dir, "data") }
 // run runs one PostgreSQL program as the server's user and fails the test if it fails.
 func (p *Postgres) run(prog string, args ...string) {
 	p.tb.Helper()
+	if err := p.try(prog, args...); err != nil {
+		p.tb.Fatal(err)
+	}
+}
+
+// try runs one PostgreSQL program as the server's user.
+func (p *Postgres) try(prog string, args ...string) error {
 	argv := append(append(slices.Clone(p.asUser), filepath.Join(p.bin, prog)), args...)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = p.dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		p.tb.Fatalf("%s: %v\n%s\nserver log:\n%s", strings.Join(argv, " "), err, out, p.logTail())
+		return fmt.Errorf("%s: %w\n%s\nserver log:\n%s", strings.Join(argv, " "), err, out, p.logTail())
 	}
+	return nil
 }
+
+// portTaken reports whether a server failed to start because its port was taken meanwhile.
+func portTaken(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Address already in use")
+}
+
+// startAttempts is how many free ports a peer tries at its first start: the port FreePort
+// found may be taken by another process before the server binds it.
+const startAttempts = 5
 
 func (p *Postgres) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(p.dir, "server.log"))
@@ -145,19 +170,28 @@ func (p *Postgres) logTail() string {
 	return string(b)
 }
 
-// Restart starts the server again (or for the first time) on the same port and data directory
-// and waits until it accepts connections.
+// Restart starts the server again on the same port and data directory and waits until it
+// accepts connections. It does nothing if the server runs.
 func (p *Postgres) Restart() {
 	p.tb.Helper()
+	if err := p.start(); err != nil {
+		p.tb.Fatal(err)
+	}
+}
+
+func (p *Postgres) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.running {
-		return
+		return nil
 	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c full_page_writes=off",
 		p.port, p.dir)
-	p.run("pg_ctl", "-D", p.data(), "-l", filepath.Join(p.dir, "server.log"), "-o", opts, "-w", "-t", "30", "start")
+	if err := p.try("pg_ctl", "-D", p.data(), "-l", filepath.Join(p.dir, "server.log"), "-o", opts, "-w", "-t", "30", "start"); err != nil {
+		return err
+	}
 	p.running = true
+	return nil
 }
 
 // Kill stops the server at once, as a crash would (pg_ctl's immediate mode: no checkpoint,
@@ -199,42 +233,58 @@ func StartRedis(tb testing.TB) *Redis {
 	if err != nil {
 		tb.Fatal("Redis is not installed (no redis-server on the PATH): apt-get install -y redis-server")
 	}
-	r := &Redis{tb: tb, bin: bin, dir: tb.TempDir(), port: FreePort(tb)}
-	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
-	r.URL = "redis://" + r.Addr + "/0"
-	r.Restart()
+	r := &Redis{tb: tb, bin: bin, dir: tb.TempDir()}
 	tb.Cleanup(r.Kill)
+	for range startAttempts {
+		r.port = FreePort(tb)
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
+		if err = r.start(); !portTaken(err) {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.URL = "redis://" + r.Addr + "/0"
 	return r
 }
 
-// Restart starts the server again (or for the first time) on the same port and waits until it
-// answers PING.
+// Restart starts the server again on the same port and waits until it answers PING. It does
+// nothing if the server runs.
 func (r *Redis) Restart() {
 	r.tb.Helper()
+	if err := r.start(); err != nil {
+		r.tb.Fatal(err)
+	}
+}
+
+func (r *Redis) start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cmd != nil {
-		return
+		return nil
 	}
 	cmd := exec.Command(r.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(r.port), "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(r.dir, "redis.log"))
 	if err := cmd.Start(); err != nil {
-		r.tb.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	exit := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exit) }()
 	r.cmd, r.exit = cmd, exit
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if err := ping(r.Addr); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			r.tb.Fatalf("redis-server on %s did not answer PING within %v: %v\nlog:\n%s", r.Addr, startTimeout, err, r.logTail())
+		err := ping(r.Addr)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on %s did not answer PING within %v: %w\nlog:\n%s", r.Addr, startTimeout, err, r.logTail())
 		}
 		select {
 		case <-exit:
 			r.cmd = nil
-			r.tb.Fatalf("redis-server exited at start\nlog:\n%s", r.logTail())
+			return fmt.Errorf("redis-server on %s exited at start\nlog:\n%s", r.Addr, r.logTail())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -59,7 +59,9 @@ type MemoryConfig struct {
 type Memory struct {
 	seed  uint64
 	delay atomic.Pointer[latency.Delay]
-	slots chan struct{} // nil when unbounded; a token held per lookup being served
+	// slots holds a token per lookup being served; nil when unbounded. SetConcurrency swaps it,
+	// and each lookup gives its token back to the channel it took it from.
+	slots atomic.Pointer[chan struct{}]
 
 	mu     sync.RWMutex
 	chunks map[string]rag.Chunk
@@ -78,9 +80,7 @@ func NewMemory(chunks []rag.Chunk, cfg MemoryConfig) *Memory {
 		cfg.ServiceTime.Kind = latency.LawNone
 	}
 	m := &Memory{seed: cfg.Seed, chunks: make(map[string]rag.Chunk, len(chunks))}
-	if cfg.Concurrency > 0 {
-		m.slots = make(chan struct{}, cfg.Concurrency)
-	}
+	m.SetConcurrency(cfg.Concurrency)
 	m.delay.Store(latency.NewDelay(cfg.ServiceTime, cfg.Seed))
 	for _, c := range chunks {
 		if c.ID != "" {
@@ -114,18 +114,20 @@ func (m *Memory) Fetch(ctx context.Context, id string) (rag.Chunk, error) {
 
 // acquire takes one of the store's slots, waiting for one while all are busy.
 func (m *Memory) acquire(ctx context.Context) (release func(), err error) {
-	if m.slots == nil {
+	slotsPtr := m.slots.Load()
+	if slotsPtr == nil {
 		m.inUse.Add(1)
 		return func() { m.inUse.Add(-1) }, nil
 	}
+	slots := *slotsPtr
 	select {
-	case m.slots <- struct{}{}:
+	case slots <- struct{}{}:
 	default:
 		m.waited.Add(1)
 		m.waiting.Add(1)
 		start := time.Now()
 		select {
-		case m.slots <- struct{}{}:
+		case slots <- struct{}{}:
 			m.waiting.Add(-1)
 			m.waitNanos.Add(int64(time.Since(start)))
 		case <-ctx.Done():
@@ -135,7 +137,27 @@ func (m *Memory) acquire(ctx context.Context) (release func(), err error) {
 		}
 	}
 	m.inUse.Add(1)
-	return func() { m.inUse.Add(-1); <-m.slots }, nil
+	return func() { m.inUse.Add(-1); <-slots }, nil
+}
+
+// SetConcurrency changes how many lookups are served at once; zero or less means unbounded.
+// Lookups already holding or waiting for a slot finish under the old bound, so for as long as
+// they run the two bounds add up.
+func (m *Memory) SetConcurrency(n int) {
+	if n <= 0 {
+		m.slots.Store(nil)
+		return
+	}
+	slots := make(chan struct{}, n)
+	m.slots.Store(&slots)
+}
+
+// Concurrency returns how many lookups are served at once; 0 means unbounded.
+func (m *Memory) Concurrency() int {
+	if p := m.slots.Load(); p != nil {
+		return cap(*p)
+	}
+	return 0
 }
 
 // Upsert implements Backend.
@@ -190,7 +212,7 @@ func (m *Memory) BackendStats() BackendStats {
 		Kind:         "memory",
 		Lookups:      m.lookups.Load(),
 		Missing:      m.missing.Load(),
-		Concurrency:  cap(m.slots),
+		Concurrency:  m.Concurrency(),
 		InUse:        int(m.inUse.Load()),
 		Waiting:      int(m.waiting.Load()),
 		Waited:       m.waited.Load(),

@@ -102,6 +102,20 @@ func TestStoreWithConcurrency(t *testing.T) {
 	if st.Backend.Kind != "memory" || st.Backend.Concurrency != 4 || st.Backend.Lookups != 1 || st.Backend.FetchLatency != "fixed:1ms" {
 		t.Fatalf("backend stats %+v; want memory, concurrency 4, 1 lookup, fixed:1ms", st.Backend)
 	}
+	for _, n := range []int{1, 0, 8} {
+		if err := s.SetConcurrency(n); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Stats().Backend.Concurrency; got != n {
+			t.Fatalf("after SetConcurrency(%d) the backend serves %d at once", n, got)
+		}
+		if _, _, err := lookup(t, s, "chunk-00002"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetConcurrency(-1); !errors.Is(err, rag.ErrInvalidRequest) {
+		t.Fatalf("SetConcurrency(-1): %v, want rag.ErrInvalidRequest", err)
+	}
 }
 
 // TestCachePolicyScanResistance is the cache-pollution mechanism: hot ids are read twice, then a

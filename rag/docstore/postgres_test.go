@@ -222,6 +222,9 @@ func TestPostgresStoreThroughGuardAndCache(t *testing.T) {
 	if st := s.Stats(); st.CacheKind != "2q" || st.Backend.Kind != "postgresql" || st.StoreLookups != 2 {
 		t.Fatalf("Stats = %+v; want a 2q cache over postgresql with 2 store lookups", st)
 	}
+	if err := s.SetConcurrency(4); !errors.Is(err, rag.ErrInvalidRequest) {
+		t.Fatalf("SetConcurrency on postgres: %v, want rag.ErrInvalidRequest (the pool size is fixed)", err)
+	}
 }
 
 // TestPostgresDownThenBack kills the server: lookups fail fast with rag.ErrUnavailable. It

@@ -684,6 +684,27 @@ func (s *Store) SetFetchLatency(law latency.Law) {
 	}
 }
 
+// concurrencyKnob is a backend whose capacity can be changed at run time.
+type concurrencyKnob interface {
+	SetConcurrency(n int)
+	Concurrency() int
+}
+
+// SetConcurrency changes how many lookups the backing store serves at once (0: unbounded), for
+// backends whose capacity can change at run time (Memory). Others, among them Postgres whose
+// capacity is its pool, return an error matching rag.ErrInvalidRequest; so does a negative n.
+func (s *Store) SetConcurrency(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: doc store concurrency %d: want 0 (unbounded) or more", rag.ErrInvalidRequest, n)
+	}
+	k, ok := s.backend.(concurrencyKnob)
+	if !ok {
+		return fmt.Errorf("%w: doc store concurrency: the %T backing store's capacity is fixed when it opens", rag.ErrInvalidRequest, s.backend)
+	}
+	k.SetConcurrency(n)
+	return nil
+}
+
 // FetchLatency returns the backing store's latency law (none for a backend without one).
 func (s *Store) FetchLatency() latency.Law {
 	if s.knob == nil {
