@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test e2e bench lint fmt tidy deps demo clean
+.PHONY: all build test e2e bench lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -56,6 +56,12 @@ deps:
 ## demo: run the service and a short load in each coupling mode
 demo:
 	$(GO) run ./cmd/ragtail demo
+
+## jaeger: build the Jaeger v2 all-in-one (in-memory storage, OTLP on 4317/4318, query on
+## 16686) into bin/jaeger from its Go module, pinned in tools/jaeger/go.mod so that its many
+## dependencies stay out of ragtail's go.mod (about 2.5 minutes and 2.4 GB of build cache)
+jaeger:
+	cd tools/jaeger && CGO_ENABLED=0 $(GO) build -trimpath -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
 
 clean:
 	rm -rf bin
