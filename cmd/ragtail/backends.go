@@ -3,11 +3,13 @@ package main
 import (
 	"cmp"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/link"
 	"github.com/ragtail/ragtail/rag/llm"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/rag/service"
@@ -42,6 +44,10 @@ type backendOptions struct {
 
 	snapshot string
 
+	docstore     string
+	docstorePool int
+	cache        string
+
 	// getenv reads the environment (os.Getenv unless a test sets it).
 	getenv func(string) string
 	// readyEvery is how often the Qdrant readiness watch checks again (default 2 s).
@@ -63,8 +69,11 @@ func (o *backendOptions) config() service.Backends {
 			ConnectTimeout: o.llmConnectTimeout, FirstTokenTimeout: o.llmFirstTokenTimeout, IdleTimeout: o.llmIdleTimeout, Retries: o.llmRetries},
 		Embed: service.Embeddings{URL: o.embedURL, Model: o.embedModel, APIKey: cmp.Or(o.embedAPIKey, o.env(envOpenAIAPIKey)),
 			Timeout: o.embedTimeout, Batch: o.embedBatch},
-		Snapshot:   o.snapshot,
-		ReadyEvery: o.readyEvery,
+		Snapshot:     o.snapshot,
+		ReadyEvery:   o.readyEvery,
+		DocStore:     o.docstore,
+		DocStorePool: o.docstorePool,
+		Cache:        cmp.Or(o.cache, "lru"),
 	}
 }
 
@@ -75,6 +84,8 @@ const (
 	envLLMURL       = "RAGTAIL_LLM_URL"
 	envEmbedURL     = "RAGTAIL_EMBED_URL"
 	envOpenAIAPIKey = "OPENAI_API_KEY"
+	envDocstore     = "RAGTAIL_DOCSTORE"
+	envCache        = "RAGTAIL_CACHE"
 )
 
 func (o *backendOptions) env(name string) string {
@@ -89,7 +100,15 @@ func (o *backendOptions) register(fs *flag.FlagSet) {
 	o.registerQdrant(fs)
 	o.registerEmbed(fs)
 	o.registerLLM(fs)
+	o.registerDocstore(fs)
+	fs.StringVar(&o.cache, "cache", cmp.Or(o.env(envCache), "lru"), "doc-store cache tier: lru, 2q or arc in memory (--cache-size entries; 2q and arc resist scans),\nor redis://host:6379/0 for Redis, cache-aside with a TTL (env "+envCache+")")
 	fs.StringVar(&o.snapshot, "snapshot", "", "serve the corpus from this snapshot (written by ragtail ingest --snapshot) instead of the built-in one")
+}
+
+// registerDocstore adds the PostgreSQL doc-store flags (serve and ingest).
+func (o *backendOptions) registerDocstore(fs *flag.FlagSet) {
+	fs.StringVar(&o.docstore, "docstore", o.env(envDocstore), "PostgreSQL URL (postgres://user:password@host:5432/db) of the chunk payloads instead of the\nin-memory store (env "+envDocstore+")")
+	fs.IntVar(&o.docstorePool, "docstore-pool", 8, "PostgreSQL connections: the doc store's finite capacity")
 }
 
 // registerQdrant adds the Qdrant flags (serve and ingest).
@@ -127,3 +146,32 @@ func (o *backendOptions) registerLLM(fs *flag.FlagSet) {
 // validate checks the backend flags together; the flags of a backend that is not selected are
 // not checked (ingest does not even register the LLM's).
 func (o *backendOptions) validate() error { return o.config().Validate() }
+
+// linkFlags is the repeatable --link NAME=SPEC flag.
+type linkFlags map[string]link.Spec
+
+func (l *linkFlags) String() string {
+	var parts []string
+	for _, name := range service.LinkNames {
+		if spec, ok := (*l)[name]; ok {
+			parts = append(parts, name+"="+spec.String())
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func (l *linkFlags) Set(s string) error {
+	name, text, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want NAME=TOXICS (e.g. llm=latency:20ms,jitter:2ms), NAME one of %s", strings.Join(service.LinkNames, ", "))
+	}
+	spec, err := link.Parse(text)
+	if err != nil {
+		return err
+	}
+	if *l == nil {
+		*l = linkFlags{}
+	}
+	(*l)[name] = spec
+	return nil
+}

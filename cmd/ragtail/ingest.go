@@ -48,6 +48,7 @@ Examples:
   ragtail ingest ./docs --qdrant localhost:6334 --embed-url http://localhost:11434/v1 --embed-model nomic-embed-text`)
 	o.backends.registerQdrant(fs)
 	o.backends.registerEmbed(fs)
+	o.backends.registerDocstore(fs)
 	fs.StringVar(&o.snapshot, "snapshot", "", "write the chunks and their vectors to this snapshot file (for serve --snapshot)")
 	fs.IntVar(&o.shards, "shards", 4, "Qdrant shards, one collection each; serve must use the same number")
 	fs.IntVar(&o.dim, "dim", embed.DefaultDimension, "embedding dimension of the hash embedder")
@@ -66,8 +67,8 @@ Examples:
 		fmt.Fprintf(stderr, "ragtail ingest: one DIR at most, got %d: %s\n", len(positional), strings.Join(positional, " "))
 		return errUsage
 	}
-	if o.backends.qdrantAddr == "" && o.snapshot == "" {
-		fmt.Fprintln(stderr, "ragtail ingest: say where the index goes: --qdrant host:6334, --snapshot FILE, or both")
+	if o.backends.qdrantAddr == "" && o.snapshot == "" && o.backends.docstore == "" {
+		fmt.Fprintln(stderr, "ragtail ingest: say where the chunks go: --qdrant host:6334, --snapshot FILE, --docstore postgres://..., or several")
 		fs.Usage()
 		return errUsage
 	}
@@ -151,6 +152,13 @@ func printIngest(w io.Writer, s *service.IngestSummary, o ingestOptions) {
 			fmt.Fprintf(w, "  stale     %d points are not from this ingest (removed or shortened files): --prune deletes them\n", s.Stale)
 		}
 		fmt.Fprintf(w, "  serve     ragtail serve --qdrant %s --qdrant-collection %s --shards %d %s\n", s.QdrantAddr, s.QdrantCollection, s.QdrantShards, serveEmbedFlags(o))
+	}
+	if s.DocStoreTable != "" {
+		fmt.Fprintf(w, "  docstore  PostgreSQL table %s, %d chunks", s.DocStoreTable, s.DocStoreChunks)
+		if s.DocStorePruned > 0 {
+			fmt.Fprintf(w, " (%d pruned)", s.DocStorePruned)
+		}
+		fmt.Fprintf(w, "\n  serve     ragtail serve --docstore URL %s\n", serveEmbedFlags(o))
 	}
 	if s.Snapshot != "" {
 		fmt.Fprintf(w, "  snapshot  %s (%.1f MB)\n", s.Snapshot, float64(s.SnapBytes)/1e6)

@@ -26,6 +26,7 @@ import (
 // serviceOptions are the flags of the RAG service on its embedded default, shared by serve,
 // demo and lab: the service's Config plus what only the command line has.
 type serviceOptions struct {
+	fs        *flag.FlagSet // the flags registered, to tell which were set
 	cfg       service.Config
 	logLevel  string
 	telemetry telemetryOptions
@@ -76,6 +77,18 @@ func (o *serviceOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the corpus and every latency law")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Var(&c.Faults, "fault", fault.FlagUsage)
+	fs.IntVar(&c.Backends.DocStoreConcurrency, "docstore-concurrency", 0, "lookups the in-memory doc store serves at once, each for its --fetch-latency (0: unbounded)")
+	fs.Var((*linkFlags)(&c.Links), "link", "network link to a real backend, repeatable: NAME=TOXICS, NAME one of qdrant, llm, embed, docstore,\ncache; TOXICS comma-separated: latency:5ms, jitter:1ms, bandwidth:1000 (KB/s), slow_close:100ms,\ntimeout:1s, reset_peer:0, limit_data:1000000, or none (a link whose toxics change at run time)")
+	o.fs = fs
+}
+
+// set reports whether the flag name was given on the command line.
+func (o *serviceOptions) set(name string) bool {
+	found := false
+	if o.fs != nil {
+		o.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	}
+	return found
 }
 
 // policyFlag is a flag.Value holding an admission policy.
@@ -90,7 +103,13 @@ func (p *policyFlag) Set(s string) error { *p = policyFlag(s); return nil }
 func (o *serviceOptions) config(withBackends bool) service.Config {
 	cfg := o.cfg
 	if withBackends {
+		concurrency := cfg.Backends.DocStoreConcurrency
 		cfg.Backends = o.backends.config()
+		cfg.Backends.DocStoreConcurrency = concurrency
+		if cfg.Backends.DocStore != "" && !o.set("fetch-latency") {
+			// A real store has its own service time; the simulated one is for the memory store.
+			cfg.FetchLatency = latency.Law{}
+		}
 	}
 	cfg.AdminToken = os.Getenv("RAGTAIL_ADMIN_TOKEN")
 	return cfg

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -213,7 +214,11 @@ func NewQdrant(b Backends, shards int, embedder string, extra []retrieve.QdrantO
 		opts = append(opts, retrieve.WithAPIKey(o.APIKey))
 	}
 	if o.TLS {
-		opts = append(opts, retrieve.WithTLS(nil))
+		var cfg *tls.Config
+		if o.ServerName != "" {
+			cfg = &tls.Config{ServerName: o.ServerName, MinVersion: tls.VersionTLS12}
+		}
+		opts = append(opts, retrieve.WithTLS(cfg))
 	}
 	opts = append(opts, extra...)
 	q, err := retrieve.NewQdrant(o.Addr, o.Collection, shards, opts...)

@@ -8,9 +8,11 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/admission"
+	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/link"
 	"github.com/ragtail/ragtail/rag/llm"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/openai"
@@ -57,6 +59,9 @@ type Config struct {
 	Faults fault.Rules
 	// Backends replace parts of the embedded default by real servers.
 	Backends Backends
+	// Links put a network link (toxiproxy, in process) between the service and a real backend:
+	// qdrant, llm, embed, docstore or cache, with its toxics (latency, jitter, bandwidth, ...).
+	Links map[string]link.Spec
 	// AdminToken, when set, is required as a bearer token by the admin API's protected routes
 	// (RAGTAIL_ADMIN_TOKEN).
 	AdminToken string
@@ -71,6 +76,16 @@ type Backends struct {
 	// Snapshot serves the corpus and vectors of this snapshot file (written by Ingest) instead of
 	// the built-in corpus.
 	Snapshot string
+	// DocStore is the backing store of chunk payloads: "" keeps the in-memory store, a
+	// postgres:// URL selects PostgreSQL (--docstore, RAGTAIL_DOCSTORE).
+	DocStore string
+	// DocStorePool is PostgreSQL's connection pool: the store's finite capacity.
+	DocStorePool int
+	// DocStoreConcurrency bounds the in-memory store's concurrent lookups, each holding a slot
+	// for its FetchLatency (0: unbounded).
+	DocStoreConcurrency int
+	// Cache is the cache tier in front of the store: lru, 2q or arc in memory, or a redis:// URL.
+	Cache string
 	// ReadyEvery is how often Qdrant's readiness is checked again (default 2 s).
 	ReadyEvery time.Duration
 }
@@ -85,6 +100,9 @@ type Qdrant struct {
 	Keepalive        time.Duration
 	KeepaliveTimeout time.Duration
 	Timeout          time.Duration
+	// ServerName is the name TLS verifies Qdrant's certificate against; "" takes Addr's host.
+	// A link in front of Qdrant sets it, since Addr is then the link's.
+	ServerName string
 }
 
 // LLM is the OpenAI-compatible generation server (--llm-url and its companions).
@@ -143,7 +161,9 @@ func DefaultConfig() Config {
 				Timeout: retrieve.DefaultQdrantCallTimeout},
 			LLM: LLM{ConnectTimeout: llm.DefaultConnectTimeout, FirstTokenTimeout: llm.DefaultFirstTokenTimeout,
 				IdleTimeout: llm.DefaultIdleTimeout, Retries: llm.DefaultRetries},
-			Embed: Embeddings{Timeout: 10 * time.Second, Batch: embed.DefaultBatchSize},
+			Embed:        Embeddings{Timeout: 10 * time.Second, Batch: embed.DefaultBatchSize},
+			DocStorePool: 8,
+			Cache:        string(docstore.PolicyLRU),
 		},
 	}
 }
@@ -171,7 +191,40 @@ func (c Config) Validate() error {
 	case c.Dim < 1:
 		return fmt.Errorf("--dim must be at least 1, got %d", c.Dim)
 	}
-	return c.Backends.Validate()
+	if err := c.Backends.Validate(); err != nil {
+		return err
+	}
+	for name := range c.Links {
+		if err := c.Backends.linkable(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LinkNames are the backends a link can be put in front of.
+var LinkNames = []string{"qdrant", "llm", "embed", "docstore", "cache"}
+
+// linkable reports why no link can go in front of the backend name, or nil.
+func (b Backends) linkable(name string) error {
+	target := map[string]string{"qdrant": b.Qdrant.Addr, "llm": b.LLM.URL, "embed": b.Embed.URL, "docstore": b.DocStore}
+	if name == "cache" {
+		if isRedisURL(b.Cache) {
+			target["cache"] = b.Cache
+		}
+	}
+	t, known := target[name]
+	switch {
+	case !known:
+		return fmt.Errorf("--link %s: no such backend: links go in front of %s", name, strings.Join(LinkNames, ", "))
+	case t == "":
+		return fmt.Errorf("--link %s: that backend is the embedded default, which no network reaches: give it a real server (--qdrant, --llm-url, --embed-url, --docstore postgres://..., --cache redis://...)", name)
+	}
+	return nil
+}
+
+func isRedisURL(s string) bool {
+	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
 
 // Validate checks the settings of the backends that are selected; those of a backend left out
@@ -195,6 +248,18 @@ func (b Backends) Validate() error {
 			return fmt.Errorf("--embed-url %s needs --embed-model (the server's embedding model, e.g. nomic-embed-text)", e.URL)
 		case e.Timeout <= 0 || e.Batch < 1:
 			return fmt.Errorf("--embed-timeout must be positive and --embed-batch at least 1, got %v and %d", e.Timeout, e.Batch)
+		}
+	}
+	switch {
+	case b.DocStore != "" && !strings.HasPrefix(b.DocStore, "postgres://") && !strings.HasPrefix(b.DocStore, "postgresql://"):
+		return errors.New("--docstore takes a PostgreSQL URL such as postgres://user:password@localhost:5432/ragtail")
+	case b.DocStore != "" && (b.DocStorePool < 1 || b.DocStorePool > 1024):
+		return fmt.Errorf("--docstore-pool must be between 1 and 1024, got %d", b.DocStorePool)
+	case b.DocStoreConcurrency < 0:
+		return fmt.Errorf("--docstore-concurrency must not be negative, got %d", b.DocStoreConcurrency)
+	case !isRedisURL(b.Cache):
+		if _, err := docstore.ParseCachePolicy(b.Cache); err != nil {
+			return fmt.Errorf("--cache %q: want lru, 2q, arc or a redis:// URL", b.Cache)
 		}
 	}
 	if l := b.LLM; l.URL != "" {

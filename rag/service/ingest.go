@@ -11,6 +11,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
+	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/retrieve"
 )
@@ -25,7 +26,7 @@ type IngestConfig struct {
 	// the next chunk (0: none).
 	ChunkTokens, ChunkOverlap int
 	// Backends.Qdrant (when its Addr is set) receives the chunks and vectors, in Shards
-	// collections; Backends.Embed (when its URL is set) embeds them, else the hash embedder of
+	// collections; Backends.DocStore (a PostgreSQL URL) the chunk payloads; Backends.Embed (when its URL is set) embeds them, else the hash embedder of
 	// Dim and Seed.
 	Backends Backends
 	Shards   int
@@ -50,8 +51,8 @@ func DefaultIngestConfig() IngestConfig {
 // Validate checks the settings before anything is read or written.
 func (o IngestConfig) Validate() error {
 	switch {
-	case o.Backends.Qdrant.Addr == "" && o.Snapshot == "":
-		return errors.New("say where the index goes: --qdrant host:6334, --snapshot FILE, or both")
+	case o.Backends.Qdrant.Addr == "" && o.Snapshot == "" && o.Backends.DocStore == "":
+		return errors.New("say where the chunks go: --qdrant host:6334, --snapshot FILE, --docstore postgres://..., or several")
 	case o.Shards < 1 || o.Shards > MaxShards:
 		return fmt.Errorf("--shards must be between 1 and %d, got %d", MaxShards, o.Shards)
 	case o.Dim < 1:
@@ -62,8 +63,8 @@ func (o IngestConfig) Validate() error {
 		return fmt.Errorf("--corpus-docs must not be negative, got %d", o.CorpusDocs)
 	case o.ChunkOverlap < 0:
 		return fmt.Errorf("--chunk-overlap must not be negative, got %d", o.ChunkOverlap)
-	case o.Prune && o.Backends.Qdrant.Addr == "":
-		return errors.New("--prune deletes points from Qdrant: it needs --qdrant")
+	case o.Prune && o.Backends.Qdrant.Addr == "" && o.Backends.DocStore == "":
+		return errors.New("--prune deletes the chunks no longer ingested from Qdrant and the doc store: it needs --qdrant or --docstore")
 	}
 	return o.Backends.Validate()
 }
@@ -82,8 +83,12 @@ type IngestSummary struct {
 	Stale     int              // Qdrant points not from this ingest
 	Pruned    int              // points deleted by Prune
 	Snapshot  string           // the snapshot written, if any
-	SnapBytes int64            // its size
-	Took      time.Duration
+	// DocStoreTable is the PostgreSQL table written ("" without --docstore), holding
+	// DocStoreChunks chunks after the ingest; DocStorePruned were deleted by Prune.
+	DocStoreTable                  string
+	DocStoreChunks, DocStorePruned int
+	SnapBytes                      int64 // its size
+	Took                           time.Duration
 	// Qdrant describes the collections written: address, collection, shards; empty without.
 	QdrantAddr, QdrantCollection, QdrantFirst, QdrantLast string
 	QdrantShards                                          int
@@ -143,6 +148,14 @@ func Ingest(ctx context.Context, o IngestConfig, logger *slog.Logger) (sum *Inge
 		}
 	}
 
+	var pg *docstore.Postgres
+	if o.Backends.DocStore != "" {
+		if pg, err = openPostgres(ctx, o.Backends, Telemetry{}); err != nil {
+			return sum, err
+		}
+		defer pg.Close()
+	}
+
 	var vecs [][]float32
 	if o.Snapshot != "" {
 		vecs = make([][]float32, 0, len(chunks))
@@ -167,7 +180,14 @@ func Ingest(ctx context.Context, o IngestConfig, logger *slog.Logger) (sum *Inge
 				return sum, fmt.Errorf("write chunks %d to %d to qdrant: %w", from, from+len(round)-1, err)
 			}
 		}
-		vecs = append(vecs, rv...)
+		if pg != nil {
+			if err := pg.Upsert(ctx, round...); err != nil {
+				return sum, fmt.Errorf("write chunks %d to %d to the doc store: %w", from, from+len(round)-1, err)
+			}
+		}
+		if o.Snapshot != "" {
+			vecs = append(vecs, rv...)
+		}
 		sum.Written += len(round)
 		if o.Progress != nil {
 			o.Progress(sum.Written, len(chunks))
@@ -187,6 +207,21 @@ func Ingest(ctx context.Context, o IngestConfig, logger *slog.Logger) (sum *Inge
 			return sum, fmt.Errorf("count qdrant points: %w", err)
 		}
 		sum.Stale = sum.Points - len(chunks)
+	}
+	if pg != nil {
+		if o.Prune {
+			keep := make(map[string]bool, len(chunks))
+			for _, c := range chunks {
+				keep[c.ID] = true
+			}
+			if sum.DocStorePruned, err = pg.Prune(ctx, func(id string) bool { return keep[id] }); err != nil {
+				return sum, fmt.Errorf("prune the doc store: %w", err)
+			}
+		}
+		if sum.DocStoreChunks, err = pg.Count(ctx); err != nil {
+			return sum, fmt.Errorf("count the doc store's chunks: %w", err)
+		}
+		sum.DocStoreTable = pg.Table()
 	}
 	if o.Snapshot != "" {
 		n, err := writeSnapshotFile(o.Snapshot, &retrieve.Snapshot{Dim: dim, Embedder: sum.Embedder, Chunks: chunks, Vectors: vecs})

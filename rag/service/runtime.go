@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/httpapi"
 	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/link"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
@@ -41,6 +43,9 @@ type RuntimeConfig struct {
 	Admission RuntimeAdmission `json:"admission"`
 	Faults    []fault.Rule     `json:"faults"`
 	LLM       *RuntimeLLM      `json:"llm,omitempty"` // absent when generation goes to a real LLM
+	// Links are the toxics of each network link in front of a backend (only the links started
+	// with --link; a PUT changes the toxics of the ones it names, "none" removes them).
+	Links map[string]link.Spec `json:"links,omitempty"`
 }
 
 // RuntimeCache is the doc store's cache in RuntimeConfig.
@@ -102,6 +107,7 @@ type RuntimeStats struct {
 	Faults        map[string]fault.RuleStats `json:"faults"`
 	Engine        *llmsim.Stats              `json:"engine,omitempty"`
 	Pipeline      pipeline.Stats             `json:"pipeline"`
+	Links         []link.Stats               `json:"links,omitempty"`
 }
 
 // Runtime owns the runtime configuration of a service and applies changes to its parts.
@@ -114,17 +120,18 @@ type Runtime struct {
 	pool   *admission.Pool
 	faults *fault.Injector
 	engine *engineSwitch // nil when generation goes to a real LLM
+	links  *links
 }
 
 var _ httpapi.ConfigStore = (*Runtime)(nil)
 
 // newRuntime reads the current settings from the parts.
 func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs *docstore.Store,
-	pool *admission.Pool, faults *fault.Injector, engine *engineSwitch) *Runtime {
+	pool *admission.Pool, faults *fault.Injector, engine *engineSwitch, ls *links) *Runtime {
 	pc := pipe.Config()
 	ac := pool.Config()
 	ds := docs.Stats()
-	rt := &Runtime{pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine}
+	rt := &Runtime{pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
 	rt.cur = RuntimeConfig{
 		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: Duration(pc.AsyncDeadline),
 		Shards:       o.Shards,
@@ -141,6 +148,9 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	}
 	if rt.cur.Faults == nil {
 		rt.cur.Faults = []fault.Rule{}
+	}
+	if specs := ls.specs(); len(specs) > 0 {
+		rt.cur.Links = specs
 	}
 	if engine != nil {
 		p := engine.Current().Profile()
@@ -172,6 +182,9 @@ func (rt *Runtime) Stats() RuntimeStats {
 	v := rt.cur.Version
 	rt.mu.Unlock()
 	s := RuntimeStats{ConfigVersion: v, Docs: rt.docs.Stats(), Admission: rt.pool.Stats(), Faults: rt.faults.Stats(), Pipeline: rt.pipe.Stats()}
+	for _, l := range rt.links.all() {
+		s.Links = append(s.Links, l.Stats())
+	}
 	if rt.engine != nil {
 		es := rt.engine.Current().Stats()
 		s.Engine = &es
@@ -193,8 +206,9 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 		llm := *rt.cur.LLM
 		next.LLM = &llm
 	}
-	// Arrays are replaced whole, as in a JSON merge patch: decode into fresh slices.
-	next.Faults, next.ShardLatency = nil, nil
+	// Arrays are replaced whole, as in a JSON merge patch: decode into fresh slices. Links are
+	// merged by name.
+	next.Faults, next.ShardLatency, next.Links = nil, nil, nil
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&next); err != nil {
@@ -213,6 +227,14 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	if next.Faults == nil {
 		next.Faults = []fault.Rule{}
+	}
+	changedLinks := next.Links
+	next.Links = rt.cur.Links
+	if len(changedLinks) > 0 {
+		next.Links = maps.Clone(rt.cur.Links)
+		for name, spec := range changedLinks {
+			next.Links[name] = spec
+		}
 	}
 	if rt.cur.LLM == nil && raw["llm"] != nil && string(raw["llm"]) != "null" {
 		return nil, invalid("llm: generation goes to a real LLM (--llm-url); profile and kv_alloc apply to the simulated engine only")
@@ -273,6 +295,11 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 			errs = append(errs, "llm.kv_alloc: "+err.Error())
 		}
 	}
+	for name := range changedLinks {
+		if _, ok := rt.cur.Links[name]; !ok {
+			errs = append(errs, fmt.Sprintf("links.%s: no link runs in front of %s: start the service with --link %s=... to change it at run time", name, name, name))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, invalid("%s", strings.Join(errs, "; "))
 	}
@@ -317,6 +344,11 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	next.Faults = rt.faults.Rules()
 	if next.Faults == nil {
 		next.Faults = []fault.Rule{}
+	}
+	for name, spec := range changedLinks {
+		if err := rt.links.byName[name].Set(spec); err != nil {
+			return nil, fmt.Errorf("link %s: %w", name, err)
+		}
 	}
 	if next.LLM != nil && (next.LLM.Profile != rt.cur.LLM.Profile || alloc != llmsim.AllocMode(rt.cur.LLM.KVAlloc)) {
 		if err := rt.engine.Switch(prof, alloc); err != nil {

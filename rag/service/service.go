@@ -27,6 +27,7 @@ import (
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/link"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
@@ -145,6 +146,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	coupling, _ := rag.ParseCoupling(cfg.Coupling) // validated
 
 	btel := backendTelemetry{TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Propagator: tel.Propagator}
+	backends, ls, err := openLinks(cfg.Backends, cfg.Links)
+	if err != nil {
+		return nil, err
+	}
+	svc.closers = append(svc.closers, ls.Close)
+	if mp := tel.MeterProvider; mp != nil && len(cfg.Links) > 0 {
+		reg, err := link.Instrument(mp, ls.all)
+		if err != nil {
+			return nil, fmt.Errorf("link metrics: %w", err)
+		}
+		svc.closers = append(svc.closers, reg.Unregister)
+	}
+	cfg.Backends = backends
 	var emb pipeline.Embedder
 	dim := cfg.Dim
 	hash, err := embed.NewHash(embed.WithDimension(cfg.Dim), embed.WithSeed(cfg.Seed), embed.WithLatency(cfg.EmbedLatency, 0))
@@ -160,11 +174,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		emb, dim = ec, ec.Dimension()
 	}
 	embedderID := cfg.Backends.EmbedderID(dim, cfg.Seed)
-	docOpts := []docstore.Option{docstore.WithSeed(cfg.Seed), docstore.WithFetchLatency(cfg.FetchLatency), docstore.WithCache(cfg.CacheSize)}
-	if cfg.Bloom {
-		docOpts = append(docOpts, docstore.WithBloom(cfg.BloomFP))
-	} else {
-		docOpts = append(docOpts, docstore.WithoutBloom())
+	docOpts, err := docstoreOptions(cfg, tel, logger, svc)
+	if err != nil {
+		return nil, err
+	}
+	var pg *docstore.Postgres
+	if cfg.Backends.DocStore != "" {
+		pg, err = openPostgres(ctx, cfg.Backends, tel)
+		if err != nil {
+			return nil, err
+		}
+		svc.closers = append(svc.closers, func() error { pg.Close(); return nil })
 	}
 
 	var (
@@ -178,8 +198,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if cfg.Backends.Qdrant.Addr != "" {
 		// Qdrant holds the vectors and the payloads; the doc store is filled from it once
 		// Qdrant is ready (and again after an ingest while serving).
-		docs = docstore.New(nil, docOpts...)
-		qb, err := openRetriever(ctx, cfg.Backends, cfg.Shards, dim, embedderID, func(cs []rag.Chunk) error {
+		load := func(cs []rag.Chunk) error {
 			for _, c := range cs {
 				if err := docs.Put(c); err != nil {
 					return err
@@ -187,7 +206,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 			}
 			docs.RebuildBloom()
 			return nil
-		}, btel, logger)
+		}
+		if pg != nil {
+			// PostgreSQL holds the payloads: Qdrant's copies are not loaded.
+			if docs, err = docstore.Compose(ctx, pg, docOpts...); err != nil {
+				return nil, fmt.Errorf("doc store: %w", err)
+			}
+			load = nil
+		} else {
+			docs = docstore.New(nil, docOpts...)
+		}
+		qb, err := openRetriever(ctx, cfg.Backends, cfg.Shards, dim, embedderID, load, btel, logger)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +229,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		}
 		dim = idx.Dimension()
 		questions = corpus.Questions(chunks, 1000, cfg.Seed)
-		docs = docstore.New(chunks, docOpts...)
+		if pg != nil {
+			if docs, err = docstore.Compose(ctx, pg, docOpts...); err != nil {
+				return nil, fmt.Errorf("doc store: %w", err)
+			}
+			if n := docs.Len(); n < len(chunks) {
+				logger.Warn("the doc store holds fewer chunks than the index serves: ingest them (ragtail ingest --docstore URL, with the flags of this corpus)",
+					"docstore_chunks", n, "index_chunks", len(chunks))
+			}
+		} else {
+			docs = docstore.New(chunks, docOpts...)
+		}
 		ret = idx
 		ready = func(context.Context) error {
 			if idx.Len() == 0 {
@@ -210,6 +249,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		}
 	}
 	svc.closers = append(svc.closers, docs.Close)
+	if pg != nil {
+		ready = allReady(ready, func(ctx context.Context) error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if err := pg.Ping(pctx); err != nil {
+				return fmt.Errorf("doc store: %w", err)
+			}
+			return nil
+		})
+	}
 
 	engine, err := llmsim.New(prof, engineOpts...)
 	if err != nil {
@@ -271,7 +320,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		apiOpts = append(apiOpts, httpapi.WithPropagator(tel.Propagator))
 	}
 	svc.API = httpapi.New(p, apiOpts...)
-	rt := newRuntime(cfg, p, idx, docs, pool, faults, sim)
+	rt := newRuntime(cfg, p, idx, docs, pool, faults, sim, ls)
 	adminOpts := []httpapi.AdminOption{
 		httpapi.WithConfig(rt, httpapi.ConfigAccess{Token: cfg.AdminToken, TrustLoopback: true}),
 		httpapi.WithStats(func() any { return rt.Stats() }),
@@ -342,4 +391,67 @@ func memoryIndex(ctx context.Context, cfg Config, dim int, embedderID string, ha
 		return nil, nil, fmt.Errorf("index: %w", err)
 	}
 	return idx, chunks, nil
+}
+
+// docstoreOptions are the doc store's cache, Bloom guard and latency options cfg asks for. A
+// Redis cache tier is opened here and closed with svc.
+func docstoreOptions(cfg Config, tel Telemetry, logger *slog.Logger, svc *Service) ([]docstore.Option, error) {
+	opts := []docstore.Option{docstore.WithSeed(cfg.Seed), docstore.WithFetchLatency(cfg.FetchLatency),
+		docstore.WithCache(cfg.CacheSize), docstore.WithLogger(logger), docstore.WithConcurrency(cfg.Backends.DocStoreConcurrency)}
+	if cfg.Bloom {
+		opts = append(opts, docstore.WithBloom(cfg.BloomFP))
+	} else {
+		opts = append(opts, docstore.WithoutBloom())
+	}
+	if !isRedisURL(cfg.Backends.Cache) {
+		policy, err := docstore.ParseCachePolicy(cfg.Backends.Cache)
+		if err != nil {
+			return nil, fmt.Errorf("--cache: %w", err)
+		}
+		return append(opts, docstore.WithCachePolicy(policy)), nil
+	}
+	ropts := []docstore.RedisOption{docstore.WithRedisLogger(logger)}
+	if tel.TracerProvider != nil {
+		ropts = append(ropts, docstore.WithRedisTracerProvider(tel.TracerProvider))
+	}
+	if tel.MeterProvider != nil {
+		ropts = append(ropts, docstore.WithRedisMeterProvider(tel.MeterProvider))
+	}
+	r, err := docstore.OpenRedis(cfg.Backends.Cache, ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("--cache: %w", err)
+	}
+	svc.closers = append(svc.closers, r.Close)
+	return append(opts, docstore.WithCacheTier(r)), nil
+}
+
+// openPostgres opens the PostgreSQL doc store b names.
+func openPostgres(ctx context.Context, b Backends, tel Telemetry) (*docstore.Postgres, error) {
+	opts := []docstore.PostgresOption{docstore.WithPoolSize(b.DocStorePool)}
+	if tel.TracerProvider != nil {
+		opts = append(opts, docstore.WithPostgresTracerProvider(tel.TracerProvider))
+	}
+	if tel.MeterProvider != nil {
+		opts = append(opts, docstore.WithPostgresMeterProvider(tel.MeterProvider))
+	}
+	pg, err := docstore.OpenPostgres(ctx, b.DocStore, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--docstore: %w: start PostgreSQL, or drop --docstore to keep the payloads in memory", err)
+	}
+	return pg, nil
+}
+
+// allReady returns a readiness check failing with the first failing check's reason.
+func allReady(checks ...func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for _, check := range checks {
+			if check == nil {
+				continue
+			}
+			if err := check(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
