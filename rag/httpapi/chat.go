@@ -31,18 +31,21 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	q.UserID = r.Header.Get("X-User-ID")
 	w.Header().Set("X-Request-ID", q.ID)
 
+	// The coupling is resolved here, once, from one snapshot of the pipeline's configuration:
+	// what the response streams and what the run does cannot disagree.
+	pr := a.p.Prepare(q)
 	if req.Stream {
-		a.stream(w, r, req, q)
+		a.stream(w, r, req, &pr)
 		return
 	}
-	a.complete(w, r, q)
+	a.complete(w, r, &pr)
 }
 
 // complete answers a non-streamed request: the whole answer in one JSON body, Server-Timing as a
 // header.
-func (a *API) complete(w http.ResponseWriter, r *http.Request, q rag.Query) {
+func (a *API) complete(w http.ResponseWriter, r *http.Request, q *pipeline.Request) {
 	var sink collectSink
-	res, err := a.p.Run(r.Context(), q, &sink)
+	res, err := a.p.Do(r.Context(), q, &sink)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client is gone; nobody to answer
@@ -69,12 +72,11 @@ func (s *collectSink) Delta(d rag.Delta) error {
 // before it (unknown model, overload, a dead retriever) still gets its proper status code. In
 // async coupling the first events are retrieval progress comments; otherwise the first token.
 // Server-Timing is sent as a trailer and repeated on the last chunk.
-func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, q rag.Query) {
+func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, q *pipeline.Request) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	w.Header().Set("Trailer", "Server-Timing")
-	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync ||
-		(q.Coupling == "" && a.p.Config().Coupling == rag.CouplingAsync)}
-	res, err := a.p.Run(r.Context(), q, sink)
+	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync}
+	res, err := a.p.Do(r.Context(), q, sink)
 	switch {
 	case err == nil:
 		timing := res.ServerTiming()
@@ -146,7 +148,7 @@ func (s *streamSink) Delta(d rag.Delta) error {
 	return nil
 }
 
-func (a *API) logFailure(ctx context.Context, q rag.Query, err error) {
+func (a *API) logFailure(ctx context.Context, q *pipeline.Request, err error) {
 	he := openai.ToHTTPError(err)
 	level := slog.LevelWarn
 	if he.Status >= 500 {

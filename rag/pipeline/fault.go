@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
 )
@@ -55,7 +53,7 @@ func WithFaults(f FaultInjector) Option {
 
 // inject applies the fault injector at the start of st, records what fired, and returns the
 // decision and the injected abort.
-func (r *run) inject(st stageRun) (FaultDecision, error) {
+func (r *run) inject(st *stageSpan) (FaultDecision, error) {
 	f := r.p.faults
 	if f == nil {
 		return FaultDecision{}, nil
@@ -65,17 +63,7 @@ func (r *run) inject(st stageRun) (FaultDecision, error) {
 		dec.CutErr = fmt.Errorf("%w: stream cut after %d tokens by a fault rule", rag.ErrUnavailable, dec.CutAfterTokens)
 	}
 	if len(dec.Rules) > 0 {
-		r.faultDelay += dec.Delay
-		if st.span.IsRecording() {
-			for _, rule := range dec.Rules {
-				st.span.AddEvent(string(EventFaultInjected), trace.WithAttributes(AttrFaultRule.String(rule),
-					AttrFaultDelayMS.Float64(ms(dec.Delay))))
-			}
-		}
-		if r.span.IsRecording() {
-			r.span.SetAttributes(AttrFaultInjectedMS.Float64(ms(r.faultDelay)))
-		}
-		r.t.inst.faults.Add(st.ctx, int64(len(dec.Rules)), metric.WithAttributes(AttrStage.String(string(st.stage))))
+		r.rec.faultInjected(st, dec)
 	}
 	return dec, err
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -206,6 +207,7 @@ type Pipeline struct {
 
 	cfg   atomic.Pointer[Config]
 	stats counters
+	runs  sync.Pool // *run
 }
 
 // New returns a pipeline over the given backends. The backends are required; cfg is validated
@@ -230,6 +232,7 @@ func New(emb Embedder, ret Retriever, docs DocStore, gen Generator, cfg Config, 
 		return nil, fmt.Errorf("new pipeline: instruments: %w", err)
 	}
 	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, faults: o.faults, log: o.logger, now: o.now, tel: tel}
+	p.runs.New = func() any { return new(run) }
 	if err := p.SetConfig(cfg); err != nil {
 		return nil, fmt.Errorf("new pipeline: %w", err)
 	}

@@ -6,12 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -205,10 +204,12 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	return &in, nil
 }
 
-// telemetry is what the pipeline needs to trace and measure its runs, resolved once in New.
+// telemetry is what the pipeline needs to trace and measure its runs, resolved once in New. It
+// holds every label set and constant attribute the recorder uses, built once, so that recording
+// a run allocates only what the SDK itself needs.
 type telemetry struct {
 	tracer  trace.Tracer
-	tracing bool // a tracer provider was given: build span attributes
+	tracing bool // a tracer provider was given: start spans and build their attributes
 	inst    *instruments
 	labels  bool // set the rag_stage pprof label around stages
 	capture bool // record prompt and answer text
@@ -221,23 +222,65 @@ type telemetry struct {
 	cache  CacheReporter
 	waiter WaitReporter
 
-	stageSets  map[stageKey]metric.MeasurementOption // rag_stage_duration_seconds labels
-	cacheSets  map[string]metric.MeasurementOption   // rag_cache_requests_total labels
-	dbSet      attribute.Set                         // db_client_operation_duration_seconds labels on success
-	dbAttrs    []attribute.KeyValue                  // attributes every Query span starts with
-	embedSet   attribute.Set                         // gen_ai client labels of the embeddings operation
-	embedInput attribute.Set                         // gen_ai token usage labels of embedding input
-	chatSets   sync.Map                              // model -> *chatSets
+	stageSets  [numStages][numCouplings]recordOpts // rag_stage_duration_seconds labels
+	cacheSets  [numCacheResults]addOpts            // rag_cache_requests_total labels
+	faultSets  [numStages]addOpts                  // rag_fault_injected_total labels
+	dbSet      attribute.Set                       // db_client_operation_duration_seconds labels on success
+	dbOpts     recordOpts                          // the same, as options
+	dbAttrs    []attribute.KeyValue                // attributes every Query span starts with
+	embedSet   attribute.Set                       // gen_ai client labels of the embeddings operation
+	embedOpts  recordOpts                          // the same, as options
+	embedInput recordOpts                          // gen_ai token usage labels of embedding input
+	embedAttrs []attribute.KeyValue                // attributes every embeddings span starts with
+	chatModels sync.Map                            // served model name -> *chatSets
+	chatCount  atomic.Int32                        // entries in chatModels
+	chatOther  *chatSets                           // the sets of every model not served
 }
 
-type stageKey struct {
-	stage    rag.Stage
-	coupling rag.Coupling
+// recordOpts and addOpts are one label set as ready-made variadic arguments: passing a stored
+// slice to Record or Add allocates nothing, where building the option each time would.
+type (
+	recordOpts []metric.RecordOption
+	addOpts    []metric.AddOption
+)
+
+func setOpts(set attribute.Set) (recordOpts, addOpts) {
+	o := metric.WithAttributeSet(set)
+	return recordOpts{o}, addOpts{o}
 }
 
-// chatSets are the gen_ai label sets of one model.
+// Cache lookup results as rag_cache_requests_total labels them; other is for a reporter that
+// answers something else.
+const (
+	cacheHit = iota
+	cacheMiss
+	cacheBlocked
+	cacheOther
+	numCacheResults
+)
+
+var cacheResults = [numCacheResults]string{"hit", "miss", "blocked", "other"}
+
+// numCouplings is len(rag.Couplings).
+const numCouplings = 3
+
+// OtherModel is the gen_ai.request.model metric label of every request for a model the
+// generator does not serve, so that the label's values stay bounded by the served models plus
+// one, whatever clients send.
+const OtherModel = "_OTHER"
+
+// maxChatModels bounds the per-model label sets kept: more than any deployment serves. Past it
+// (a generator whose model list keeps changing) sets are built per request instead of kept.
+const maxChatModels = 64
+
+// chatSets are the gen_ai label sets and span attributes of one model.
 type chatSets struct {
-	base, input, output attribute.Set
+	spanName           string               // "chat {model}"
+	attrs              []attribute.KeyValue // operation, provider, model
+	base               attribute.Set
+	baseOpts           recordOpts
+	inputOpts, outOpts recordOpts
+	responseModel      attribute.KeyValue
 }
 
 func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Generator) (*telemetry, error) {
@@ -283,16 +326,14 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 	t.retrievalName = "retrieval " + t.collection
 	t.queryName = "Query " + t.collection
 
-	// Label sets are built once, as options, so that recording allocates nothing.
-	t.stageSets = make(map[stageKey]metric.MeasurementOption, len(rag.Stages)*len(rag.Couplings))
-	for _, s := range rag.Stages {
-		for _, c := range rag.Couplings {
-			t.stageSets[stageKey{s, c}] = metric.WithAttributeSet(attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
+	for i, s := range rag.Stages {
+		for j, c := range rag.Couplings {
+			t.stageSets[i][j], _ = setOpts(attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
 		}
+		_, t.faultSets[i] = setOpts(attribute.NewSet(AttrStage.String(string(s))))
 	}
-	t.cacheSets = make(map[string]metric.MeasurementOption, 4)
-	for _, r := range []string{"hit", "miss", "blocked", "other"} {
-		t.cacheSets[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r)))
+	for i, r := range cacheResults {
+		_, t.cacheSets[i] = setOpts(attribute.NewSet(attribute.String("result", r)))
 	}
 	t.dbAttrs = []attribute.KeyValue{
 		AttrStage.String(string(rag.StageRetrieve)),
@@ -301,53 +342,115 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 		semconv.DBOperationName("Query"),
 	}
 	t.dbSet = attribute.NewSet(t.dbAttrs[1:]...)
-	t.embedSet = attribute.NewSet(
+	t.dbOpts, _ = setOpts(t.dbSet)
+	t.embedAttrs = []attribute.KeyValue{
+		AttrStage.String(string(rag.StageEmbed)),
 		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
 		semconv.GenAIProviderNameKey.String(t.embedProvider),
-		semconv.GenAIRequestModel(t.embedModel))
-	t.embedInput = attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...)
+		semconv.GenAIRequestModel(t.embedModel),
+		semconv.GenAIEmbeddingsDimensionCount(emb.Dimension()),
+	}
+	t.embedSet = attribute.NewSet(t.embedAttrs[1:4]...)
+	t.embedOpts, _ = setOpts(t.embedSet)
+	t.embedInput, _ = setOpts(attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
+	t.chatOther = t.newChatSets(OtherModel)
+	for _, m := range gen.Models() {
+		t.chat(m, true)
+	}
 	return t, nil
 }
 
-// chat returns the gen_ai label sets of the chat operation with model.
-func (t *telemetry) chat(model string) *chatSets {
-	if v, ok := t.chatSets.Load(model); ok {
-		return v.(*chatSets)
-	}
-	base := []attribute.KeyValue{
+func (t *telemetry) newChatSets(model string) *chatSets {
+	attrs := []attribute.KeyValue{
+		AttrStage.String(string(rag.StageGenerate)),
 		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameChat)),
 		semconv.GenAIProviderNameKey.String(t.genProvider),
 		semconv.GenAIRequestModel(model),
 	}
+	base := attrs[1:]
 	cs := &chatSets{
-		base:   attribute.NewSet(base...),
-		input:  attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...),
-		output: attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...),
+		spanName:      "chat " + model,
+		attrs:         attrs,
+		base:          attribute.NewSet(base...),
+		responseModel: semconv.GenAIResponseModel(model),
 	}
-	v, _ := t.chatSets.LoadOrStore(model, cs)
-	return v.(*chatSets)
+	cs.baseOpts, _ = setOpts(cs.base)
+	cs.inputOpts, _ = setOpts(attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
+	cs.outOpts, _ = setOpts(attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...))
+	return cs
 }
 
-func (t *telemetry) stageSet(s rag.Stage, c rag.Coupling) metric.MeasurementOption {
-	if set, ok := t.stageSets[stageKey{s, c}]; ok {
-		return set
+// chat returns the gen_ai label sets of the chat operation with model. Only served models get
+// sets of their own, and only up to maxChatModels of them are kept; every other name shares the
+// OtherModel sets, so that no client-chosen string becomes a metric label or stays in memory.
+func (t *telemetry) chat(model string, served bool) *chatSets {
+	if !served {
+		return t.chatOther
 	}
-	return metric.WithAttributeSet(attribute.NewSet(AttrStage.String(string(s))))
+	if v, ok := t.chatModels.Load(model); ok {
+		return v.(*chatSets)
+	}
+	cs := t.newChatSets(model)
+	if t.chatCount.Load() >= maxChatModels {
+		return cs
+	}
+	if v, loaded := t.chatModels.LoadOrStore(model, cs); loaded {
+		return v.(*chatSets)
+	}
+	t.chatCount.Add(1)
+	return cs
 }
 
-func (t *telemetry) cacheSet(result string) metric.MeasurementOption {
-	if set, ok := t.cacheSets[result]; ok {
-		return set
-	}
-	return t.cacheSets["other"]
+func (t *telemetry) stageSet(s rag.Stage, c rag.Coupling) recordOpts {
+	return t.stageSets[stageIndex(s)][couplingIndex(c)]
 }
 
-// withError returns set with error.type added when err is not nil.
-func withError(set attribute.Set, err error) attribute.Set {
+// stageIndex returns the index of s in rag.Stages.
+func stageIndex(s rag.Stage) int {
+	switch s {
+	case rag.StageAdmission:
+		return 0
+	case rag.StageEmbed:
+		return 1
+	case rag.StageRetrieve:
+		return 2
+	case rag.StageFetch:
+		return 3
+	case rag.StageGenerate:
+		return 4
+	}
+	return 5
+}
+
+// couplingIndex returns the index of c in rag.Couplings; an invalid coupling never gets this far.
+func couplingIndex(c rag.Coupling) int {
+	switch c {
+	case rag.CouplingFanout:
+		return 1
+	case rag.CouplingAsync:
+		return 2
+	}
+	return 0
+}
+
+func cacheIndex(result string) int {
+	for i, r := range cacheResults[:cacheOther] {
+		if r == result {
+			return i
+		}
+	}
+	return cacheOther
+}
+
+// withError returns opts, the options of set, or when err is not nil the options of set with
+// error.type added. Errors are rare, and error.type has a closed set of values, so the set is
+// built on the spot.
+func withError(opts recordOpts, set attribute.Set, err error) recordOpts {
 	if err == nil {
-		return set
+		return opts
 	}
-	return attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...)
+	o, _ := setOpts(attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...))
+	return o
 }
 
 // ErrorType classifies err into the low-cardinality error.type value the pipeline puts on spans
@@ -375,16 +478,6 @@ func ErrorType(err error) string {
 		return "client_disconnected"
 	}
 	return string(genaiconv.ErrorTypeOther)
-}
-
-// endSpan ends span at end, recording err with an error status.
-func endSpan(span trace.Span, end time.Time, err error) {
-	if err != nil && span.IsRecording() {
-		span.RecordError(err, trace.WithTimestamp(end))
-		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(semconv.ErrorTypeKey.String(ErrorType(err)))
-	}
-	span.End(trace.WithTimestamp(end))
 }
 
 // QueryHash returns the rag.query.hash of a question: the first 16 hex digits of its SHA-256,
@@ -424,21 +517,6 @@ func outputJSON(text, finishReason string) string {
 		FinishReason string `json:"finish_reason"`
 	}{{Role: "assistant", Parts: []part{{Type: "text", Content: text}}, FinishReason: finishReason}})
 	return string(b)
-}
-
-// setLabels makes ctx's pprof labels the current goroutine's, when stage labels are on.
-func (t *telemetry) setLabels(ctx context.Context) {
-	if t.labels {
-		pprof.SetGoroutineLabels(ctx)
-	}
-}
-
-// withStageLabel returns ctx carrying the rag_stage pprof label, when stage labels are on.
-func (t *telemetry) withStageLabel(ctx context.Context, stage rag.Stage) context.Context {
-	if !t.labels {
-		return ctx
-	}
-	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(stage)))
 }
 
 // seconds converts d to float seconds.
