@@ -55,9 +55,9 @@ type stageSpan struct {
 	span  trace.Span      // nil without a tracer provider
 }
 
-// reset prepares rec for a run starting at start.
-func (rec *recorder) reset(t *telemetry, now func() time.Time, start time.Time, parent context.Context) {
-	*rec = recorder{t: t, now: now, start: start, parent: parent, timings: make([]rag.StageTiming, 0, numStages)}
+// reset prepares rec for a run starting at start, whose timings go to timings.
+func (rec *recorder) reset(t *telemetry, now func() time.Time, start time.Time, parent context.Context, timings []rag.StageTiming) {
+	*rec = recorder{t: t, now: now, start: start, parent: parent, timings: timings}
 }
 
 // tracing reports whether spans are started at all.
@@ -222,6 +222,22 @@ func (rec *recorder) beginShard(parent context.Context, shard int) shardSpan {
 	ss := shardSpan{shard: shard, start: now}
 	ss.ctx, ss.span = rec.spanStart(parent, rec.t.queryName, now)
 	return ss
+}
+
+// beginShards starts the Query spans of shards searched at once, one for each answer, at one
+// instant, under the retrieval span in parent.
+func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) {
+	now := rec.now()
+	if rec.t.tracing {
+		rec.startOpts[0] = trace.WithTimestamp(now)
+	}
+	for i := range answers {
+		ss := &answers[i].span
+		ss.shard, ss.start, ss.ctx = i, now, parent
+		if rec.t.tracing {
+			ss.ctx, ss.span = rec.t.tracer.Start(parent, rec.t.queryName, rec.startOpts[:]...)
+		}
+	}
 }
 
 // endShard ends a shard's Query span at end with the rows it returned, and records the

@@ -94,8 +94,13 @@ func (p *Pipeline) Do(ctx context.Context, req *Request, sink Sink) (res *Result
 	r.p, r.req, r.parent = p, *req, ctx
 	req = &r.req
 	r.sink.reset(sink)
-	r.rec.reset(p.tel, p.now, p.now(), ctx)
-	res = &Result{Coupling: req.Coupling, TopK: req.TopK}
+	// The Result and its timings in one allocation.
+	rb := &struct {
+		Result
+		timings [numStages]rag.StageTiming
+	}{Result: Result{Coupling: req.Coupling, TopK: req.TopK}}
+	res = &rb.Result
+	r.rec.reset(p.tel, p.now, p.now(), ctx, rb.timings[:0])
 	var gen generation
 	ctx = r.rec.startRun(ctx, req)
 	defer func() {
@@ -138,8 +143,7 @@ type run struct {
 // reset clears r for the pool, so that it holds on to nothing of the run.
 func (r *run) reset() {
 	r.p, r.req, r.parent, r.ctx, r.cancel, r.release, r.delta = nil, Request{}, nil, nil, nil, nil, rag.Delta{}
-	r.rec.reset(nil, nil, time.Time{}, nil)
-	r.rec.timings = nil
+	r.rec.reset(nil, nil, time.Time{}, nil, nil)
 	r.sink.reset(nil)
 }
 
@@ -388,9 +392,7 @@ func (r *run) retrieveFanout(st *stageSpan, vec []float32, ret *retrieval) error
 	answers := make([]shardAnswer, n)
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
-	for shard := range answers {
-		answers[shard].span = r.rec.beginShard(ctx, shard)
-	}
+	r.rec.beginShards(ctx, answers)
 	var (
 		wg    sync.WaitGroup
 		first atomic.Int32
@@ -435,9 +437,7 @@ func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error 
 	// Buffered for every shard, so a search never blocks on delivering its answer.
 	results := make(chan *shardAnswer, n)
 	answers := make([]shardAnswer, n)
-	for shard := range answers {
-		answers[shard].span = r.rec.beginShard(searchCtx, shard)
-	}
+	r.rec.beginShards(searchCtx, answers)
 	for i := range answers {
 		r.bg.Go(func() {
 			r.search(&answers[i], vec)
