@@ -28,7 +28,24 @@ const (
 	DefaultRingPending     = 2048
 	DefaultErrorLogEvery   = time.Minute
 	DefaultMetricsInterval = 60 * time.Second
+	// DefaultAttributeValueLength is the longest string attribute value a span keeps, in bytes:
+	// longer values (a captured prompt, a header a client filled) are cut by the SDK. It bounds
+	// what the trace ring can hold: RingMaxSpans spans per trace, each with at most
+	// DefaultSpanLimits().AttributeCountLimit attributes.
+	DefaultAttributeValueLength = 4096
 )
+
+// DefaultSpanLimits returns the span limits Setup uses when Config.SpanLimits is zero: the
+// SDK's defaults and OTEL_SPAN_*_LIMIT variables (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, ...), except
+// that attribute values are cut to DefaultAttributeValueLength unless a variable says otherwise
+// (the SDK's own default keeps them whole).
+func DefaultSpanLimits() sdktrace.SpanLimits {
+	l := sdktrace.NewSpanLimits()
+	if l.AttributeValueLengthLimit == sdktrace.DefaultAttributeValueLengthLimit {
+		l.AttributeValueLengthLimit = DefaultAttributeValueLength
+	}
+	return l
+}
 
 // Config says what Setup builds. The zero value is a working in-process setup: every trace
 // sampled into the in-process ring, metrics on the Prometheus registry, nothing exported.
@@ -69,6 +86,10 @@ type Config struct {
 	// (RAGTAIL_CAPTURE_CONTENT or OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT). Setup only
 	// carries it to Telemetry.CaptureContent, for the caller to pass to the pipeline.
 	CaptureContent bool
+
+	// SpanLimits bound what one span keeps (attribute count and value length, events, links);
+	// the zero value means DefaultSpanLimits().
+	SpanLimits sdktrace.SpanLimits
 
 	// SpanProcessors are added to the tracer provider after the ring (tests use
 	// tracetest.SpanRecorder).
@@ -280,6 +301,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RingMaxSpans <= 0 {
 		c.RingMaxSpans = DefaultRingMaxSpans
+	}
+	if c.SpanLimits == (sdktrace.SpanLimits{}) {
+		c.SpanLimits = DefaultSpanLimits()
 	}
 	if c.Now == nil {
 		c.Now = NewClock()

@@ -101,6 +101,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(t.Resource),
 		sdktrace.WithSampler(cfg.Sampler),
+		sdktrace.WithRawSpanLimits(cfg.SpanLimits),
 		sdktrace.WithSpanProcessor(t.Ring),
 	}
 	if cfg.TraceFile != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,6 +14,13 @@ import (
 	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
+
+// UserIDHeader is the request header whose value the pipeline records as rag.user.id.
+const UserIDHeader = "X-User-ID"
+
+// MaxUserIDLen is the longest UserIDHeader value accepted, in bytes; a longer one gets a 400
+// rather than being stored on every span of the request.
+const MaxUserIDLen = 256
 
 // chatCompletions serves POST /v1/chat/completions, streamed or not.
 func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -28,7 +36,12 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.ID = openai.NewCompletionID()
-	q.UserID = r.Header.Get("X-User-ID")
+	q.UserID = r.Header.Get(UserIDHeader)
+	if len(q.UserID) > MaxUserIDLen {
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header",
+			Message: fmt.Sprintf("%s is %d bytes long; at most %d are accepted", UserIDHeader, len(q.UserID), MaxUserIDLen), Err: rag.ErrInvalidRequest})
+		return
+	}
 	w.Header().Set("X-Request-ID", q.ID)
 
 	// The coupling is resolved here, once, from one snapshot of the pipeline's configuration:
@@ -148,12 +161,22 @@ func (s *streamSink) Delta(d rag.Delta) error {
 	return nil
 }
 
+// logFailure logs a failed request, at most logBurst lines at once and then one a second per
+// status code, with the model name and the error text cut to pipeline.MaxRecordedLen.
 func (a *API) logFailure(ctx context.Context, q *pipeline.Request, err error) {
 	he := openai.ToHTTPError(err)
+	ok, suppressed := a.failures.allow(he.Status)
+	if !ok {
+		return
+	}
 	level := slog.LevelWarn
 	if he.Status >= 500 {
 		level = slog.LevelError
 	}
-	a.cfg.logger.Log(ctx, level, "chat completion failed", "request_id", q.ID, "model", q.Model,
-		"stage", string(rag.StageOf(err)), "status", he.Status, "err", err)
+	attrs := []any{"request_id", q.ID, "model", pipeline.Truncate(q.Model, pipeline.MaxRecordedLen),
+		"stage", string(rag.StageOf(err)), "status", he.Status, "err", pipeline.Truncate(err.Error(), pipeline.MaxRecordedLen)}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	a.cfg.logger.Log(ctx, level, "chat completion failed", attrs...)
 }
