@@ -142,6 +142,37 @@ func TestRingBounds(t *testing.T) {
 			t.Errorf("trace %+v: want the root (1 ms) and the late span", got)
 		}
 	})
+	t.Run("local roots of one trace are grouped within the bound", func(t *testing.T) {
+		t.Parallel()
+		r, tr := ringWith(t, 4, 4, 8)
+		// Three requests in one remote trace, three spans each (root and two children): nine
+		// spans for a bound of eight.
+		remote := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled, Remote: true}))
+		for i := range 3 {
+			start := epoch.Add(time.Duration(i) * time.Second)
+			ctx, root := span(tr, remote, "root", start, 0)
+			for range 2 {
+				_, c := span(tr, ctx, "child", start, 0)
+				c.End(trace.WithTimestamp(start.Add(time.Millisecond)))
+			}
+			root.End(trace.WithTimestamp(start.Add(time.Duration(i+1) * time.Millisecond)))
+		}
+		got, ok := r.Find(trace.TraceID{1})
+		if !ok {
+			t.Fatal("trace not kept")
+		}
+		if len(got.Roots) != 2 || len(got.Spans) != 8 || got.Dropped != 1 || got.Duration != 2*time.Millisecond {
+			t.Errorf("roots %d, spans %d, dropped %d, duration %v: want 2 roots (the third did not fit), 8 spans, 1 dropped, 2ms",
+				len(got.Roots), len(got.Spans), got.Dropped, got.Duration)
+		}
+		if s := r.Stats(); s.Spans != 8 || s.DroppedSpans != 1 || s.Traces != 3 {
+			t.Errorf("stats %+v: want 8 spans kept, 1 dropped, 3 roots completed", s)
+		}
+		if n := len(r.Recent(10)); n != 1 {
+			t.Errorf("%d recent traces, want the one", n)
+		}
+	})
 	t.Run("unsampled spans are ignored", func(t *testing.T) {
 		t.Parallel()
 		r := NewRing(4, 4, 16)
