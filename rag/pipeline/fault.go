@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // FaultInjector injects latency and failures into the stages of a run (rag/fault implements it
@@ -37,11 +36,11 @@ type FaultDecision struct {
 	CutErr error
 }
 
-// Event and attribute names of injected faults on stage spans.
+// Event and attribute names of injected faults on stage spans (see ragconv).
 const (
-	EventFaultInjected attribute.Key = "rag.fault.injected" // span event name on the stage's span
-	AttrFaultRule      attribute.Key = "rag.fault.rule"     // the rule that fired (event attribute)
-	AttrFaultDelayMS   attribute.Key = "rag.fault.delay_ms" // the delay added at the stage (event attribute)
+	EventFaultInjected = ragconv.EventFaultInjected
+	AttrFaultRule      = ragconv.AttrFaultRule
+	AttrFaultDelayMS   = ragconv.AttrFaultDelayMS
 )
 
 // WithFaults injects faults into every run's stages with f (see FaultInjector): the delays show

@@ -20,59 +20,45 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
-// Span names of the pipeline that do not depend on a backend. The others are "embeddings
-// {model}", "retrieval {collection}", "Query {collection}" (one per shard) and "chat {model}",
-// as the GenAI and database semantic conventions name them.
+// The span, event, attribute and label names of the pipeline, defined in ragconv so that
+// packages reading them need not import the pipeline. The names here are kept for callers of
+// this package. Span names that depend on a backend are "embeddings {model}", "retrieval
+// {collection}", "Query {collection}" (one per shard) and "chat {model}", as the GenAI and
+// database semantic conventions name them. Every span the pipeline starts carries AttrStage; the
+// rag.pipeline span carries the request-level dye.
 const (
-	SpanPipeline  = "rag.pipeline"
-	SpanAdmission = "rag.admission"
-	SpanFetch     = "rag.fetch"
-	SpanStream    = "rag.stream"
-)
-
-// Span event names.
-const (
-	// EventFirstToken marks, on the chat span, the moment the first delta carrying text arrived.
-	EventFirstToken = "rag.first_token"
-	// EventLateShardDropped marks, on the retrieval span, a shard that was still searching when
-	// async coupling started generating; its hits are not in the prompt. Attribute rag.shard.
-	EventLateShardDropped = "rag.shard.late_dropped"
-)
-
-// StagePipeline is the rag.stage of the rag.pipeline span, which spans all the stages. It is a
-// span attribute value only: it never appears in Server-Timing.
-const StagePipeline = "pipeline"
-
-// ProfileLabel is the pprof label the pipeline sets around each stage (value: the stage name),
-// so that CPU profiles can be filtered by stage.
-const ProfileLabel = "rag_stage"
-
-// Attribute keys of the rag.* dye. The pipeline span carries the request-level ones; every span
-// the pipeline starts carries AttrStage.
-const (
-	AttrStage           attribute.Key = "rag.stage"             // the stage a span belongs to
-	AttrRequestID       attribute.Key = "rag.request.id"        // the request (completion) id
-	AttrUserID          attribute.Key = "rag.user.id"           // X-User-ID, when the client sent one
-	AttrQueryHash       attribute.Key = "rag.query.hash"        // first 16 hex digits of SHA-256 of the question
-	AttrCoupling        attribute.Key = "rag.coupling"          // sync, fanout or async
-	AttrTopK            attribute.Key = "rag.top_k"             // chunks retrieved
-	AttrChunkIDs        attribute.Key = "rag.chunk.ids"         // chunks put in the prompt, in rank order
-	AttrFaultInjectedMS attribute.Key = "rag.fault.injected_ms" // latency injected by fault rules, in ms
-	AttrShard           attribute.Key = "rag.shard"             // the shard a Query span searched
-	AttrShards          attribute.Key = "rag.shards"            // shards searched
-	AttrShardsAnswered  attribute.Key = "rag.shards.answered"   // shards whose hits were used
-	AttrShardsLate      attribute.Key = "rag.shards.late"       // shards dropped as late (async)
-	AttrShardsFailed    attribute.Key = "rag.shards.failed"     // shards that failed (async)
-	AttrHits            attribute.Key = "rag.hits"              // hits kept after merging the shards
-	AttrChunksMissing   attribute.Key = "rag.chunks.missing"    // hits whose chunk the doc store lacked
-	AttrCacheHits       attribute.Key = "rag.cache.hits"        // fetch: lookups answered by the cache
-	AttrCacheMisses     attribute.Key = "rag.cache.misses"      // fetch: lookups that went to the store
-	AttrCacheBlocked    attribute.Key = "rag.cache.blocked"     // fetch: lookups the Bloom guard ruled out
-	AttrStreamWriteMS   attribute.Key = "rag.stream.write_ms"   // stream: total time spent handing deltas to the client
-	AttrStreamChunks    attribute.Key = "rag.stream.chunks"     // stream: deltas handed to the client
-	AttrAdmissionWaitMS attribute.Key = "rag.admission.wait_ms" // admission: time waited for a slot
+	SpanPipeline          = ragconv.SpanPipeline
+	SpanAdmission         = ragconv.SpanAdmission
+	SpanFetch             = ragconv.SpanFetch
+	SpanStream            = ragconv.SpanStream
+	EventFirstToken       = ragconv.EventFirstToken
+	EventLateShardDropped = ragconv.EventLateShardDropped
+	AttrStage             = ragconv.AttrStage
+	AttrRequestID         = ragconv.AttrRequestID
+	AttrUserID            = ragconv.AttrUserID
+	AttrQueryHash         = ragconv.AttrQueryHash
+	AttrCoupling          = ragconv.AttrCoupling
+	AttrTopK              = ragconv.AttrTopK
+	AttrChunkIDs          = ragconv.AttrChunkIDs
+	AttrFaultInjectedMS   = ragconv.AttrFaultInjectedMS
+	AttrShard             = ragconv.AttrShard
+	AttrShards            = ragconv.AttrShards
+	AttrShardsAnswered    = ragconv.AttrShardsAnswered
+	AttrShardsLate        = ragconv.AttrShardsLate
+	AttrShardsFailed      = ragconv.AttrShardsFailed
+	AttrHits              = ragconv.AttrHits
+	AttrChunksMissing     = ragconv.AttrChunksMissing
+	AttrCacheHits         = ragconv.AttrCacheHits
+	AttrCacheMisses       = ragconv.AttrCacheMisses
+	AttrCacheBlocked      = ragconv.AttrCacheBlocked
+	AttrStreamWriteMS     = ragconv.AttrStreamWriteMS
+	AttrStreamChunks      = ragconv.AttrStreamChunks
+	AttrAdmissionWaitMS   = ragconv.AttrAdmissionWaitMS
+	StagePipeline         = ragconv.StagePipeline
+	ProfileLabel          = ragconv.ProfileLabel
 )
 
 // Optional interfaces a backend may implement so that its spans and metrics are named properly.
