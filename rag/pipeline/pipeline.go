@@ -168,8 +168,9 @@ func WithContentCapture(on bool) Option {
 }
 
 // WithProfileLabels sets whether the pipeline labels each stage with the rag_stage pprof label
-// (default on), so that CPU profiles taken while it runs can be filtered by stage. Goroutines a
-// stage starts inherit its label.
+// and, when the stage's span is sampled, the span_id label with that span's id (default on), so
+// that CPU profiles taken while it runs can be filtered by stage and by any stage span; the span
+// then carries pyroscope.profile.id. Goroutines a stage starts inherit its labels.
 func WithProfileLabels(on bool) Option {
 	return optionFunc(func(o *options) { o.profileLabels = on })
 }

@@ -49,10 +49,11 @@ type recorder struct {
 
 // stageSpan is one stage in progress: where its timing is, its span and its context.
 type stageSpan struct {
-	stage rag.Stage
-	i     int             // index in recorder.timings
-	ctx   context.Context // carries the span and the rag_stage pprof label
-	span  trace.Span      // nil without a tracer provider
+	stage     rag.Stage
+	i         int             // index in recorder.timings
+	ctx       context.Context // carries the span and the rag_stage and span_id pprof labels
+	span      trace.Span      // nil without a tracer provider
+	profileID string          // the span_id label value, when the span is sampled and labels are on
 }
 
 // reset prepares rec for a run starting at start, whose timings go to timings.
@@ -149,7 +150,7 @@ func (rec *recorder) begin(ctx context.Context, stage rag.Stage, name string) st
 	rec.timings = append(rec.timings, rag.StageTiming{Stage: stage, Start: now})
 	st := stageSpan{stage: stage, i: len(rec.timings) - 1}
 	st.ctx, st.span = rec.spanStart(ctx, name, now)
-	st.ctx = rec.withStageLabel(st.ctx, stage)
+	st.ctx, st.profileID = rec.withStageLabels(st.ctx, stage, st.span)
 	rec.setLabels(st.ctx)
 	return st
 }
@@ -160,6 +161,9 @@ func (rec *recorder) begin(ctx context.Context, stage rag.Stage, name string) st
 func (rec *recorder) end(st *stageSpan, end time.Time, err error, attrs []attribute.KeyValue) time.Duration {
 	d := end.Sub(rec.timings[st.i].Start)
 	rec.timings[st.i].Duration = d
+	if st.profileID != "" {
+		attrs = append(attrs, AttrProfileID.String(st.profileID))
+	}
 	rec.spanEnd(st.span, end, err, attrs)
 	rec.t.inst.stageDur.Record(st.ctx, seconds(d), rec.t.stageSet(st.stage, rec.coupling)...)
 	rec.setLabels(rec.rootCtx)
@@ -385,6 +389,9 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 	a = rec.attrs[:0]
 	if rec.tracing() {
 		a = append(a, AttrStage.String(string(rag.StageStream)), AttrStreamChunks.Int(ss.chunks), AttrStreamWriteMS.Float64(ms(write)))
+		if ss.profileID != "" {
+			a = append(a, AttrProfileID.String(ss.profileID))
+		}
 	}
 	rec.spanEnd(ss.span, ss.end, streamErr, a)
 	t.inst.stageDur.Record(ss.ctx, seconds(write), t.stageSet(rag.StageStream, rec.coupling)...)
@@ -394,11 +401,12 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 // of a delta to the end of the last, and the time spent in the sink, which is what
 // Server-Timing reports.
 type streamStage struct {
-	i      int // index in recorder.timings; -1 until the first delta is handed over
-	ctx    context.Context
-	span   trace.Span
-	end    time.Time
-	chunks int
+	i         int // index in recorder.timings; -1 until the first delta is handed over
+	ctx       context.Context
+	span      trace.Span
+	profileID string
+	end       time.Time
+	chunks    int
 }
 
 // handOver times one delta handed to the client with deliver, starting the stream stage at the
@@ -409,7 +417,7 @@ func (rec *recorder) handOver(gen *stageSpan, ss *streamStage, deliver func() er
 		ss.i = len(rec.timings)
 		rec.timings = append(rec.timings, rag.StageTiming{Stage: rag.StageStream, Start: start})
 		ss.ctx, ss.span = rec.spanStart(rec.rootCtx, SpanStream, start)
-		ss.ctx = rec.withStageLabel(ss.ctx, rag.StageStream)
+		ss.ctx, ss.profileID = rec.withStageLabels(ss.ctx, rag.StageStream, ss.span)
 	}
 	rec.setLabels(ss.ctx)
 	err := deliver()
@@ -443,12 +451,20 @@ func (rec *recorder) setLabels(ctx context.Context) {
 	}
 }
 
-// withStageLabel returns ctx carrying the rag_stage pprof label, when stage labels are on.
-func (rec *recorder) withStageLabel(ctx context.Context, stage rag.Stage) context.Context {
+// withStageLabels returns ctx carrying the rag_stage pprof label and, when span is sampled, the
+// span_id label with span's id (returned too, for the span's pyroscope.profile.id), when stage
+// labels are on. Samples taken during a stage then name the stage's span, as otel-profiling-go's
+// all-spans scope does, at the price of one label merge per stage, which the rag_stage label
+// costs anyway.
+func (rec *recorder) withStageLabels(ctx context.Context, stage rag.Stage, span trace.Span) (context.Context, string) {
 	if !rec.t.labels {
-		return ctx
+		return ctx, ""
 	}
-	return pprof.WithLabels(ctx, stageLabels[stageIndex(stage)])
+	if span == nil || !span.SpanContext().IsSampled() {
+		return pprof.WithLabels(ctx, stageLabels[stageIndex(stage)]), ""
+	}
+	id := span.SpanContext().SpanID().String()
+	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(stage), ProfileSpanIDLabel, id)), id
 }
 
 // stageLabels are the rag_stage label sets, built once.

@@ -59,6 +59,8 @@ const (
 	AttrAdmissionWaitMS   = ragconv.AttrAdmissionWaitMS
 	StagePipeline         = ragconv.StagePipeline
 	ProfileLabel          = ragconv.ProfileLabel
+	ProfileSpanIDLabel    = ragconv.ProfileSpanIDLabel
+	AttrProfileID         = ragconv.AttrProfileID
 )
 
 // Optional interfaces a backend may implement so that its spans and metrics are named properly.

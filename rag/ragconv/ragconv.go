@@ -34,6 +34,15 @@ const StagePipeline = "pipeline"
 // so that CPU profiles can be filtered by stage.
 const ProfileLabel = "rag_stage"
 
+// ProfileSpanIDLabel is the pprof label carrying the id of the span a sample was taken in, the
+// one otel-profiling-go sets; the pipeline sets it to each sampled stage span's id around the
+// stage, so that profiles can be filtered by any stage span.
+const ProfileSpanIDLabel = "span_id"
+
+// AttrProfileID is the span attribute naming the span_id label value a span's samples carry
+// (otel-profiling-go's pyroscope.profile.id).
+const AttrProfileID attribute.Key = "pyroscope.profile.id"
+
 // Attribute keys of the rag.* dye. The pipeline span carries the request-level ones; every span
 // the pipeline starts carries AttrStage.
 const (
