@@ -362,7 +362,7 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 			a = append(a, rec.chat.responseModel,
 				semconv.GenAIUsageInputTokens(res.Usage.PromptTokens),
 				semconv.GenAIUsageOutputTokens(res.Usage.CompletionTokens),
-				semconv.GenAIResponseFinishReasons(res.FinishReason))
+				finishReasonsAttr(res.FinishReason))
 			if !gen.firstToken.IsZero() {
 				a = append(a, semconv.GenAIResponseTimeToFirstChunk(seconds(gen.firstToken.Sub(rec.timings[st.i].Start))))
 			}

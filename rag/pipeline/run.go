@@ -550,30 +550,6 @@ func (r *run) late(searchCtx context.Context, a *shardAnswer) {
 	_ = r.progressShard(a, true)
 }
 
-// concurrently runs f(ctx, i) for i in [0, n) at once and waits for all, ctx derived from
-// parent. The first error cancels the others' ctx and is returned.
-func concurrently(parent context.Context, n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for i := range n {
-		wg.Go(func() {
-			if err := f(ctx, i); err != nil {
-				once.Do(func() {
-					first = err
-					cancel()
-				})
-			}
-		})
-	}
-	wg.Wait()
-	return first
-}
-
 // mergeTopK merges per-shard hits into the k best overall: by score, best first, ties broken by
 // chunk id so that the order does not depend on which shard answered first. A chunk found by
 // two shards is kept once, with its best score.
@@ -633,32 +609,42 @@ func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit, f *fetched) e
 	return nil
 }
 
-// fetchConcurrent fetches every chunk at once and keeps them in rank order.
+// fetchConcurrent fetches every chunk at once and keeps them in rank order. The first failure
+// cancels the other fetches and is the stage's error; a chunk the store does not have is skipped.
 func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) error {
-	chunks := make([]rag.Chunk, len(hits))
-	found := make([]bool, len(hits))
-	err := concurrently(ctx, len(hits), func(ctx context.Context, i int) error {
-		c, err := r.lookup(ctx, hits[i].ChunkID, &f.results)
-		if errors.Is(err, rag.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, err)
-		}
-		c.ID = hits[i].ChunkID
-		chunks[i], found[i] = c, true
-		return nil
-	})
-	if err != nil {
-		return err
+	type lookup struct {
+		chunk rag.Chunk
+		err   error
 	}
-	f.chunks = chunks[:0]
-	for i, c := range chunks {
-		if found[i] {
-			f.chunks = append(f.chunks, c)
-		} else {
+	lookups := make([]lookup, len(hits))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		first atomic.Int32
+	)
+	first.Store(-1)
+	for i := range lookups {
+		wg.Go(func() {
+			l := &lookups[i]
+			l.chunk, l.err = r.lookup(ctx, hits[i].ChunkID, &f.results)
+			if l.err != nil && !errors.Is(l.err, rag.ErrNotFound) && first.CompareAndSwap(-1, int32(i)) {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if i := first.Load(); i >= 0 {
+		return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, lookups[i].err)
+	}
+	f.chunks = make([]rag.Chunk, 0, len(hits))
+	for i, l := range lookups {
+		if l.err != nil {
 			f.missing++
+			continue
 		}
+		l.chunk.ID = hits[i].ChunkID
+		f.chunks = append(f.chunks, l.chunk)
 	}
 	return nil
 }

@@ -471,8 +471,32 @@ func ErrorType(err error) string {
 // QueryHash returns the rag.query.hash of a question: the first 16 hex digits of its SHA-256,
 // enough to group requests for the same question without recording it.
 func QueryHash(question string) string {
-	sum := sha256.Sum256([]byte(question))
+	var sum [sha256.Size]byte
+	if len(question) <= 512 {
+		var buf [512]byte // a usual question is hashed without a heap copy
+		sum = sha256.Sum256(append(buf[:0], question...))
+	} else {
+		sum = sha256.Sum256([]byte(question))
+	}
 	return hex.EncodeToString(sum[:8])
+}
+
+// finishReasons are the gen_ai.response.finish_reasons attributes of the usual finish reasons,
+// built once: a one-element string slice attribute costs two allocations to build.
+var finishReasons = func() map[string]attribute.KeyValue {
+	m := map[string]attribute.KeyValue{}
+	for _, r := range []string{"stop", "length", "content_filter", "tool_calls", "error"} {
+		m[r] = semconv.GenAIResponseFinishReasons(r)
+	}
+	return m
+}()
+
+// finishReasonsAttr returns the gen_ai.response.finish_reasons attribute of reason.
+func finishReasonsAttr(reason string) attribute.KeyValue {
+	if kv, ok := finishReasons[reason]; ok {
+		return kv
+	}
+	return semconv.GenAIResponseFinishReasons(reason)
 }
 
 // messagesJSON renders messages in the semantic conventions' gen_ai.input.messages shape.
