@@ -34,6 +34,7 @@ import (
 // wires it: API and admin listeners on httptest servers.
 type stack struct {
 	tel       *telemetry.Telemetry
+	pipeline  *pipeline.Pipeline
 	api       *httptest.Server
 	admin     *httptest.Server
 	model     string
@@ -122,7 +123,7 @@ func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {
 	admin := httptest.NewServer(httpapi.NewAdmin(tel.Registry, httpapi.WithTraces(tel.Ring.Handler()),
 		httpapi.WithProfiles(profile.Handler(o.profiler.Store())), httpapi.WithPprof(profile.PprofHandler())))
 	tb.Cleanup(admin.Close)
-	return &stack{tel: tel, api: api, admin: admin, model: prof.Model, questions: corpus.Questions(chunks, 50, 1)}
+	return &stack{tel: tel, pipeline: p, api: api, admin: admin, model: prof.Model, questions: corpus.Questions(chunks, 50, 1)}
 }
 
 // answer is what the test client saw of one streamed request.

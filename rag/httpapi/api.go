@@ -111,9 +111,10 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 
 // API is the handler of the API listener.
 type API struct {
-	p      *pipeline.Pipeline
-	cfg    config
-	router chi.Router
+	p        *pipeline.Pipeline
+	cfg      config
+	router   chi.Router
+	failures *logLimiter // request-failure log lines, by status code
 }
 
 // New returns the API handler for p.
@@ -124,7 +125,7 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	a := &API{p: p, cfg: cfg}
+	a := &API{p: p, cfg: cfg, failures: newLogLimiter(logBurst, logInterval, time.Now)}
 	r := chi.NewRouter()
 	// otelhttp runs inside the router so that chi has set the route pattern on the request by
 	// the time the span is named; nothing after it may replace the request.

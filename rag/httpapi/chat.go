@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,6 +14,13 @@ import (
 	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
+
+// UserIDHeader is the request header whose value the pipeline records as rag.user.id.
+const UserIDHeader = "X-User-ID"
+
+// MaxUserIDLen is the longest UserIDHeader value accepted, in bytes; a longer one gets a 400
+// rather than being stored on every span of the request.
+const MaxUserIDLen = 256
 
 // chatCompletions serves POST /v1/chat/completions, streamed or not.
 func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -28,21 +36,29 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.ID = openai.NewCompletionID()
-	q.UserID = r.Header.Get("X-User-ID")
-	w.Header().Set("X-Request-ID", q.ID)
-
-	if req.Stream {
-		a.stream(w, r, req, q)
+	q.UserID = r.Header.Get(UserIDHeader)
+	if len(q.UserID) > MaxUserIDLen {
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header",
+			Message: fmt.Sprintf("%s is %d bytes long; at most %d are accepted", UserIDHeader, len(q.UserID), MaxUserIDLen), Err: rag.ErrInvalidRequest})
 		return
 	}
-	a.complete(w, r, q)
+	w.Header().Set("X-Request-ID", q.ID)
+
+	// The coupling is resolved here, once, from one snapshot of the pipeline's configuration:
+	// what the response streams and what the run does cannot disagree.
+	pr := a.p.Prepare(q)
+	if req.Stream {
+		a.stream(w, r, req, &pr)
+		return
+	}
+	a.complete(w, r, &pr)
 }
 
 // complete answers a non-streamed request: the whole answer in one JSON body, Server-Timing as a
 // header.
-func (a *API) complete(w http.ResponseWriter, r *http.Request, q rag.Query) {
+func (a *API) complete(w http.ResponseWriter, r *http.Request, q *pipeline.Request) {
 	sink := collectSink{cut: newCut(r.Context())}
-	res, err := a.p.Run(r.Context(), q, &sink)
+	res, err := a.p.Do(r.Context(), q, &sink)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client is gone; nobody to answer
@@ -97,12 +113,12 @@ func (c *tokenCut) wrote(tokens int) { c.sent += tokens }
 // before it (unknown model, overload, a dead retriever) still gets its proper status code. In
 // async coupling the first events are retrieval progress comments; otherwise the first token.
 // Server-Timing is sent as a trailer and repeated on the last chunk.
-func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, q rag.Query) {
+func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, q *pipeline.Request) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	w.Header().Set("Trailer", "Server-Timing")
-	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync ||
-		(q.Coupling == "" && a.p.Config().Coupling == rag.CouplingAsync), cut: newCut(r.Context())}
-	res, err := a.p.Run(r.Context(), q, sink)
+	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync,
+		cut: newCut(r.Context())}
+	res, err := a.p.Do(r.Context(), q, sink)
 	switch {
 	case err == nil:
 		timing := res.ServerTiming()
@@ -179,12 +195,22 @@ func (s *streamSink) Delta(d rag.Delta) error {
 	return nil
 }
 
-func (a *API) logFailure(ctx context.Context, q rag.Query, err error) {
+// logFailure logs a failed request, at most logBurst lines at once and then one a second per
+// status code, with the model name and the error text cut to pipeline.MaxRecordedLen.
+func (a *API) logFailure(ctx context.Context, q *pipeline.Request, err error) {
 	he := openai.ToHTTPError(err)
+	ok, suppressed := a.failures.allow(he.Status)
+	if !ok {
+		return
+	}
 	level := slog.LevelWarn
 	if he.Status >= 500 {
 		level = slog.LevelError
 	}
-	a.cfg.logger.Log(ctx, level, "chat completion failed", "request_id", q.ID, "model", q.Model,
-		"stage", string(rag.StageOf(err)), "status", he.Status, "err", err)
+	attrs := []any{"request_id", q.ID, "model", pipeline.Truncate(q.Model, pipeline.MaxRecordedLen),
+		"stage", string(rag.StageOf(err)), "status", he.Status, "err", pipeline.Truncate(err.Error(), pipeline.MaxRecordedLen)}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	a.cfg.logger.Log(ctx, level, "chat completion failed", attrs...)
 }

@@ -15,6 +15,11 @@ import (
 // MaxBodyBytes is the largest request body the API accepts (1 MiB).
 const MaxBodyBytes = 1 << 20
 
+// MaxModelLen is the longest model name accepted, in bytes. Real model names are far shorter
+// (Hugging Face caps repository ids at 96 characters); a longer one is refused before it can
+// reach a span, a log line or an error body.
+const MaxModelLen = 256
+
 // Limits bound what a chat request may ask for.
 type Limits struct {
 	MaxTokensCap     int // largest max_tokens accepted
@@ -60,6 +65,9 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 	if strings.TrimSpace(r.Model) == "" {
 		return q, invalid("model", "model is required")
 	}
+	if len(r.Model) > MaxModelLen {
+		return q, invalid("model", fmt.Sprintf("model name is %d bytes long; at most %d are accepted (see GET /v1/models for the served names)", len(r.Model), MaxModelLen))
+	}
 	if len(r.Messages) == 0 {
 		return q, invalid("messages", "messages must be a non-empty array")
 	}
@@ -73,7 +81,7 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 		case "user":
 			hasUser = true
 		default:
-			return q, invalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("messages[%d].role %q is not one of system, developer, user, assistant, tool", i, m.Role))
+			return q, invalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("messages[%d].role %.32q is not one of system, developer, user, assistant, tool", i, m.Role))
 		}
 		q.Messages = append(q.Messages, rag.Message{Role: m.Role, Content: string(m.Content)})
 	}
@@ -103,6 +111,9 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 	q.Model = r.Model
 	if r.RAG != nil {
 		if r.RAG.Coupling != "" {
+			if len(r.RAG.Coupling) > 16 {
+				return q, invalid("rag.coupling", "rag.coupling must be sync, fanout or async")
+			}
 			c, err := rag.ParseCoupling(r.RAG.Coupling)
 			if err != nil {
 				return q, invalid("rag.coupling", err.Error())
