@@ -11,7 +11,7 @@
 // The pipeline calls it once per stage and the HTTP layer once per request:
 //
 //	dec, err := inj.Apply(ctx, stage, route) // waits the delay; err is the abort, if any
-//	... run the stage ...                    // for generate: stream = fault.CutStream(stream, dec)
+//	... run the stage ...                    // generate: end the stream with dec.CutError() after dec.CutAfterTokens
 //	inj.Observe(stage, took-dec.Delay)       // the stage's own latency feeds the relative rule
 //
 // and records dec.Fired as span events and dec.Delay as rag.fault.injected_ms. The package knows
@@ -251,8 +251,8 @@ func (e *AbortError) httpError() error {
 	return &openai.HTTPError{Status: e.Status, Type: typ, Code: "fault_injected", Message: e.Error(), Err: e}
 }
 
-// CutError returns the error a stream cut by d ends with, or nil if d cuts nothing. CutStream
-// returns it from Recv; callers that cut a stream themselves can use it directly.
+// CutError returns the error a stream cut by d ends with, or nil if d cuts nothing; the
+// pipeline and the HTTP API end a stream with it at the decided count.
 func (d Decision) CutError() error {
 	if d.CutAfterTokens <= 0 {
 		return nil
@@ -452,35 +452,4 @@ func nameHash(name string) uint64 {
 		h *= 1099511628211
 	}
 	return h
-}
-
-// CutStream returns ts wrapped so that it ends with d.CutError() once d.CutAfterTokens tokens
-// have been delivered, or ts itself when d cuts nothing. The cut falls on a delta boundary: the
-// delta that reaches the count is delivered whole, and the next Recv returns the error. A stream
-// that finishes before the count ends normally. Close closes ts.
-func CutStream(ts rag.TokenStream, d Decision) rag.TokenStream {
-	if d.CutAfterTokens <= 0 || ts == nil {
-		return ts
-	}
-	return &cutStream{TokenStream: ts, limit: d.CutAfterTokens, err: d.CutError()}
-}
-
-type cutStream struct {
-	rag.TokenStream
-	limit, sent int
-	finished    bool // the inner stream delivered its last delta: nothing is left to cut
-	err         error
-}
-
-// Recv returns the inner stream's deltas until the cut, then the cut error.
-func (s *cutStream) Recv() (rag.Delta, error) {
-	if s.sent >= s.limit && !s.finished {
-		return rag.Delta{}, s.err
-	}
-	delta, err := s.TokenStream.Recv()
-	if err == nil {
-		s.sent += delta.Tokens
-		s.finished = delta.FinishReason != ""
-	}
-	return delta, err
 }

@@ -419,30 +419,20 @@ func TestCutAfterTokens(t *testing.T) {
 	if dec.CutAfterTokens != 3 || dec.Err != nil || dec.Delay != 0 {
 		t.Fatalf("decision %+v, want the smaller cut, 3", dec)
 	}
-	inner := &tokens{n: 10}
-	ts := fault.CutStream(inner, dec)
-	n, err := drain(t, ts)
-	if n != 3 || !errors.Is(err, fault.ErrInjected) || !errors.Is(err, rag.ErrUnavailable) {
-		t.Fatalf("delivered %d tokens then %v, want 3 then an injected error", n, err)
+	err := dec.CutError()
+	if !errors.Is(err, fault.ErrInjected) || !errors.Is(err, rag.ErrUnavailable) {
+		t.Fatalf("cut error %v, want an injected unavailability", err)
 	}
 	var ae *fault.AbortError
 	if !errors.As(err, &ae) || ae.Rule != "cut3" || ae.CutAfterTokens != 3 {
 		t.Fatalf("AbortError %+v", ae)
 	}
-	if err := ts.Close(); err != nil || !inner.closed {
-		t.Fatal("Close did not reach the inner stream")
-	}
 	if st := in.Stats(); st["cut3"].Cut != 1 || st["cut5"].Cut != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 
-	short := fault.CutStream(&tokens{n: 3}, dec) // ends exactly at the cut: nothing is left to cut
-	if n, err := drain(t, short); n != 3 || !errors.Is(err, io.EOF) {
-		t.Fatalf("a stream ending at the cut gave %d tokens then %v, want io.EOF", n, err)
-	}
-	plain := &tokens{n: 2}
-	if fault.CutStream(plain, fault.Decision{}) != plain {
-		t.Fatal("a decision without a cut must leave the stream alone")
+	if (fault.Decision{}).CutError() != nil {
+		t.Fatal("a decision without a cut must have no cut error")
 	}
 }
 

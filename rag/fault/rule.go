@@ -76,9 +76,9 @@ type Rule struct {
 	Relative *Relative `json:"relative,omitempty"`
 	// Abort fails the call with an HTTP status, after any delay of the rules that fired with it.
 	Abort *Abort `json:"abort,omitempty"`
-	// CutAfterTokens, when positive, ends the token stream with an error once that many tokens
-	// have been delivered (see CutStream). It applies to the generate and stream stages and to
-	// route rules.
+	// CutAfterTokens, when positive, ends the token stream with an error (Decision.CutError)
+	// once that many tokens have been delivered: at the generate stage, the engine's stream; on
+	// the route /v1/chat/completions, what the client receives.
 	CutAfterTokens int `json:"cut_after_tokens,omitempty"`
 }
 
@@ -252,7 +252,10 @@ func (r Rule) Validate() error {
 			bad("%v", err)
 		}
 	}
-	if r.Stage != "" && !slices.Contains(rag.Stages, r.Stage) {
+	switch {
+	case r.Stage == rag.StageStream:
+		bad("stage stream (writing to the client) takes no rules: a rule on the route /v1/chat/completions delays, aborts or cuts (cut_after_tokens) what the client receives")
+	case r.Stage != "" && !slices.Contains(Stages, r.Stage):
 		bad("unknown stage %q: want one of %s", r.Stage, stageList())
 	}
 	if r.Stage == "" && r.Route == "" {
@@ -293,8 +296,8 @@ func (r Rule) Validate() error {
 	switch {
 	case r.CutAfterTokens < 0 || r.CutAfterTokens > maxCutTokens:
 		bad("cut_after_tokens must be between 0 (off) and %d, got %d", maxCutTokens, r.CutAfterTokens)
-	case r.CutAfterTokens > 0 && r.Stage != "" && r.Stage != rag.StageGenerate && r.Stage != rag.StageStream:
-		bad("cut_after_tokens cuts a token stream: it needs stage generate or stream (or a route rule), not %s", r.Stage)
+	case r.CutAfterTokens > 0 && r.Stage != "" && r.Stage != rag.StageGenerate:
+		bad("cut_after_tokens cuts a token stream: it needs stage generate (or a route rule on /v1/chat/completions), not %s", r.Stage)
 	}
 	if r.Delay == (latency.Law{}) && r.Relative == nil && r.Abort == nil && r.CutAfterTokens == 0 {
 		bad("the rule does nothing: give it a delay, relative, abort or cut_after_tokens")
@@ -302,9 +305,13 @@ func (r Rule) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Stages are the pipeline stages fault rules act on: each calls the injector when it starts.
+// The stream stage is writing to the client; route rules act on that side.
+var Stages = []rag.Stage{rag.StageAdmission, rag.StageEmbed, rag.StageRetrieve, rag.StageFetch, rag.StageGenerate}
+
 func stageList() string {
-	names := make([]string, len(rag.Stages))
-	for i, s := range rag.Stages {
+	names := make([]string, len(Stages))
+	for i, s := range Stages {
 		names[i] = string(s)
 	}
 	return strings.Join(names, ", ")
@@ -435,8 +442,8 @@ var compactKeys = []string{keyName, keyStage, keyRoute, keyPercent, keyDelay, ke
 
 // FlagUsage documents the compact rule syntax, for a flag's help text.
 const FlagUsage = `fault injection rule, repeatable: KEY=VALUE pairs separated by ';' (or a JSON rule or array).
-Keys: name, stage (admission|embed|retrieve|fetch|generate|stream) or route (/v1/chat/completions,
-/v1/documents/*), percent (0-100, default 100), delay (fixed:50ms, uniform:10ms,50ms,
+Keys: name, stage (admission|embed|retrieve|fetch|generate) and/or route (/v1/chat/completions,
+/v1/models, /v1/documents/*), percent (0-100, default 100), delay (fixed:50ms, uniform:10ms,50ms,
 lognormal:20ms,0.5, pareto:10ms,1.5[,cap]), relative (the article's max(100ms, baseline x 1.8 +
 uniform(0,200ms)); floor=, factor=, jitter=, baseline= change its terms), abort=STATUS with
 message="...", cut_after_tokens=N. Example: 'stage=retrieve;percent=10;delay=pareto:10ms,1.5'`
