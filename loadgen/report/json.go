@@ -214,9 +214,11 @@ func (b *Bench) fields() object {
 	if b.GoodputRate != nil {
 		goodputRate = sig(*b.GoodputRate)
 	}
+	o = append(o, field{"completed", b.Completed}, field{"failed", b.Failed})
+	if b.Warmup > 0 {
+		o = append(o, field{"warmup", b.Warmup})
+	}
 	o = append(o,
-		field{"completed", b.Completed},
-		field{"failed", b.Failed},
 		field{"duration_s", roundTo(b.Duration.Seconds(), 6)},
 		field{"total_input_tokens", b.InputTokens},
 		field{"total_output_tokens", b.OutputTokens},
@@ -699,6 +701,7 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	}
 	d.count(o, "completed", &b.Completed)
 	d.count(o, "failed", &b.Failed)
+	d.count(o, "warmup", &b.Warmup)
 	var secs float64
 	if d.nonNeg(o, "duration_s", &secs) {
 		if secs > 1e9 {

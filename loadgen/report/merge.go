@@ -19,7 +19,7 @@ var ErrNoHistograms = errors.New("bench has no histograms to merge")
 // other) as if one generator had measured every request:
 //   - histograms are merged exactly, and every percentile, interval and tail fit is recomputed
 //     from them (the intervals are those of the pooled samples, to HDR precision);
-//   - counts, tokens, good requests, errors and sessions are summed (sessions of different
+//   - counts (warmup requests included), tokens, good requests, errors and sessions are summed (sessions of different
 //     generators are taken to be different sessions);
 //   - the window runs from the earliest start to the latest end, and throughputs are over it, so
 //     generators that ran at the same time add their rates, and runs one after another give the
@@ -74,6 +74,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		m.MergedFrom += max(b.MergedFrom, 1)
 		m.Completed += b.Completed
 		m.Failed += b.Failed
+		m.Warmup += b.Warmup
 		m.InputTokens += b.InputTokens
 		m.OutputTokens += b.OutputTokens
 		m.GoodRequests += b.GoodRequests
