@@ -102,6 +102,9 @@ type Config struct {
 	// Index is the order in which the run created it (the intended send order of lone
 	// requests). Without Stream, Run keeps every record and returns them sorted.
 	Stream func(records []Record)
+	// Start, if set, is the run's offset 0 (Result.Start): Run waits for it when it lies ahead,
+	// so that several generators can start on one instant. Zero starts when Run is called.
+	Start time.Time
 	// Info describes the run in the Result.
 	Info RunInfo
 	// Progress, if set, is called every ProgressInterval (default 1 s) while the run lasts and

@@ -72,6 +72,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}()
 	}
 	r.sendCtx = sendCtx
+	if wait := time.Until(r.start); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-sendCtx.Done():
+		}
+		t.Stop()
+	}
 
 	stopProgress := r.startProgress()
 	if cfg.ClosedLoop {
@@ -127,7 +135,10 @@ type runner struct {
 }
 
 func newRunner(ctx context.Context, cfg Config) *runner {
-	r := &runner{cfg: cfg, start: time.Now(), claimsDone: make(chan struct{}), sendCtx: ctx}
+	r := &runner{cfg: cfg, start: cfg.Start, claimsDone: make(chan struct{}), sendCtx: ctx}
+	if r.start.IsZero() {
+		r.start = time.Now()
+	}
 	if cfg.NumItems > 0 {
 		r.numItems = cfg.NumItems + cfg.Warmup
 	}

@@ -223,3 +223,22 @@ func TestWarmupInNoStatistic(t *testing.T) {
 		t.Errorf("decoded warmup %v (%v), want %d", back, err, nWarm)
 	}
 }
+
+func TestSessionCutWhileThinkingIsTruncated(t *testing.T) {
+	t.Parallel()
+	// A session whose second step the run never sent (its user was thinking at Ctrl-C or when
+	// the drain timed out) is truncated, not completed, and the step is in no request figure.
+	ok := loadgen.Record{Session: "a", Intended: 0, Sent: 1000, End: 5 * time.Millisecond, Status: 200}
+	res := &loadgen.Result{Start: testStart, Duration: time.Second, Records: []loadgen.Record{
+		ok,
+		{Index: 1, Session: "a", Step: 1, Intended: time.Second, Sent: time.Second, End: time.Second, NotSent: true, ErrKind: loadgen.ErrKindCanceled},
+		{Index: 2, Session: "b", Intended: time.Millisecond, Sent: time.Millisecond, End: 9 * time.Millisecond, Status: 200},
+	}}
+	b := Summarize(res, Options{})
+	if s := b.Sessions; s == nil || s.Count != 2 || s.Completed != 1 || s.Truncated != 1 {
+		t.Fatalf("sessions %+v: want 2, one completed, one truncated", b.Sessions)
+	}
+	if b.Completed != 2 || b.Failed != 0 || len(b.Errors) != 0 {
+		t.Errorf("completed %d, failed %d, errors %v: the step not sent counts in none", b.Completed, b.Failed, b.Errors)
+	}
+}
