@@ -90,7 +90,7 @@ type Config struct {
 	Stop <-chan struct{}
 	// Warmup sends this many items (requests, or sessions) first, before the NumItems measured
 	// ones; WarmupDuration sends the items intended in its first stretch as warmup, before the
-	// Duration measured. Warmup items are sent and recorded like any other, with
+	// Duration measured (NumItems counts the items after it). Warmup items are sent and recorded like any other, with
 	// Record.Warmup set, and Result.MeasuredFrom says where the measured run begins; reports
 	// leave them out of every statistic.
 	Warmup         int

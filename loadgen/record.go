@@ -127,5 +127,12 @@ type RunInfo struct {
 	NumPrompts  int     `json:"num_prompts,omitempty"` // requests asked for
 	MaxTokens   int     `json:"max_tokens,omitempty"`  // max_tokens sent
 	Seed        uint64  `json:"seed"`
-	Interrupted bool    `json:"interrupted,omitempty"` // stopped by Ctrl-C
+	// Segment is the share of the schedule this generator sent, for one of several hosts that
+	// send a schedule together; nil for a whole schedule. RequestRate and NumPrompts are then
+	// those of the whole schedule.
+	Segment *SegmentOf `json:"segment,omitempty"`
+	// ScheduleHash identifies the schedule (arrivals, prompts, limits): the segments of one
+	// schedule share it.
+	ScheduleHash string `json:"schedule_hash,omitempty"`
+	Interrupted  bool   `json:"interrupted,omitempty"` // stopped by Ctrl-C
 }

@@ -95,7 +95,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // runner is the state of one Run.
 type runner struct {
 	cfg      Config
-	numItems int           // NumItems plus the warmup items; 0 for no limit
 	duration time.Duration // Duration plus the warmup duration; 0 for no limit
 	start    time.Time
 	reqCtx   context.Context // requests run under it: cancelled by the parent or by the drain
@@ -128,7 +127,8 @@ type runner struct {
 	lastProgressAt   time.Duration
 
 	closedMu       sync.Mutex // guards the closed loop's claims
-	claimed        int
+	claimed        int // items handed out
+	measured       int // of those, items that are not warmup
 	claimsOver     bool
 	claimsDone     chan struct{} // closed when the closed loop's users may claim no more
 	claimsDoneOnce sync.Once
@@ -138,9 +138,6 @@ func newRunner(ctx context.Context, cfg Config) *runner {
 	r := &runner{cfg: cfg, start: cfg.Start, claimsDone: make(chan struct{}), sendCtx: ctx}
 	if r.start.IsZero() {
 		r.start = time.Now()
-	}
-	if cfg.NumItems > 0 {
-		r.numItems = cfg.NumItems + cfg.Warmup
 	}
 	if cfg.Duration > 0 {
 		r.duration = cfg.Duration + cfg.WarmupDuration
@@ -168,7 +165,7 @@ func (r *runner) openLoop(ctx context.Context) {
 	defer unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for n := 0; r.numItems <= 0 || n < r.numItems; n++ {
+	for n, measured := 0, 0; r.cfg.NumItems <= 0 || measured < r.cfg.NumItems; n++ {
 		item, ok := r.cfg.Workload.Next()
 		if !ok || (r.duration > 0 && item.At >= r.duration) {
 			break
@@ -177,6 +174,9 @@ func (r *runner) openLoop(ctx context.Context) {
 			break
 		}
 		warm := r.isWarmup(n, item.At)
+		if !warm {
+			measured++
+		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -251,7 +251,10 @@ func (r *runner) claim(intended time.Duration) (item Item, warm, ok bool) {
 	}
 	warm = r.isWarmup(r.claimed, intended)
 	r.claimed++
-	if r.numItems > 0 && r.claimed >= r.numItems {
+	if !warm {
+		r.measured++
+	}
+	if r.cfg.NumItems > 0 && r.measured >= r.cfg.NumItems {
 		r.endClaimsLocked()
 	}
 	return item, warm, true

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -549,6 +551,8 @@ type benchOptions struct {
 	jsonOut      string
 	htmlOut      string
 	saveDetailed string
+	segment      string
+	startAt      string
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -577,7 +581,9 @@ Example (the article's command, against ragtail llm-sim):
 	fs.DurationVar(&o.duration, "duration", 0, "stop sending after this long (0: no limit)")
 	fs.StringVar(&o.jsonOut, "json", "", "write the ragtail.bench/v1 JSON to this file ('-' for stdout)")
 	fs.StringVar(&o.htmlOut, "html", "", "write a self-contained HTML report to this file")
-	fs.StringVar(&o.saveDetailed, "save-detailed", "", "write every request's record as JSONL to this file")
+	fs.StringVar(&o.saveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
+	fs.StringVar(&o.segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
+	fs.StringVar(&o.startAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -601,6 +607,14 @@ Example (the article's command, against ragtail llm-sim):
 	if err != nil {
 		return err
 	}
+	seg, start, err := o.multiHost(p, stderr)
+	if err != nil {
+		return err
+	}
+	hash, err := o.load.scheduleHash(o.requestRate, o.concurrency, o.numPrompts, o.duration)
+	if err != nil {
+		return err
+	}
 	if err := o.load.preflight(ctx, c); err != nil {
 		return err
 	}
@@ -609,9 +623,15 @@ Example (the article's command, against ragtail llm-sim):
 	cfg := loadgen.Config{
 		Workload: p.workload, Client: c, Concurrency: o.concurrency, ClosedLoop: p.closedLoop,
 		NumItems: o.numPrompts, Duration: o.duration, DrainTimeout: o.load.drain(),
-		Warmup: o.load.warmup, WarmupDuration: o.load.warmupDuration, Start: time.Now(),
+		Warmup: o.load.warmup, WarmupDuration: o.load.warmupDuration, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
 		Info: o.load.runInfo(p, o.concurrency, o.numPrompts),
+	}
+	cfg.Info.ScheduleHash = hash
+	if seg != nil {
+		// The share ends where the whole schedule would: the segment counts the prompts.
+		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *seg, o.numPrompts, o.load.warmupDuration), 0
+		cfg.Info.Segment = seg
 	}
 	var detailed *report.DetailedWriter
 	var detailedFile *outputFile
@@ -623,6 +643,12 @@ Example (the article's command, against ragtail llm-sim):
 		detailed = report.NewDetailedWriter(detailedFile, cfg.Start, cfg.Info)
 	}
 	fmt.Fprintf(stderr, "ragtail bench: %s, %s\n", o.load.url, describeStop(p, o.numPrompts, o.duration, o.concurrency))
+	if seg != nil {
+		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, hash)
+	}
+	if wait := time.Until(start); wait > 10*time.Millisecond {
+		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), start.UTC().Format(time.RFC3339Nano))
+	}
 	runCtx, stop, release := interrupts(ctx, stderr, o.load.drainTimeout)
 	cfg.Stop = stop
 	res, bench, err := measure(runCtx, cfg, ropts, detailed)
@@ -660,6 +686,76 @@ Example (the article's command, against ragtail llm-sim):
 func (o *loadOptions) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
 	return loadgen.RunInfo{URL: o.url, Model: o.model, Shape: p.desc, RequestRate: p.rate, Burstiness: p.burstiness,
 		Concurrency: concurrency, NumPrompts: numPrompts, MaxTokens: o.maxTokens, Seed: o.seed}
+}
+
+// multiHost reads --segment and --start-at, and warns when several hosts would send the same
+// schedule.
+func (o *benchOptions) multiHost(p plan, stderr io.Writer) (*loadgen.SegmentOf, time.Time, error) {
+	start := time.Now()
+	if o.startAt != "" {
+		at, err := parseWallTime(o.startAt)
+		if err != nil {
+			return nil, start, fmt.Errorf("--start-at: %w", err)
+		}
+		wait := time.Until(at)
+		if wait < 0 {
+			return nil, start, fmt.Errorf("--start-at %s is %s in the past", o.startAt, (-wait).Round(time.Millisecond))
+		}
+		start = start.Add(wait) // on the monotonic clock, from now
+	}
+	if o.segment == "" {
+		if o.startAt != "" || os.Getenv("JOB_COMPLETION_INDEX") != "" {
+			fmt.Fprintln(stderr, "warning: every host started together without --segment sends the same seeded schedule, so their\n"+
+				"arrivals come in synchronised bursts; give each host --segment i/n (or its own --seed)")
+		}
+		return nil, start, nil
+	}
+	seg, err := loadgen.ParseSegment(o.segment)
+	if err != nil {
+		return nil, start, fmt.Errorf("--segment: %w", err)
+	}
+	switch {
+	case p.closedLoop:
+		return nil, start, errors.New("--segment shares out a schedule of arrivals: give a --request-rate (a closed loop has none)")
+	case o.load.warmup > 0:
+		return nil, start, errors.New("--segment: use --warmup-duration, the same stretch on every host, rather than --warmup")
+	}
+	return &seg, start, nil
+}
+
+// parseWallTime reads an RFC 3339 time or Unix seconds.
+func parseWallTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e11 {
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(frac*1e9)), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-05-01T12:00:00Z) or Unix seconds", s)
+}
+
+// scheduleHash identifies the schedule the flags make: the first items of its workload (their
+// intended times, sessions and requests) and its limits. Hosts that build the same schedule
+// get the same hash, whatever their URL.
+func (o *loadOptions) scheduleHash(rate float64, concurrency, numPrompts int, d time.Duration) (string, error) {
+	p, err := o.plan(rate, concurrency)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ragtail schedule v1\n%s\nprompts %d duration %d warmup %d %d\n", p.desc, numPrompts, d, o.warmup, o.warmupDuration)
+	enc := json.NewEncoder(h)
+	for range 1000 {
+		item, ok := p.workload.Next()
+		if !ok {
+			break
+		}
+		if err := enc.Encode(item); err != nil {
+			return "", fmt.Errorf("schedule hash: %w", err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
 }
 
 func (o *benchOptions) validate() error {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -219,5 +220,83 @@ func TestBenchFailsLoudly(t *testing.T) {
 				t.Errorf("result file: %v (a run that happened writes it, one stopped by the preflight does not)", statErr)
 			}
 		})
+	}
+}
+
+func TestBenchSegmentsMergeIntoTheRun(t *testing.T) {
+	t.Parallel()
+	// Two hosts (here two runs at once) send the two segments of one seeded schedule from one
+	// --start-at instant; report merges their files into the whole run and says all are there.
+	srv := startSlowChat(t, time.Millisecond, nil)
+	dir := t.TempDir()
+	startAt := time.Now().Add(1500 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			errs <- run(context.Background(), []string{"bench", "--url", srv.URL + "/v1", "--model", "m", "--request-rate", "200",
+				"--num-prompts", "200", "--seed", "7", "--segment", fmt.Sprintf("%d/2", i), "--start-at", startAt,
+				"--json", filepath.Join(dir, fmt.Sprintf("seg%d.json", i)), "--quiet"}, io.Discard, io.Discard)
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s0, s1 := readJSON(t, filepath.Join(dir, "seg0.json")), readJSON(t, filepath.Join(dir, "seg1.json"))
+	c0, _ := s0["config"].(map[string]any)
+	c1, _ := s1["config"].(map[string]any)
+	if c0["schedule_hash"] == nil || c0["schedule_hash"] != c1["schedule_hash"] || c0["segment"] == nil {
+		t.Fatalf("configs %v and %v: want one schedule hash and a segment each", c0, c1)
+	}
+	if n := s0["completed"].(float64) + s1["completed"].(float64); n != 200 || s0["completed"].(float64) < 60 {
+		t.Errorf("segments completed %v and %v, want 200 together, shared about evenly", s0["completed"], s1["completed"])
+	}
+	if s0["start"] != s1["start"] {
+		// Both started on the --start-at instant (to the clock's resolution).
+		a, _ := time.Parse(time.RFC3339Nano, s0["start"].(string))
+		b, _ := time.Parse(time.RFC3339Nano, s1["start"].(string))
+		if d := a.Sub(b); d > 50*time.Millisecond || d < -50*time.Millisecond {
+			t.Errorf("starts %v and %v", a, b)
+		}
+	}
+
+	merged := filepath.Join(dir, "merged.json")
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"report", filepath.Join(dir, "seg0.json"), filepath.Join(dir, "seg1.json"),
+		"--json", merged, "--quiet"}, io.Discard, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "all 2 segments of schedule") {
+		t.Errorf("report did not say the segments are all there: %q", stderr.String())
+	}
+	m := readJSON(t, merged)
+	mc, _ := m["config"].(map[string]any)
+	if m["completed"] != 200.0 || mc["segment"] != nil || mc["num_prompts"] != 200.0 || mc["request_rate"] != 200.0 || mc["schedule_hash"] != c0["schedule_hash"] {
+		t.Errorf("merged: completed %v, config %v", m["completed"], mc)
+	}
+	// One segment alone is part of a run: report says so, and merges it only with --partial.
+	err := run(context.Background(), []string{"report", filepath.Join(dir, "seg0.json"), filepath.Join(dir, "seg0.json"), "--quiet"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "more than once") {
+		t.Errorf("a segment twice: %v", err)
+	}
+
+	// Without --segment, hosts started together send the same schedule: a warning says so.
+	stderr.Reset()
+	if err := run(context.Background(), []string{"bench", "--url", srv.URL, "--model", "m", "--request-rate", "200", "--num-prompts", "5",
+		"--start-at", time.Now().Add(200 * time.Millisecond).UTC().Format(time.RFC3339Nano), "--quiet"}, io.Discard, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "synchronised bursts") {
+		t.Errorf("no warning about identical schedules: %q", stderr.String())
+	}
+	for _, bad := range [][]string{{"--segment", "2/2"}, {"--segment", "0/2", "--concurrency", "4"}, {"--start-at", "2001-01-01T00:00:00Z"}} {
+		args := append([]string{"bench", "--url", srv.URL, "--model", "m", "--num-prompts", "5", "--quiet"}, bad...)
+		if !slices.Contains(bad, "--concurrency") {
+			args = append(args, "--request-rate", "100")
+		}
+		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
 	}
 }

@@ -13,10 +13,11 @@ import (
 )
 
 type reportOptions struct {
-	html  string
-	json  string
-	quiet bool
-	files []string
+	html    string
+	json    string
+	quiet   bool
+	partial bool
+	files   []string
 }
 
 func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,16 +27,20 @@ terminal table (printed unless --quiet), as one self-contained HTML page that ne
 (--html), or as JSON again (--json). Given several bench files, for example from load generators
 on several hosts, it merges them exactly: the HDR histograms are added and every percentile,
 confidence interval and tail fit is recomputed from them; counts add up and throughputs are taken
-over the union of the runs' windows. Sweep files render but do not merge.
+over the union of the runs' windows. Sweep files render but do not merge. The segments of a
+multi-host run (bench --segment i/n) merge into the run they are parts of; report checks that
+all n are there, once each, and says so.
 Flags may come before or after the files; "-" as an output writes it to standard output.
 
 Examples:
   ragtail report r.json
   ragtail report r.json --html r.html
-  ragtail report host1.json host2.json --json merged.json --html merged.html`)
+  ragtail report host1.json host2.json --json merged.json --html merged.html
+  ragtail report seg-*.json --json run.json`)
 	fs.StringVar(&o.html, "html", "", "write the HTML report to this file")
 	fs.StringVar(&o.json, "json", "", "write the (merged) result JSON to this file")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print the terminal table")
+	fs.BoolVar(&o.partial, "partial", false, "merge the segments of a multi-host run even when some are missing")
 	files, err := parseFlagsAndArgs(fs, args, stdout, stderr)
 	if err != nil {
 		return err
@@ -77,6 +82,18 @@ Examples:
 				f.Bench.Sources = []string{path}
 			}
 			benches = append(benches, f.Bench)
+		}
+		note, err := report.CheckSegments(benches)
+		switch {
+		case err != nil && !o.partial || err != nil && note == "":
+			if note != "" {
+				return fmt.Errorf("%w (pass --partial to merge what is there)", err)
+			}
+			return err
+		case err != nil:
+			fmt.Fprintf(stderr, "ragtail report: warning: %v\n", err)
+		case note != "":
+			fmt.Fprintf(stderr, "ragtail report: %s\n", note)
 		}
 		merged, err := report.Merge(benches...)
 		if err != nil {

@@ -148,6 +148,12 @@ func configObject(c loadgen.RunInfo) object {
 		{"max_tokens", c.MaxTokens},
 		{"seed", c.Seed},
 	}
+	if c.Segment != nil {
+		o = append(o, field{"segment", object{{"index", c.Segment.Index}, {"count", c.Segment.Count}}})
+	}
+	if c.ScheduleHash != "" {
+		o = append(o, field{"schedule_hash", c.ScheduleHash})
+	}
 	if c.Interrupted {
 		o = append(o, field{"interrupted", true})
 	}
@@ -569,6 +575,23 @@ func decodeConfig(d *decodeError, o jobj) loadgen.RunInfo {
 		if err := json.Unmarshal(raw, &c.Interrupted); err != nil {
 			d.fail(o.sub("interrupted"), "want true or false")
 		}
+	}
+	if raw, ok := o.m["segment"]; ok && !isNull(raw) {
+		so := d.object(o.sub("segment"), raw)
+		var i, n int64
+		d.count(so, "index", &i)
+		d.count(so, "count", &n)
+		seg := loadgen.SegmentOf{Index: int(min(i, 1<<30)), Count: int(min(n, 1<<30))}
+		if err := seg.Validate(); err != nil {
+			d.failErr(o.sub("segment"), err)
+		} else {
+			c.Segment = &seg
+		}
+	}
+	d.str(o, "schedule_hash", &c.ScheduleHash)
+	if len(c.ScheduleHash) > 64 {
+		d.fail(o.sub("schedule_hash"), "longer than 64 characters")
+		c.ScheduleHash = ""
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +241,84 @@ func TestSessionCutWhileThinkingIsTruncated(t *testing.T) {
 	}
 	if b.Completed != 2 || b.Failed != 0 || len(b.Errors) != 0 {
 		t.Errorf("completed %d, failed %d, errors %v: the step not sent counts in none", b.Completed, b.Failed, b.Errors)
+	}
+}
+
+func TestMergeOfSegmentsIsTheWholeRun(t *testing.T) {
+	t.Parallel()
+	// One run's requests split among n hosts as --segment splits them (by session id), each
+	// host's share summarised on its own, then merged: the figures are those of the bench of
+	// all the requests, but for what a merge cannot keep (per-bin timeline percentiles) and
+	// records what it merged.
+	res := syntheticResult(21, 4000)
+	res.Config.ScheduleHash = "0123456789abcdef"
+	whole := Summarize(res, Options{})
+	for _, n := range []int{2, 3, 5} {
+		parts := make([]*loadgen.Result, n)
+		for i := range parts {
+			p := *res
+			p.Records = nil
+			p.Config.Segment = &loadgen.SegmentOf{Index: i, Count: n}
+			parts[i] = &p
+		}
+		for k, r := range res.Records {
+			for _, p := range parts {
+				if p.Config.Segment.Owns(k, &loadgen.Item{Session: r.Session}) {
+					p.Records = append(p.Records, r)
+				}
+			}
+		}
+		benches := make([]*Bench, n)
+		for i, p := range parts {
+			p.Duration = 0
+			for _, r := range p.Records {
+				p.Duration = max(p.Duration, r.End)
+			}
+			benches[i] = Summarize(p, Options{})
+		}
+		note, err := CheckSegments(benches)
+		if err != nil || note == "" {
+			t.Fatalf("%d segments: %q, %v", n, note, err)
+		}
+		merged, err := Merge(benches...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if merged.MergedFrom != n {
+			t.Errorf("merged from %d, want %d", merged.MergedFrom, n)
+		}
+		merged.MergedFrom = 0
+		want := *whole
+		want.Timeline = slices.Clone(whole.Timeline)
+		for i := range want.Timeline {
+			want.Timeline[i].P50E2EL, want.Timeline[i].P99E2EL, want.Timeline[i].P50TTFT, want.Timeline[i].P99TTFT = nil, nil, nil, nil
+		}
+		// An error kind's example is the first one each host saw.
+		want.Errors = slices.Clone(whole.Errors)
+		for i := range want.Errors {
+			want.Errors[i].Example = merged.Errors[i].Example
+		}
+		if g, w := benchJSON(t, merged), benchJSON(t, &want); !bytes.Equal(g, w) {
+			t.Errorf("%d segments: the merge differs from the bench of the whole run", n)
+		}
+	}
+	// A segment missing, or given twice, is said so.
+	b := func(i, n int, hash string) *Bench {
+		return &Bench{Config: loadgen.RunInfo{Segment: &loadgen.SegmentOf{Index: i, Count: n}, ScheduleHash: hash}}
+	}
+	for _, tt := range []struct {
+		name    string
+		benches []*Bench
+		want    string
+	}{
+		{"missing", []*Bench{b(0, 3, "h"), b(2, 3, "h")}, "segments 1 of 3 of schedule h are missing"},
+		{"doubled", []*Bench{b(0, 2, "h"), b(0, 2, "h"), b(1, 2, "h")}, "more than once"},
+		{"other schedule", []*Bench{b(0, 2, "h"), b(1, 2, "g")}, "differ"},
+		{"other count", []*Bench{b(0, 2, "h"), b(1, 3, "h")}, "one file is of 2 segments"},
+		{"not all segments", []*Bench{b(0, 2, "h"), {}}, "the others are not"},
+	} {
+		if _, err := CheckSegments(tt.benches); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
 	}
 }
