@@ -127,8 +127,8 @@ type runner struct {
 	lastProgressAt   time.Duration
 
 	closedMu       sync.Mutex // guards the closed loop's claims
-	claimed        int // items handed out
-	measured       int // of those, items that are not warmup
+	claimed        int        // items handed out
+	measured       int        // of those, items that are not warmup
 	claimsOver     bool
 	claimsDone     chan struct{} // closed when the closed loop's users may claim no more
 	claimsDoneOnce sync.Once
