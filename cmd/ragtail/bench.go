@@ -647,7 +647,7 @@ Example (the article's command, against ragtail llm-sim):
 		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, hash)
 	}
 	if wait := time.Until(start); wait > 10*time.Millisecond {
-		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), start.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), o.startAt)
 	}
 	runCtx, stop, release := interrupts(ctx, stderr, o.load.drainTimeout)
 	cfg.Stop = stop

@@ -67,7 +67,7 @@ func main() {
 	var oursLag, theirsLag []time.Duration
 	for r := range *rounds {
 		log.Printf("round %d of %d", r+1, *rounds)
-		oursCPU.add(h.ragtailRun("--request-rate", fmt.Sprint(*rate)))
+		oursCPU.add(h.ragtailRun("--request-rate", fmt.Sprint(*rate), "--shape", "constant"))
 		theirsCPU.add(h.vegetaRun(*rate, 0))
 		oursTop.add(h.ragtailRun("--concurrency", fmt.Sprint(*users)))
 		theirsTop.add(h.vegetaRun(0, *users))
