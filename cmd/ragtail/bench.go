@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -235,13 +236,17 @@ func (o *loadOptions) preflight(ctx context.Context, c *client.Client) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, max(o.timeout, 0)+time.Minute)
 	defer cancel()
-	if err := c.Preflight(pctx, &item.Request); err != nil {
-		if ctx.Err() != nil {
-			return errors.New("interrupted during the preflight request")
-		}
-		return err
+	err = c.Preflight(pctx, &item.Request)
+	var pe *client.PreflightError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errors.New("interrupted during the preflight request")
+	case o.isKeyLookups() && errors.As(err, &pe) && pe.Status == http.StatusNotFound:
+		return nil // a key that does not exist is an answer (--invalid-keys asks for some)
 	}
-	return nil
+	return err
 }
 
 // measure runs cfg and summarises it as the records come: the run keeps none of them, so its
@@ -673,13 +678,10 @@ Example (the article's command, against ragtail llm-sim):
 		fmt.Fprintf(stderr, "server clock: %+.3f ms from ours (+- %.3f ms, best of %d responses)\n",
 			float64(off.Offset)/1e6, float64(off.Uncertainty)/1e6, off.Samples)
 	}
-	if err := checkErrorRate(bench, o.load.maxErrorRate); err != nil {
-		return err
-	}
 	if res.Config.Interrupted {
 		return errors.New("interrupted: the results above cover what completed")
 	}
-	return nil
+	return checkErrorRate(bench, o.load.maxErrorRate)
 }
 
 // runInfo describes a run of plan p for the reports.
