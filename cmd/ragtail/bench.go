@@ -815,7 +815,7 @@ func describeStop(p plan, n int, d time.Duration, concurrency int) string {
 
 // writeOutputs writes the JSON and HTML files asked for, then prints the text report (or the
 // JSON, for --json -): files first, so that a closed stdout cannot lose them.
-func writeOutputs(stdout io.Writer, v any, jsonOut, htmlOut string) error {
+func writeOutputs(stdout io.Writer, v report.Document, jsonOut, htmlOut string) error {
 	if jsonOut != "" && jsonOut != "-" {
 		if err := writeOutput(jsonOut, stdout, func(w io.Writer) error { return report.WriteJSON(w, v) }); err != nil {
 			return err

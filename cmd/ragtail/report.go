@@ -58,7 +58,7 @@ Examples:
 		return errors.New("--html and --json cannot both go to standard output")
 	}
 
-	var doc any // *report.Bench or *report.Sweep
+	var doc report.Document // *report.Bench or *report.Sweep
 	if len(o.files) == 1 {
 		f, err := report.Read(o.files[0])
 		if err != nil {

@@ -935,6 +935,14 @@ func decodeTail(d *decodeError, o jobj) stats.Tail {
 	return t
 }
 
+// Document is what WriteHTML renders and Decode reads: a *Bench, a *Sweep, or a *File that
+// holds one of them.
+type Document interface{ isDocument() }
+
+func (*Bench) isDocument() {}
+func (*Sweep) isDocument() {}
+func (*File) isDocument()  {}
+
 // File is a decoded result file: exactly one of Bench and Sweep is set.
 type File struct {
 	Path  string
