@@ -67,11 +67,11 @@ func main() {
 	var oursLag, theirsLag []time.Duration
 	for r := range *rounds {
 		log.Printf("round %d of %d", r+1, *rounds)
-		oursCPU.add(h.ragtailRun("--request-rate", fmt.Sprint(*rate), "--shape", "constant"))
+		oursCPU.add(h.ragtailRun(false, "--request-rate", fmt.Sprint(*rate), "--shape", "constant"))
 		theirsCPU.add(h.vegetaRun(*rate, 0))
-		oursTop.add(h.ragtailRun("--concurrency", fmt.Sprint(*users)))
+		oursTop.add(h.ragtailRun(false, "--concurrency", fmt.Sprint(*users)))
 		theirsTop.add(h.vegetaRun(0, *users))
-		m := h.ragtailRun("--request-rate", fmt.Sprint(*lagRate), "--shape", "constant")
+		m := h.ragtailRun(true, "--request-rate", fmt.Sprint(*lagRate), "--shape", "constant")
 		oursLag = append(oursLag, m.lags...)
 		m = h.vegetaRun(*lagRate, 0)
 		theirsLag = append(theirsLag, m.lags...)
@@ -138,12 +138,17 @@ func run(name string, args ...string) (cpu time.Duration, maxRSS int64) {
 	return cpu, ru.Maxrss
 }
 
-// ragtailRun runs ragtail bench for a phase (GETs of the endpoint, as vegeta sends).
-func (h *harness) ragtailRun(args ...string) result {
+// ragtailRun runs ragtail bench for a phase (GETs of the endpoint, as vegeta sends), with
+// --save-detailed when the lags of each request are wanted (vegeta always writes its results;
+// ragtail bench keeps only its summary unless asked).
+func (h *harness) ragtailRun(lags bool, args ...string) result {
 	out := filepath.Join(h.dir, "ragtail.json")
 	detailed := filepath.Join(h.dir, "ragtail.jsonl")
 	all := append([]string{"bench", "--url", h.url, "--dataset", "keys:" + h.keysFile(), "--num-prompts", "0",
-		"--duration", h.phase.String(), "--quiet", "--json", out, "--save-detailed", detailed}, args...)
+		"--duration", h.phase.String(), "--quiet", "--json", out}, args...)
+	if lags {
+		all = append(all, "--save-detailed", detailed)
+	}
 	cpu, rss := run(h.ragtail, all...)
 	var r struct {
 		Completed float64 `json:"completed"`
@@ -155,6 +160,9 @@ func (h *harness) ragtailRun(args ...string) result {
 		log.Fatalf("ragtail: %v of %v requests failed", r.Failed, r.Completed+r.Failed)
 	}
 	res := result{requests: int(r.Completed), elapsed: time.Duration(r.Duration * float64(time.Second)), cpu: cpu, maxRSS: rss}
+	if !lags {
+		return res
+	}
 	f, err := os.Open(detailed)
 	if err != nil {
 		log.Fatal(err)
