@@ -300,3 +300,21 @@ func TestBenchSegmentsMergeIntoTheRun(t *testing.T) {
 		}
 	}
 }
+
+func TestSweepFailsLoudly(t *testing.T) {
+	t.Parallel()
+	// Every request after the preflight fails: the first point fails too often, the sweep stops
+	// there, writes its file, and exits with the failure rate.
+	srv := startSlowChat(t, time.Millisecond, func(n int64) bool { return n > 1 })
+	out := filepath.Join(t.TempDir(), "sweep.json")
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"sweep", "--url", srv.URL, "--model", "m", "--rates", "50,100",
+		"--point-duration", "300ms", "--pause", "0s", "--json", out, "--quiet"}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "more than --max-error-rate 0.5") {
+		t.Fatalf("err = %v, want the failure rate", err)
+	}
+	r := readJSON(t, out)
+	if points, _ := r["points"].([]any); len(points) != 1 || !strings.Contains(stderr.String(), "sweep stops here") {
+		t.Errorf("%d points, stderr %q: want the sweep stopped after the first", len(points), stderr.String())
+	}
+}
