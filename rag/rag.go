@@ -1,7 +1,9 @@
 // Package rag holds the domain types shared by every part of the ragtail service: queries, chunks,
-// retrieval hits, generation deltas, stage and coupling names, latency laws, token counting, the
-// OpenAI wire format and the errors the service reports. It imports nothing of the project, so the
-// pipeline and every backend can depend on it without depending on each other.
+// retrieval hits, generation deltas, stage and coupling names, token counting and the errors the
+// service reports. It imports nothing of the project and nothing of net/http, so the pipeline and
+// every backend can depend on it without depending on each other. Its leaf packages, which import
+// rag alone and which every backend may import, hold what several backends share: rag/openai the
+// OpenAI wire format, HTTP errors and SSE framing; rag/latency the latency laws.
 package rag
 
 import (

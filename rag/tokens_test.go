@@ -3,6 +3,7 @@ package rag_test
 import (
 	"slices"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ragtail/ragtail/rag"
 )
@@ -47,5 +48,23 @@ func TestCountTokens(t *testing.T) {
 	ratio := float64(rag.CountTokens(prose)) / float64(words)
 	if ratio < 1.1 || ratio > 1.6 {
 		t.Errorf("%.2f tokens per word on prose, want about 1.3", ratio)
+	}
+}
+
+// TestCountTokensMatchesWords checks that the allocation-free count agrees with counting the
+// words Words returns, on text with every kind of rune the splitter tells apart.
+func TestCountTokensMatchesWords(t *testing.T) {
+	for _, in := range []string{
+		"", "   ", "a", "Hello, world!", "KV-cache's state_of_the_art tokenization: 1234567890123.",
+		"naïve café — über straße…", "日本語のテキスト、句読点。", "tabs\tand\nnewlines\r\n  end",
+		"supercalifragilisticexpialidocious antidisestablishmentarianism",
+	} {
+		want := 0
+		for _, w := range rag.Words(in) {
+			want += 1 + (utf8.RuneCountInString(w)-1)/6
+		}
+		if got := rag.CountTokens(in); got != want {
+			t.Errorf("CountTokens(%q) = %d, counting Words gives %d", in, got, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/telemetry"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
 	// A uniform embed latency spreads the request durations so that "slowest" means something.
-	law, err := rag.ParseLaw("uniform:1ms,40ms")
+	law, err := latency.Parse("uniform:1ms,40ms")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/telemetry"
@@ -84,7 +85,7 @@ func BenchmarkPipelineTelemetry(b *testing.B) {
 
 func benchTelemetry(b *testing.B, docs int) {
 	chunks := corpus.Builtin(corpus.Options{Seed: 1, Docs: docs})
-	hash, err := embed.NewHash(embed.WithLatency(rag.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
+	hash, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func benchTelemetry(b *testing.B, docs int) {
 			b.Fatal(err)
 		}
 	}
-	store := docstore.New(chunks, docstore.WithFetchLatency(rag.Law{}), docstore.WithSeed(1))
+	store := docstore.New(chunks, docstore.WithFetchLatency(latency.Law{}), docstore.WithSeed(1))
 	b.Cleanup(func() { _ = store.Close() })
 	gen := instantGenerator{tokens: make([]string, 32)}
 	for i := range gen.tokens {
@@ -128,10 +129,11 @@ func benchTelemetry(b *testing.B, docs int) {
 
 	workers := runtime.GOMAXPROCS(0)
 	// phase runs n requests on p from workers goroutines and returns the wall and CPU time they
-	// took.
-	phase := func(p *pipeline.Pipeline, n int) (wall, cpu time.Duration) {
+	// took and the heap allocations they made.
+	phase := func(p *pipeline.Pipeline, n int) (wall, cpu time.Duration, allocs uint64) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
+		startAllocs := mallocs()
 		start, startCPU := time.Now(), processCPU()
 		for range workers {
 			wg.Go(func() {
@@ -150,7 +152,8 @@ func benchTelemetry(b *testing.B, docs int) {
 			})
 		}
 		wg.Wait()
-		return time.Since(start), processCPU() - startCPU
+		wall, cpu = time.Since(start), processCPU()-startCPU
+		return wall, cpu, mallocs() - startAllocs
 	}
 
 	// Ten off/on pairs, in ABBA order, so that drift in machine load (other processes, GC of
@@ -159,6 +162,7 @@ func benchTelemetry(b *testing.B, docs int) {
 	per := max(1, b.N/(2*pairs))
 	var (
 		offWall, onWall, offCPU, onCPU time.Duration
+		offAllocs, onAllocs            uint64
 		ratios                         []float64
 	)
 	b.ReportAllocs()
@@ -167,8 +171,8 @@ func benchTelemetry(b *testing.B, docs int) {
 		var pairOff, pairOn time.Duration
 		for _, instrumented := range []bool{r%2 == 1, r%2 == 0} {
 			if !instrumented {
-				wall, cpu := phase(off, per)
-				offWall, offCPU, pairOff = offWall+wall, offCPU+cpu, cpu
+				wall, cpu, allocs := phase(off, per)
+				offWall, offCPU, offAllocs, pairOff = offWall+wall, offCPU+cpu, offAllocs+allocs, cpu
 				continue
 			}
 			b.StopTimer()
@@ -178,8 +182,8 @@ func benchTelemetry(b *testing.B, docs int) {
 			}
 			p := on(prof)
 			b.StartTimer()
-			wall, cpu := phase(p, per)
-			onWall, onCPU, pairOn = onWall+wall, onCPU+cpu, cpu
+			wall, cpu, allocs := phase(p, per)
+			onWall, onCPU, onAllocs, pairOn = onWall+wall, onCPU+cpu, onAllocs+allocs, cpu
 			b.StopTimer()
 			if err := prof.Stop(); err != nil {
 				b.Fatal(err)
@@ -197,6 +201,10 @@ func benchTelemetry(b *testing.B, docs int) {
 	b.ReportMetric(n/onWall.Seconds(), "on_req/s")
 	b.ReportMetric(n/offCPU.Seconds(), "off_req/cpu_s")
 	b.ReportMetric(n/onCPU.Seconds(), "on_req/cpu_s")
+	// allocs/op averages the two phases; these are each phase's own, per request, the profiler's
+	// and the exporters' background work included.
+	b.ReportMetric(float64(offAllocs)/n, "off_allocs/req")
+	b.ReportMetric(float64(onAllocs)/n, "on_allocs/req")
 	if len(ratios) > 0 {
 		slices.Sort(ratios)
 		median := ratios[len(ratios)/2]
@@ -206,6 +214,13 @@ func benchTelemetry(b *testing.B, docs int) {
 		b.ReportMetric(median, "on/off")
 		b.ReportMetric(100*(1-median), "loss_%")
 	}
+}
+
+// mallocs returns the number of heap objects the process has allocated so far.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // processCPU returns the CPU time the process has used, user and system.

@@ -1,14 +1,15 @@
 package telemetry
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -22,46 +23,11 @@ func TestFromEnv(t *testing.T) {
 		wantErr string
 	}{
 		{name: "nothing set", env: nil, want: Config{}},
-		{name: "generic http endpoint gets signal paths",
-			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"},
-			want: Config{TracesEndpoint: "http://collector:4318/v1/traces", TracesProtocol: ProtocolHTTPProtobuf,
-				MetricsEndpoint: "http://collector:4318/v1/metrics", MetricsProtocol: ProtocolHTTPProtobuf}},
-		{name: "port 4317 means grpc",
-			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "jaeger:4317"},
-			want: Config{TracesEndpoint: "http://jaeger:4317", TracesProtocol: ProtocolGRPC,
-				MetricsEndpoint: "http://jaeger:4317", MetricsProtocol: ProtocolGRPC}},
-		{name: "explicit protocol wins over the port",
-			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
-			want: Config{TracesEndpoint: "http://c:4317/v1/traces", TracesProtocol: ProtocolHTTPProtobuf,
-				MetricsEndpoint: "http://c:4317/v1/metrics", MetricsProtocol: ProtocolHTTPProtobuf}},
-		{name: "signal endpoint used as is, metrics off",
-			env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://t.example/custom", "OTEL_METRICS_EXPORTER": "none",
-				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
-			want: Config{TracesEndpoint: "https://t.example/custom", TracesProtocol: ProtocolHTTPProtobuf}},
-		{name: "signal protocol",
-			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc", "OTEL_TRACES_EXPORTER": "otlp"},
-			want: Config{TracesEndpoint: "http://c:4318", TracesProtocol: ProtocolGRPC,
-				MetricsEndpoint: "http://c:4318/v1/metrics", MetricsProtocol: ProtocolHTTPProtobuf}},
-		{name: "service name and resource attributes",
-			env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,deployment.environment.name=lab%201, team=perf",
-				"OTEL_SERVICE_NAME": "ragtail-eu"},
-			want: Config{ServiceName: "ragtail-eu", ResourceAttributes: []attribute.KeyValue{
-				attribute.String("deployment.environment.name", "lab 1"), attribute.String("team", "perf")}}},
-		{name: "service name from resource attributes",
-			env:  map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs"},
-			want: Config{ServiceName: "from-attrs"}},
 		{name: "capture content", env: map[string]string{"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"},
 			want: Config{CaptureContent: true}},
 		{name: "capture content, ragtail's name", env: map[string]string{"RAGTAIL_CAPTURE_CONTENT": "1", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"},
 			want: Config{CaptureContent: true}},
-		{name: "metric interval", env: map[string]string{"OTEL_METRIC_EXPORT_INTERVAL": "5000"},
-			want: Config{MetricsInterval: 5 * time.Second}},
 		{name: "bad capture", env: map[string]string{"RAGTAIL_CAPTURE_CONTENT": "sure"}, wantErr: "RAGTAIL_CAPTURE_CONTENT"},
-		{name: "bad protocol", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, wantErr: "http/json"},
-		{name: "bad exporter", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, wantErr: "zipkin"},
-		{name: "bad resource attributes", env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "novalue"}, wantErr: "OTEL_RESOURCE_ATTRIBUTES"},
-		{name: "bad interval", env: map[string]string{"OTEL_METRIC_EXPORT_INTERVAL": "-1"}, wantErr: "OTEL_METRIC_EXPORT_INTERVAL"},
-		{name: "bad sampler", env: map[string]string{"OTEL_TRACES_SAMPLER": "jaeger_remote"}, wantErr: "OTEL_TRACES_SAMPLER"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,51 +41,103 @@ func TestFromEnv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Sampler == nil {
-				t.Error("no sampler")
-			}
-			got.Sampler = nil
-			if got.ServiceName != tt.want.ServiceName || got.TracesEndpoint != tt.want.TracesEndpoint ||
-				got.TracesProtocol != tt.want.TracesProtocol || got.MetricsEndpoint != tt.want.MetricsEndpoint ||
-				got.MetricsProtocol != tt.want.MetricsProtocol || got.CaptureContent != tt.want.CaptureContent ||
-				got.MetricsInterval != tt.want.MetricsInterval || len(got.ResourceAttributes) != len(tt.want.ResourceAttributes) {
+			if got.CaptureContent != tt.want.CaptureContent {
 				t.Fatalf("got %+v\nwant %+v", got, tt.want)
-			}
-			for i, kv := range tt.want.ResourceAttributes {
-				if got.ResourceAttributes[i] != kv {
-					t.Errorf("resource attribute %d = %v, want %v", i, got.ResourceAttributes[i], kv)
-				}
 			}
 		})
 	}
 }
 
-func TestParseSampler(t *testing.T) {
-	t.Parallel()
+// TestSetupReadsTheEnvironment checks what Setup makes of the standard variables, which the SDK,
+// autoexport and autoprop read: ragtail exports only when asked, speaks gRPC to port 4317 when
+// no protocol is set, leaves Prometheus to its own /metrics, and takes the resource, sampler and
+// propagators from the environment. Exporters point at loopback ports where nothing listens.
+func TestSetupReadsTheEnvironment(t *testing.T) {
 	tests := []struct {
-		name, arg string
-		want      string // the sampler's Description
-		wantErr   bool
+		name      string
+		env       map[string]string
+		exporting []string // substrings of Telemetry.Exporting, in order
+		wantErr   string
+		check     func(t *testing.T, tel *Telemetry)
 	}{
-		{"", "", sdktrace.ParentBased(sdktrace.AlwaysSample()).Description(), false},
-		{"always_on", "", sdktrace.AlwaysSample().Description(), false},
-		{"always_off", "", sdktrace.NeverSample().Description(), false},
-		{"traceidratio", "0.25", sdktrace.TraceIDRatioBased(0.25).Description(), false},
-		{"traceidratio", "", sdktrace.TraceIDRatioBased(1).Description(), false},
-		{"parentbased_traceidratio", "0.5", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5)).Description(), false},
-		{"parentbased_always_off", "", sdktrace.ParentBased(sdktrace.NeverSample()).Description(), false},
-		{"traceidratio", "1.5", "", true},
-		{"traceidratio", "half", "", true},
-		{"xray", "", "", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name+"/"+tt.arg, func(t *testing.T) {
-			s, err := ParseSampler(tt.name, tt.arg)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+		{name: "nothing set exports nothing"},
+		{name: "port 4317 means grpc", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"},
+			exporting: []string{"otlp traces (grpc, port 4317)", "otlp metrics (grpc, port 4317)"}},
+		{name: "other ports go to autoexport, http/protobuf", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+			exporting: []string{"otlp traces (http/protobuf) to http://127.0.0.1:4318", "otlp metrics (http/protobuf)"}},
+		{name: "explicit protocol wins over the port", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+			exporting: []string{"otlp traces (http/protobuf)", "otlp metrics (http/protobuf)"}},
+		{name: "none turns a signal off", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"},
+			exporting: []string{"otlp metrics"}},
+		{name: "prometheus is the admin listener's", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_TRACES_EXPORTER": "none"}},
+		{name: "bad exporter", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, wantErr: "OTEL_TRACES_EXPORTER"},
+		{name: "resource from the environment", env: map[string]string{"OTEL_SERVICE_NAME": "ragtail-eu", "OTEL_RESOURCE_ATTRIBUTES": "team=perf"},
+			check: func(t *testing.T, tel *Telemetry) {
+				set := tel.Resource.Set()
+				if v, _ := set.Value(semconv.ServiceNameKey); v.AsString() != "ragtail-eu" {
+					t.Errorf("service.name = %q, want ragtail-eu", v.AsString())
+				}
+				if v, _ := set.Value("team"); v.AsString() != "perf" {
+					t.Errorf("team = %q, want perf", v.AsString())
+				}
+			}},
+		{name: "default service name", check: func(t *testing.T, tel *Telemetry) {
+			if v, _ := tel.Resource.Set().Value(semconv.ServiceNameKey); v.AsString() != DefaultServiceName {
+				t.Errorf("service.name = %q, want %s", v.AsString(), DefaultServiceName)
 			}
-			if err == nil && s.Description() != tt.want {
-				t.Errorf("sampler %s, want %s", s.Description(), tt.want)
+		}},
+		{name: "sampler from the environment", env: map[string]string{"OTEL_TRACES_SAMPLER": "always_off"},
+			check: func(t *testing.T, tel *Telemetry) {
+				_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "s")
+				defer span.End()
+				if span.IsRecording() {
+					t.Error("always_off sampler recorded a span")
+				}
+			}},
+		{name: "propagators from the environment", env: map[string]string{"OTEL_PROPAGATORS": "b3"},
+			check: func(t *testing.T, tel *Telemetry) {
+				carrier := propagation.MapCarrier{"b3": "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1"}
+				ctx := tel.Propagator.Extract(context.Background(), carrier)
+				out := propagation.MapCarrier{}
+				tel.Propagator.Inject(ctx, out)
+				if !strings.HasPrefix(out.Get("b3"), "80f198ee56343ba864fe8b2a57d3eff7") {
+					t.Errorf("b3 propagator did not carry the trace: %v", out)
+				}
+			}},
+	}
+	vars := []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_PROPAGATORS",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range vars {
+				t.Setenv(k, tt.env[k])
+			}
+			tel, err := Setup(context.Background(), Config{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = tel.Shutdown(ctx) // nothing listens on the exporters' ports
+			}()
+			if len(tel.Exporting) != len(tt.exporting) {
+				t.Fatalf("exporting %q, want %d lines like %q", tel.Exporting, len(tt.exporting), tt.exporting)
+			}
+			for i, want := range tt.exporting {
+				if !strings.Contains(tel.Exporting[i], want) {
+					t.Errorf("exporting[%d] = %q, want it to mention %q", i, tel.Exporting[i], want)
+				}
+			}
+			if tt.check != nil {
+				tt.check(t, tel)
 			}
 		})
 	}

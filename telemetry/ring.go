@@ -13,11 +13,13 @@ import (
 
 // Ring is the in-process trace store: an sdktrace.SpanProcessor that groups ended spans by
 // trace and keeps, in bounded memory, the most recent traces and, apart from them, the slowest
-// traces since start (or since Reset). A trace is complete when its local root span ends (the
-// first span of the trace in this process: the HTTP server span, or the pipeline span when
-// there is none); spans that end later (an async search cancelled after the response) join it
-// while it is still kept. The ring holds only sampled spans, so with a ratio sampler it sees a
-// sample of the traffic.
+// traces since start (or since Reset). A trace is complete when a local root span ends (a span
+// of the trace whose parent is not in this process: the HTTP server span, or the pipeline span
+// when there is none); spans that end later (an async search cancelled after the response) join
+// it while it is still kept. Several requests may share one W3C trace id (an agent or a gateway
+// making several calls inside one trace, a retry): each is a local root, and every root's
+// subtree is kept, grouped under the one trace (Trace.Roots). The ring holds only sampled spans,
+// so with a ratio sampler it sees a sample of the traffic.
 //
 // Bounds: RingRecent recent traces, RingSlowest slow ones, RingMaxSpans spans per trace, and at
 // most DefaultRingPending traces whose root has not ended yet (the oldest is dropped first). A
@@ -49,11 +51,15 @@ type pendingTrace struct {
 
 // Trace is one complete trace held by the Ring. Its fields must not be changed.
 type Trace struct {
-	ID       trace.TraceID
-	Root     sdktrace.ReadOnlySpan
-	Spans    []sdktrace.ReadOnlySpan // every kept span, root included, in the order they ended
-	Duration time.Duration           // the root span's
-	Dropped  int                     // spans not kept because the trace had RingMaxSpans
+	ID trace.TraceID
+	// Root is the first local root that ended; Roots lists every local root kept, in the order
+	// they ended (one per request made within the trace).
+	Root  sdktrace.ReadOnlySpan
+	Roots []sdktrace.ReadOnlySpan
+	Spans []sdktrace.ReadOnlySpan // every kept span, roots included, in the order they ended
+	// Duration is the longest local root's: the slowest request of the trace.
+	Duration time.Duration
+	Dropped  int // spans not kept because the trace had RingMaxSpans
 
 	inRecent, inSlow bool
 }
@@ -121,24 +127,63 @@ func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
 		}
 		return
 	}
-	t := &Trace{ID: id, Root: s, Duration: s.EndTime().Sub(s.StartTime())}
+	var pendingSpans []sdktrace.ReadOnlySpan
 	if p != nil {
 		delete(r.pending, id)
-		t.Spans = append(p.spans, s)
-	} else {
-		t.Spans = []sdktrace.ReadOnlySpan{s}
+		pendingSpans = p.spans
 	}
-	r.stats.Spans++
 	r.stats.Traces++
-	if old, ok := r.kept[id]; ok {
-		// Two local roots in one trace (a client that reuses its traceparent): keep the latest.
-		r.forget(old)
+	if t, ok := r.kept[id]; ok {
+		// Another request of a trace already kept: its subtree joins the trace.
+		r.join(t, s, pendingSpans)
+		return
 	}
+	t := &Trace{ID: id, Root: s, Roots: []sdktrace.ReadOnlySpan{s}, Duration: s.EndTime().Sub(s.StartTime())}
+	t.Spans = append(pendingSpans, s)
+	r.stats.Spans++
 	r.addRecent(t)
 	r.addSlow(t)
 	if t.inRecent || t.inSlow {
 		r.kept[id] = t
 	}
+}
+
+// join adds a further local root of t, and the spans of its subtree that ended before it, to t,
+// within the per-trace bound, and makes t the most recent trace.
+func (r *Ring) join(t *Trace, root sdktrace.ReadOnlySpan, spans []sdktrace.ReadOnlySpan) {
+	rootKept := false
+	for i, s := range append(spans, root) {
+		isRoot := i == len(spans)
+		if len(t.Spans) >= r.maxSpans {
+			t.Dropped++
+			r.stats.DroppedSpans++
+			if !isRoot {
+				r.stats.Spans-- // counted when it was pending
+			}
+			continue
+		}
+		t.Spans = append(t.Spans, s)
+		if isRoot {
+			t.Roots = append(t.Roots, root)
+			r.stats.Spans++
+			rootKept = true
+		}
+	}
+	if d := root.EndTime().Sub(root.StartTime()); rootKept && d > t.Duration {
+		t.Duration = d
+		if t.inSlow {
+			heap.Fix(&r.slow, slices.Index(r.slow, t))
+		}
+	}
+	if !t.inSlow {
+		r.addSlow(t)
+	}
+	if t.inRecent {
+		r.recent[slices.Index(r.recent, t)] = nil
+		t.inRecent = false
+	}
+	r.addRecent(t)
+	r.kept[t.ID] = t
 }
 
 // evictPending drops the oldest pending traces while there are too many.
@@ -287,6 +332,7 @@ func (r *Ring) Reset() {
 func (t *Trace) snapshot() *Trace {
 	c := *t
 	c.Spans = slices.Clone(t.Spans)
+	c.Roots = slices.Clone(t.Roots)
 	return &c
 }
 

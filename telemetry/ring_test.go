@@ -14,7 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ragtail/ragtail/rag/pipeline"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -142,6 +142,37 @@ func TestRingBounds(t *testing.T) {
 			t.Errorf("trace %+v: want the root (1 ms) and the late span", got)
 		}
 	})
+	t.Run("local roots of one trace are grouped within the bound", func(t *testing.T) {
+		t.Parallel()
+		r, tr := ringWith(t, 4, 4, 8)
+		// Three requests in one remote trace, three spans each (root and two children): nine
+		// spans for a bound of eight.
+		remote := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled, Remote: true}))
+		for i := range 3 {
+			start := epoch.Add(time.Duration(i) * time.Second)
+			ctx, root := span(tr, remote, "root", start, 0)
+			for range 2 {
+				_, c := span(tr, ctx, "child", start, 0)
+				c.End(trace.WithTimestamp(start.Add(time.Millisecond)))
+			}
+			root.End(trace.WithTimestamp(start.Add(time.Duration(i+1) * time.Millisecond)))
+		}
+		got, ok := r.Find(trace.TraceID{1})
+		if !ok {
+			t.Fatal("trace not kept")
+		}
+		if len(got.Roots) != 2 || len(got.Spans) != 8 || got.Dropped != 1 || got.Duration != 2*time.Millisecond {
+			t.Errorf("roots %d, spans %d, dropped %d, duration %v: want 2 roots (the third did not fit), 8 spans, 1 dropped, 2ms",
+				len(got.Roots), len(got.Spans), got.Dropped, got.Duration)
+		}
+		if s := r.Stats(); s.Spans != 8 || s.DroppedSpans != 1 || s.Traces != 3 {
+			t.Errorf("stats %+v: want 8 spans kept, 1 dropped, 3 roots completed", s)
+		}
+		if n := len(r.Recent(10)); n != 1 {
+			t.Errorf("%d recent traces, want the one", n)
+		}
+	})
 	t.Run("unsampled spans are ignored", func(t *testing.T) {
 		t.Parallel()
 		r := NewRing(4, 4, 16)
@@ -158,10 +189,10 @@ func TestRingBounds(t *testing.T) {
 // pipelineTrace records a trace shaped like one request: server span, rag.pipeline, stage spans,
 // two Query spans under retrieval, and a stream span whose write time is less than its length.
 func pipelineTrace(tr trace.Tracer, start time.Time) trace.TraceID {
-	stage := func(s string) attribute.KeyValue { return pipeline.AttrStage.String(s) }
+	stage := func(s string) attribute.KeyValue { return ragconv.AttrStage.String(s) }
 	ms := time.Millisecond
 	ctx, server := span(tr, context.Background(), "POST /v1/chat/completions", start, 0, stage("http"))
-	pctx, pipe := span(tr, ctx, pipeline.SpanPipeline, start.Add(ms), 0, stage("pipeline"), pipeline.AttrRequestID.String("req-9"))
+	pctx, pipe := span(tr, ctx, ragconv.SpanPipeline, start.Add(ms), 0, stage("pipeline"), ragconv.AttrRequestID.String("req-9"))
 	end := func(s trace.Span, at time.Duration) { s.End(trace.WithTimestamp(start.Add(at))) }
 	_, emb := span(tr, pctx, "embeddings m", start.Add(2*ms), 0, stage("embed"))
 	end(emb, 4*ms)
@@ -170,10 +201,10 @@ func pipelineTrace(tr trace.Tracer, start time.Time) trace.TraceID {
 	_, q1 := span(tr, rctx, "Query c", start.Add(4*ms), 0, stage("retrieve"))
 	end(q0, 7*ms)
 	end(q1, 9*ms)
-	ret.AddEvent(pipeline.EventLateShardDropped, trace.WithTimestamp(start.Add(9*ms)))
+	ret.AddEvent(ragconv.EventLateShardDropped, trace.WithTimestamp(start.Add(9*ms)))
 	end(ret, 9*ms)
 	_, chat := span(tr, pctx, "chat m", start.Add(10*ms), 0, stage("generate"))
-	_, stream := span(tr, pctx, pipeline.SpanStream, start.Add(12*ms), 0, stage("stream"), pipeline.AttrStreamWriteMS.Float64(0.5))
+	_, stream := span(tr, pctx, ragconv.SpanStream, start.Add(12*ms), 0, stage("stream"), ragconv.AttrStreamWriteMS.Float64(0.5))
 	end(stream, 20*ms)
 	end(chat, 20*ms)
 	end(pipe, 21*ms)

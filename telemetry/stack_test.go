@@ -22,6 +22,7 @@ import (
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
@@ -33,6 +34,7 @@ import (
 // wires it: API and admin listeners on httptest servers.
 type stack struct {
 	tel       *telemetry.Telemetry
+	pipeline  *pipeline.Pipeline
 	api       *httptest.Server
 	admin     *httptest.Server
 	model     string
@@ -40,7 +42,7 @@ type stack struct {
 }
 
 type stackOptions struct {
-	embedLatency rag.Law
+	embedLatency latency.Law
 	embedder     func(*embed.Hash) pipeline.Embedder // wraps the hash embedder, if set
 	profiler     *profile.Profiler
 	shards       int
@@ -85,7 +87,7 @@ func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {
 			tb.Fatal(err)
 		}
 	}
-	docs := docstore.New(chunks, docstore.WithSeed(1), docstore.WithFetchLatency(rag.Law{}))
+	docs := docstore.New(chunks, docstore.WithSeed(1), docstore.WithFetchLatency(latency.Law{}))
 	tb.Cleanup(func() { _ = docs.Close() })
 	prof, err := llmsim.ProfileByName("tiny")
 	if err != nil {
@@ -121,7 +123,7 @@ func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {
 	admin := httptest.NewServer(httpapi.NewAdmin(tel.Registry, httpapi.WithTraces(tel.Ring.Handler()),
 		httpapi.WithProfiles(profile.Handler(o.profiler.Store())), httpapi.WithPprof(profile.PprofHandler())))
 	tb.Cleanup(admin.Close)
-	return &stack{tel: tel, api: api, admin: admin, model: prof.Model, questions: corpus.Questions(chunks, 50, 1)}
+	return &stack{tel: tel, pipeline: p, api: api, admin: admin, model: prof.Model, questions: corpus.Questions(chunks, 50, 1)}
 }
 
 // answer is what the test client saw of one streamed request.

@@ -13,17 +13,22 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -46,7 +51,8 @@ type Telemetry struct {
 	TracerProvider *sdktrace.TracerProvider
 	// MeterProvider feeds the Prometheus registry and, when configured, OTLP.
 	MeterProvider *sdkmetric.MeterProvider
-	// Propagator is W3C trace context plus baggage (also installed as the global propagator).
+	// Propagator is what OTEL_PROPAGATORS names, W3C trace context plus baggage by default (also
+	// installed as the global propagator).
 	Propagator propagation.TextMapPropagator
 	// Registry is the service's own Prometheus registry (not the global one): the OTel
 	// exporter's metrics plus the Go runtime and process collectors. Register other collectors
@@ -80,7 +86,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		Now:            cfg.Now,
 		Registry:       prometheus.NewRegistry(),
 		CaptureContent: cfg.CaptureContent,
-		Propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		Propagator:     autoprop.NewTextMapPropagator(),
 		Errors:         NewErrorLimiter(cfg.Logger, cfg.ErrorLogEvery, time.Now),
 	}
 	defer func() {
@@ -100,8 +106,11 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	t.Ring = NewRing(cfg.RingRecent, cfg.RingSlowest, cfg.RingMaxSpans)
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(t.Resource),
-		sdktrace.WithSampler(cfg.Sampler),
+		sdktrace.WithRawSpanLimits(cfg.SpanLimits),
 		sdktrace.WithSpanProcessor(t.Ring),
+	}
+	if cfg.Sampler != nil {
+		tpOpts = append(tpOpts, sdktrace.WithSampler(cfg.Sampler))
 	}
 	if cfg.TraceFile != "" {
 		exp, err := newFileExporter(cfg.TraceFile)
@@ -111,15 +120,25 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
 		t.Exporting = append(t.Exporting, "spans to "+cfg.TraceFile)
 	}
-	if cfg.TracesEndpoint != "" {
+	// The batcher's default queue (2048 spans) bounds memory while the collector is away; spans
+	// past it are dropped, never waited for.
+	switch {
+	case cfg.TracesEndpoint != "":
 		exp, err := newTraceExporter(ctx, cfg.TracesProtocol, cfg.TracesEndpoint)
 		if err != nil {
 			return nil, err
 		}
-		// The default queue (2048 spans) bounds memory while the collector is away; spans past
-		// it are dropped, never waited for.
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
 		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp traces (%s) to %s", cfg.TracesProtocol, cfg.TracesEndpoint))
+	case exportRequested(os.Getenv, "TRACES"):
+		exp, desc, err := envSpanExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if exp != nil {
+			tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+			t.Exporting = append(t.Exporting, desc)
+		}
 	}
 	for _, sp := range cfg.SpanProcessors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
@@ -132,13 +151,23 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(t.Resource), sdkmetric.WithReader(promExp)}
-	if cfg.MetricsEndpoint != "" {
+	switch {
+	case cfg.MetricsEndpoint != "":
 		exp, err := newMetricExporter(ctx, cfg.MetricsProtocol, cfg.MetricsEndpoint)
 		if err != nil {
 			return nil, err
 		}
 		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.MetricsInterval))))
 		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp metrics (%s) to %s every %v", cfg.MetricsProtocol, cfg.MetricsEndpoint, cfg.MetricsInterval))
+	case exportRequested(os.Getenv, "METRICS"):
+		reader, desc, err := envMetricReader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if reader != nil {
+			mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
+			t.Exporting = append(t.Exporting, desc)
+		}
 	}
 	t.MeterProvider = sdkmetric.NewMeterProvider(mpOpts...)
 	t.shutdowns = append(t.shutdowns, t.MeterProvider.Shutdown)
@@ -175,18 +204,25 @@ func (t *Telemetry) LogStartup(logger *slog.Logger) {
 	logger.Info("telemetry", "service", name.AsString(), "exporting", t.Exporting, "capture_content", t.CaptureContent)
 }
 
+// newResource describes the service: ragtail's defaults, then what OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES say (read by the SDK), then cfg's explicit settings.
 func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	attrs := append([]attribute.KeyValue(nil), cfg.ResourceAttributes...)
-	attrs = append(attrs, semconv.ServiceName(cfg.ServiceName), semconv.ServiceInstanceID(instanceID()))
+	attrs = append(attrs, semconv.ServiceInstanceID(instanceID()))
+	if cfg.ServiceName != "" {
+		attrs = append(attrs, semconv.ServiceName(cfg.ServiceName))
+	}
 	if cfg.ServiceVersion != "" {
 		attrs = append(attrs, semconv.ServiceVersion(cfg.ServiceVersion))
 	}
 	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(DefaultServiceName)),
 		resource.WithTelemetrySDK(),
 		resource.WithHost(),
 		resource.WithProcessPID(),
 		resource.WithProcessRuntimeName(),
 		resource.WithProcessRuntimeVersion(),
+		resource.WithFromEnv(),
 		resource.WithAttributes(attrs...),
 	)
 	if err != nil {
@@ -200,6 +236,61 @@ func instanceID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// envSpanExporter returns the span exporter the OTEL_* variables describe (nil for none) and a
+// line saying what it is. contrib's autoexport builds it, except for an OTLP endpoint on port
+// 4317 with no protocol set, which ragtail speaks gRPC to (see grpcByPort).
+func envSpanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error) {
+	if grpcByPort(os.Getenv, "TRACES") {
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("otlp trace exporter: %w", err)
+		}
+		return exp, "otlp traces (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "TRACES"), nil
+	}
+	exp, err := autoexport.NewSpanExporter(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("trace exporter (OTEL_TRACES_EXPORTER): %w", err)
+	}
+	if autoexport.IsNoneSpanExporter(exp) {
+		return nil, "", nil
+	}
+	return exp, envExportLine("traces", "TRACES"), nil
+}
+
+// envMetricReader returns the metric reader the OTEL_* variables describe (nil for none), like
+// envSpanExporter. OTEL_METRICS_EXPORTER=prometheus means the admin listener's /metrics, which is
+// always on: autoexport would open a second server on the same port.
+func envMetricReader(ctx context.Context) (sdkmetric.Reader, string, error) {
+	if strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER")) == "prometheus" {
+		return nil, "", nil
+	}
+	if grpcByPort(os.Getenv, "METRICS") {
+		exp, err := otlpmetricgrpc.New(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("otlp metric exporter: %w", err)
+		}
+		return sdkmetric.NewPeriodicReader(exp), "otlp metrics (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "METRICS"), nil
+	}
+	r, err := autoexport.NewMetricReader(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("metric reader (OTEL_METRICS_EXPORTER): %w", err)
+	}
+	if autoexport.IsNoneMetricReader(r) {
+		return nil, "", nil
+	}
+	return r, envExportLine("metrics", "METRICS"), nil
+}
+
+// envExportLine describes for the startup line where the environment sends signal.
+func envExportLine(what, signal string) string {
+	exp := cmp.Or(strings.TrimSpace(os.Getenv("OTEL_"+signal+"_EXPORTER")), "otlp")
+	if exp != "otlp" {
+		return what + " to " + exp
+	}
+	protocol := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolHTTPProtobuf)
+	return fmt.Sprintf("otlp %s (%s) to %s", what, protocol, otlpEndpoint(os.Getenv, signal))
 }
 
 func newTraceExporter(ctx context.Context, protocol, endpoint string) (sdktrace.SpanExporter, error) {

@@ -11,7 +11,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/ragtail/ragtail/rag/pipeline"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // SpanRecord is one line of the --trace-file JSONL output: one ended span, with absolute times
@@ -47,7 +47,7 @@ func NewSpanRecord(s sdktrace.ReadOnlySpan) SpanRecord {
 		SpanID:        s.SpanContext().SpanID().String(),
 		Name:          s.Name(),
 		Kind:          s.SpanKind().String(),
-		Stage:         stringAttr(s.Attributes(), pipeline.AttrStage),
+		Stage:         stringAttr(s.Attributes(), ragconv.AttrStage),
 		StartUnixNano: s.StartTime().UnixNano(),
 		EndUnixNano:   s.EndTime().UnixNano(),
 		DurationMS:    ms(s.EndTime().Sub(s.StartTime())),

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
-	"github.com/ragtail/ragtail/rag/pipeline"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // TraceView is the JSON form of one trace on /debug/traces: the root span's summary, the time
@@ -31,12 +31,29 @@ type TraceView struct {
 	// reports them: the duration of each stage's own span (not its children), and for the stream
 	// stage the time spent writing to the client (rag.stream.write_ms).
 	Stages map[string]float64 `json:"stages"`
+	// Roots lists the trace's local roots, one per request the service served within the trace
+	// (several when a client reuses one trace id across calls), in the order they ended, each
+	// with its own stages. Stages above sums them.
+	Roots []RootView `json:"roots"`
 	// Waterfall lists every span of the trace by start time.
 	Waterfall    []SpanView `json:"waterfall"`
 	DroppedSpans int        `json:"dropped_spans,omitempty"`
 }
 
-// SpanView is one span of a TraceView's waterfall. Offsets are from the root span's start.
+// RootView is one local root of a TraceView and what its subtree spent per stage. Its offset is
+// from the trace's start.
+type RootView struct {
+	Name          string             `json:"name"`
+	SpanID        string             `json:"span_id"`
+	RequestID     string             `json:"request_id,omitempty"`
+	StartOffsetMS float64            `json:"start_offset_ms"`
+	DurationMS    float64            `json:"duration_ms"`
+	Status        string             `json:"status"`
+	Stages        map[string]float64 `json:"stages"`
+}
+
+// SpanView is one span of a TraceView's waterfall. Offsets are from the trace's start: the
+// earliest start of its local roots.
 type SpanView struct {
 	Stage         string         `json:"stage"` // rag.stage; "" for spans without one
 	Name          string         `json:"name"`
@@ -61,6 +78,11 @@ type EventView struct {
 func (t *Trace) View() TraceView {
 	root := t.Root
 	start := root.StartTime()
+	for _, r := range t.Roots {
+		if r.StartTime().Before(start) {
+			start = r.StartTime()
+		}
+	}
 	v := TraceView{
 		TraceID:       t.ID.String(),
 		Root:          root.Name(),
@@ -76,7 +98,7 @@ func (t *Trace) View() TraceView {
 	stageOf := make(map[trace.SpanID]string, len(spans))
 	parentOf := make(map[trace.SpanID]trace.SpanID, len(spans))
 	for _, s := range spans {
-		stageOf[s.SpanContext().SpanID()] = stringAttr(s.Attributes(), pipeline.AttrStage)
+		stageOf[s.SpanContext().SpanID()] = stringAttr(s.Attributes(), ragconv.AttrStage)
 		parentOf[s.SpanContext().SpanID()] = s.Parent().SpanID()
 	}
 	depth := func(s sdktrace.ReadOnlySpan) int {
@@ -97,20 +119,49 @@ func (t *Trace) View() TraceView {
 		}
 		return depth(a) - depth(b)
 	})
+	// rootOf walks up from a span to the local root whose subtree holds it.
+	rootOf := func(id trace.SpanID) trace.SpanID {
+		for range len(spans) {
+			parent, ok := parentOf[id]
+			if _, kept := parentOf[parent]; !ok || !kept {
+				break
+			}
+			id = parent
+		}
+		return id
+	}
+	roots := make(map[trace.SpanID]*RootView, len(t.Roots))
+	for _, r := range t.Roots {
+		rv := RootView{Name: r.Name(), SpanID: r.SpanContext().SpanID().String(), StartOffsetMS: ms(r.StartTime().Sub(start)),
+			DurationMS: ms(r.EndTime().Sub(r.StartTime())), Status: statusName(r.Status().Code), Stages: map[string]float64{}}
+		v.Roots = append(v.Roots, rv)
+	}
+	for i, r := range t.Roots {
+		roots[r.SpanContext().SpanID()] = &v.Roots[i]
+	}
 	for _, s := range spans {
 		sv := spanView(s, start)
 		v.Waterfall = append(v.Waterfall, sv)
-		if id := stringAttr(s.Attributes(), pipeline.AttrRequestID); id != "" && v.RequestID == "" {
-			v.RequestID = id
+		rv := roots[rootOf(s.SpanContext().SpanID())]
+		if id := stringAttr(s.Attributes(), ragconv.AttrRequestID); id != "" {
+			if v.RequestID == "" {
+				v.RequestID = id
+			}
+			if rv != nil && rv.RequestID == "" {
+				rv.RequestID = id
+			}
 		}
 		if !slices.Contains(rag.Stages, rag.Stage(sv.Stage)) || stageOf[s.Parent().SpanID()] == sv.Stage {
 			continue // not a stage, or a child of its stage's span (one shard's query)
 		}
 		d := sv.DurationMS
-		if w, ok := sv.Attributes[string(pipeline.AttrStreamWriteMS)].(float64); ok && sv.Stage == string(rag.StageStream) {
+		if w, ok := sv.Attributes[string(ragconv.AttrStreamWriteMS)].(float64); ok && sv.Stage == string(rag.StageStream) {
 			d = w
 		}
 		v.Stages[sv.Stage] += d
+		if rv != nil {
+			rv.Stages[sv.Stage] += d
+		}
 	}
 	return v
 }
@@ -118,7 +169,7 @@ func (t *Trace) View() TraceView {
 func spanView(s sdktrace.ReadOnlySpan, origin time.Time) SpanView {
 	attrs := s.Attributes()
 	sv := SpanView{
-		Stage:         stringAttr(attrs, pipeline.AttrStage),
+		Stage:         stringAttr(attrs, ragconv.AttrStage),
 		Name:          s.Name(),
 		SpanID:        s.SpanContext().SpanID().String(),
 		StartOffsetMS: ms(s.StartTime().Sub(origin)),

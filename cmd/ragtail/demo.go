@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 type demoOptions struct {
@@ -53,17 +52,17 @@ queueing. Needs nothing else running.`)
 		return errors.New("--max-tokens must be positive")
 	}
 	logger := newLogger(stderr, o.service.logLevel)
-	svc, err := buildService(ctx, o.service, logger)
+	svc, err := buildService(ctx, o.service.config(false), telemetryOptions{}, logger)
 	if err != nil {
 		return err
 	}
-	defer svc.Close()
+	defer func() { _ = svc.Close() }()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listen(ctx, "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: svc.API, ReadHeaderTimeout: 10 * time.Second}
+	srv := service.NewServer(svc.API, service.DefaultTimeouts, logger)
 	go func() { _ = srv.Serve(ln) }()
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -110,7 +109,7 @@ func driveDemo(ctx context.Context, url, model string, questions []string, o dem
 		errs    = make([]error, len(rag.Couplings))
 	)
 	for i, mode := range rag.Couplings {
-		seed := o.service.seed + uint64(i)*0x9e37
+		seed := o.service.cfg.Seed + uint64(i)*0x9e37
 		c, err := client.New(url, client.WithModel(model), client.WithMaxTokens(o.maxToks),
 			client.WithBody(map[string]any{"rag": map[string]any{"coupling": string(mode)}}))
 		if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,8 +17,10 @@ import (
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/embed/embedtest"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 // writeDocs writes a small Markdown tree and returns its directory.
@@ -95,7 +96,7 @@ func TestIngestSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range snap.Chunks {
-		if !slices.Equal(snap.Vectors[i], h.Vector(chunkText(c))) {
+		if !slices.Equal(snap.Vectors[i], h.Vector(service.ChunkText(c))) {
 			t.Fatalf("vector of %s is not the hash embedding of its title and text", c.ID)
 		}
 	}
@@ -132,7 +133,7 @@ func TestIngestBuiltinCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := corpus.Builtin(corpus.Options{Seed: 1, Docs: 12})
-	if snap := readSnapshotFile(t, out); !slices.Equal(snap.Chunks, want) || snap.Embedder != hashEmbedderID(embed.DefaultDimension, 1) {
+	if snap := readSnapshotFile(t, out); !slices.Equal(snap.Chunks, want) || snap.Embedder != service.HashEmbedderID(embed.DefaultDimension, 1) {
 		t.Errorf("snapshot of the built-in corpus: %d chunks by %q, want %d by the default hash embedder", len(snap.Chunks), snap.Embedder, len(want))
 	}
 	if !strings.Contains(stdout, "of the built-in corpus") {
@@ -182,26 +183,29 @@ func TestIngestQdrant(t *testing.T) {
 		}
 	}
 
-	// Serve's side: the retriever finds the collections ready and loads every payload.
-	var loaded []rag.Chunk
-	o := testBackendOptions(srv.Addr())
-	b, err := openRetriever(ctx, o, 2, 32, hashEmbedderID(32, 1), func(c []rag.Chunk) error { loaded = c; return nil }, backendTelemetry{}, discardLogger())
+	// Serve's side: the service finds the collections ready and loads every payload.
+	bo := testBackendOptions(srv.Addr())
+	cfg := service.DefaultConfig()
+	cfg.Shards, cfg.Dim, cfg.Backends = 2, 32, bo.config()
+	svc, err := service.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Ready(ctx); err != nil {
-		t.Fatalf("Ready after ingest: %v", err)
+	if n := svc.Docs.Len(); n != len(want) {
+		t.Errorf("the service loaded %d payloads, want %d", n, len(want))
 	}
-	if len(loaded) != len(want) {
-		t.Errorf("loaded %d payloads, want %d", len(loaded), len(want))
+	_ = svc.Close()
+	q, err := service.NewQdrant(cfg.Backends, 2, service.HashEmbedderID(32, 1), nil, discardLogger())
+	if err != nil {
+		t.Fatal(err)
 	}
 	h, _ := embed.NewHash(embed.WithDimension(32), embed.WithSeed(1))
 	target := want[len(want)/2]
-	hits, err := b.Search(ctx, retrieve.ShardOf(target.ID, 2), h.Vector(chunkText(target)), 1)
+	hits, err := q.Search(ctx, retrieve.ShardOf(target.ID, 2), h.Vector(service.ChunkText(target)), 1)
 	if err != nil || len(hits) != 1 || hits[0].ChunkID != target.ID {
 		t.Errorf("searching a chunk's own embedding found %v, %v; want %s", hits, err, target.ID)
 	}
-	_ = b.Close()
+	_ = q.Close()
 
 	// Remove a file: without --prune its points stay and the summary says so; with it they go.
 	if err := os.Remove(filepath.Join(dir, "kv-cache.md")); err != nil {
@@ -226,43 +230,9 @@ func TestIngestQdrant(t *testing.T) {
 	}
 }
 
-// hashEmbeddingsServer is an OpenAI-compatible embeddings server returning hash embeddings.
-func hashEmbeddingsServer(tb testing.TB, dim int) *httptest.Server {
-	tb.Helper()
-	h, err := embed.NewHash(embed.WithDimension(dim))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Input any `json:"input"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var inputs []string
-		switch in := req.Input.(type) {
-		case string:
-			inputs = []string{in}
-		case []any:
-			for _, x := range in {
-				inputs = append(inputs, fmt.Sprint(x))
-			}
-		}
-		data := make([]map[string]any, len(inputs))
-		for i, s := range inputs {
-			data[i] = map[string]any{"object": "embedding", "index": i, "embedding": h.Vector(s)}
-		}
-		rag.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
-	}))
-	tb.Cleanup(srv.Close)
-	return srv
-}
-
 func TestIngestWithEmbeddingsServer(t *testing.T) {
 	t.Parallel()
-	srv := hashEmbeddingsServer(t, 24)
+	srv := embedtest.NewHashServer(t, 24)
 	out := filepath.Join(t.TempDir(), "e.snap")
 	stdout, stderr, err := runIngestCmd(t, context.Background(), writeDocs(t), "--snapshot", out, "--embed-url", srv.URL+"/v1", "--embed-model", "hash-24", "--embed-batch", "3")
 	if err != nil {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/ragtail/ragtail/loadgen/lab"
 	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 type labOptions struct {
@@ -64,8 +63,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	if o.url == "" {
 		// The in-process service's logs would bury the tables (every shed request is an error
 		// line); its failures show in the measurements and its startup errors are returned.
-		o.service.telemetry.profiling = false
-		stop, t, err := startLabService(ctx, o.service, newLogger(io.Discard, "error"))
+		stop, t, err := startLabService(ctx, o.service.config(false), newLogger(io.Discard, "error"))
 		if err != nil {
 			return err
 		}
@@ -89,7 +87,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	}()
 	for _, name := range run {
 		fmt.Fprintf(stderr, "lab %s: running (%v of load)\n", name, cmpDur(o.duration, lab.DefaultDuration(name)))
-		res, rerr := lab.Run(ctx, name, target, lab.Options{Duration: o.duration, Seed: o.service.seed, Log: stderr, Keepalive: keepalive})
+		res, rerr := lab.Run(ctx, name, target, lab.Options{Duration: o.duration, Seed: o.service.cfg.Seed, Log: stderr, Keepalive: keepalive})
 		if rerr != nil {
 			return rerr
 		}
@@ -147,22 +145,23 @@ func writeLabFiles(o labOptions, results []*lab.Result) error {
 }
 
 // startLabService builds the service and serves its API and admin handlers on loopback ports.
-func startLabService(ctx context.Context, so serviceOptions, logger *slog.Logger) (stop func() error, t lab.Target, err error) {
-	svc, err := buildService(ctx, so, logger)
+// Profiling is off: the lab's own measurements are what it reports.
+func startLabService(ctx context.Context, cfg service.Config, logger *slog.Logger) (stop func() error, t lab.Target, err error) {
+	svc, err := buildService(ctx, cfg, telemetryOptions{}, logger)
 	if err != nil {
 		return nil, t, err
 	}
 	var servers []*http.Server
 	var addrs []string
 	for _, h := range []http.Handler{svc.API, svc.Admin} {
-		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		ln, lerr := listen(ctx, "127.0.0.1:0")
 		if lerr != nil {
 			for _, s := range servers {
 				_ = s.Close()
 			}
 			return nil, t, errors.Join(fmt.Errorf("listen on loopback: %w", lerr), svc.Close())
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := service.NewServer(h, service.DefaultTimeouts, logger)
 		go func() { _ = srv.Serve(ln) }()
 		servers = append(servers, srv)
 		addrs = append(addrs, "http://"+ln.Addr().String())
@@ -212,17 +211,15 @@ func startKeepaliveArms(ctx context.Context) (arms []lab.KeepaliveArm, stop func
 			return nil, nil, fmt.Errorf("start qdrant-protocol server: %w", err)
 		}
 		stops = append(stops, func() error { srv.Close(); return nil })
-		if err := runIngest(ctx, []string{"--qdrant", srv.Addr(), "--shards", "1", "--progress-interval", "0"}, io.Discard, io.Discard); err != nil {
+		cfg := service.DefaultConfig()
+		cfg.Shards = 1
+		cfg.Backends.Qdrant.Addr = srv.Addr()
+		in := service.DefaultIngestConfig()
+		in.Shards, in.Backends = cfg.Shards, cfg.Backends
+		if _, err := service.Ingest(ctx, in, nil); err != nil {
 			return nil, nil, fmt.Errorf("ingest into %s: %w", srv.Addr(), err)
 		}
-		var so serviceOptions
-		fs := flag.NewFlagSet("keepalive", flag.ContinueOnError)
-		so.register(fs)
-		so.backends.register(fs)
-		so.telemetry.profiling = false
-		so.shards = 1
-		so.backends.qdrantAddr = srv.Addr()
-		stopSvc, t, err := startLabService(ctx, so, newLogger(io.Discard, "error"))
+		stopSvc, t, err := startLabService(ctx, cfg, newLogger(io.Discard, "error"))
 		if err != nil {
 			return nil, nil, err
 		}

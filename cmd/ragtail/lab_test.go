@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -14,16 +13,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 // labService starts the in-process service the lab targets, with defaults from the flags.
 func labService(tb testing.TB) (api, admin string) {
 	tb.Helper()
-	var so serviceOptions
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	so.register(fs)
-	so.telemetry.profiling = false
-	stop, t, err := startLabService(context.Background(), so, newLogger(io.Discard, "error"))
+	stop, t, err := startLabService(context.Background(), service.DefaultConfig(), newLogger(io.Discard, "error"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -47,10 +44,10 @@ func do(tb testing.TB, method, url, body string) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, b
 }
 
-func adminStats(tb testing.TB, admin string) runtimeStats {
+func adminStats(tb testing.TB, admin string) service.RuntimeStats {
 	tb.Helper()
 	_, _, b := do(tb, http.MethodGet, admin+"/admin/stats", "")
-	var s runtimeStats
+	var s service.RuntimeStats
 	if err := json.Unmarshal(b, &s); err != nil {
 		tb.Fatalf("stats %s: %v", b, err)
 	}
@@ -85,7 +82,7 @@ func TestRuntimeConfig(t *testing.T) {
 	api, admin := labService(t)
 
 	t.Run("validation and versioning", func(t *testing.T) {
-		var before runtimeConfig
+		var before service.RuntimeConfig
 		_, _, b := do(t, http.MethodGet, admin+"/admin/config", "")
 		if err := json.Unmarshal(b, &before); err != nil {
 			t.Fatal(err)
@@ -99,7 +96,7 @@ func TestRuntimeConfig(t *testing.T) {
 			}
 		}
 		put(t, admin, `{"top_k":7}`)
-		var after runtimeConfig
+		var after service.RuntimeConfig
 		_, _, b = do(t, http.MethodGet, admin+"/admin/config", "")
 		if err := json.Unmarshal(b, &after); err != nil {
 			t.Fatal(err)

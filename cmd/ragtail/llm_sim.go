@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag/llmsim"
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 func runLLMSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,13 +52,13 @@ context, a KV cache of 16-token blocks (paged or contiguous), and preemption whe
 	if err != nil {
 		return err
 	}
-	defer engine.Close()
-	ln, err := net.Listen("tcp", addr)
+	defer func() { _ = engine.Close() }()
+	ln, err := listen(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listen on --addr %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: llmsim.NewHandler(engine), ReadHeaderTimeout: 10 * time.Second}
+	srv := service.NewServer(llmsim.NewHandler(engine), service.DefaultTimeouts, logger)
 	logger.Info("llm-sim serving", "addr", ln.Addr().String(), "profile", prof.Name, "model", prof.Model)
 	fmt.Fprintf(stdout, "llm-sim serving %q (profile %s) on http://%s/v1\n", prof.Model, prof.Name, ln.Addr())
-	return serveUntilDone(ctx, []*http.Server{srv}, []net.Listener{ln}, grace, logger)
+	return service.Serve(ctx, []*http.Server{srv}, []net.Listener{ln}, grace, logger)
 }

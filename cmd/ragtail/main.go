@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -131,4 +132,10 @@ func newFlagSet(name, synopsis, summary string) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// listen listens on the TCP address addr; ctx bounds the setup only, not the listener.
+func listen(ctx context.Context, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	return lc.Listen(ctx, "tcp", addr)
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 type serveOptions struct {
@@ -48,59 +49,31 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 		return err
 	}
 	logger := newLogger(stderr, o.service.logLevel)
-	svc, err := buildService(ctx, o.service, logger)
+	svc, err := buildService(ctx, o.service.config(true), o.service.telemetry, logger)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, svc.Close()) }()
 
-	api, err := net.Listen("tcp", o.addr)
+	api, err := listen(ctx, o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on --addr %s: %w", o.addr, err)
 	}
-	servers := []*http.Server{{Handler: svc.API, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}}
+	servers := []*http.Server{service.NewServer(svc.API, service.DefaultTimeouts, logger)}
 	listeners := []net.Listener{api}
 	adminAddr := "off"
 	if o.adminAddr != "" {
-		admin, err := net.Listen("tcp", o.adminAddr)
+		admin, err := listen(ctx, o.adminAddr)
 		if err != nil {
-			api.Close()
+			_ = api.Close()
 			return fmt.Errorf("listen on --admin-addr %s: %w", o.adminAddr, err)
 		}
-		servers = append(servers, &http.Server{Handler: svc.Admin, ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, service.NewServer(svc.Admin, service.DefaultTimeouts, logger))
 		listeners = append(listeners, admin)
 		adminAddr = "http://" + admin.Addr().String()
 	}
 	logger.Info("ragtail serving", "api", api.Addr().String(), "admin", adminAddr, "model", svc.Model,
 		"profile", svc.Profile, "shards", svc.Shards, "chunks", svc.Chunks)
 	fmt.Fprintf(stdout, "ragtail serving the API on http://%s (model %q); admin on %s\n", api.Addr(), svc.Model, adminAddr)
-	return serveUntilDone(ctx, servers, listeners, o.grace, logger)
-}
-
-// serveUntilDone serves each server on its listener until ctx is done or one fails, then shuts
-// them all down, letting running requests finish within grace.
-func serveUntilDone(ctx context.Context, servers []*http.Server, listeners []net.Listener, grace time.Duration, logger *slog.Logger) error {
-	errc := make(chan error, len(servers))
-	for i, s := range servers {
-		go func() { errc <- s.Serve(listeners[i]) }()
-	}
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "grace", grace)
-	case serveErr = <-errc:
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	var errs []error
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		errs = append(errs, serveErr)
-	}
-	for _, s := range servers {
-		if err := s.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown: %w (requests still running after %s were cut)", err, grace))
-			_ = s.Close()
-		}
-	}
-	return errors.Join(errs...)
+	return service.Serve(ctx, servers, listeners, o.grace, logger)
 }

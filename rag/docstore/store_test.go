@@ -13,6 +13,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/docstore"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
@@ -75,7 +76,7 @@ func TestCacheHitSkipsStore(t *testing.T) {
 	t.Parallel()
 	const fetch = 30 * time.Millisecond
 	chunks := makeChunks(t, 100)
-	s := docstore.New(chunks, docstore.WithFetchLatency(rag.Fixed(fetch)))
+	s := docstore.New(chunks, docstore.WithFetchLatency(latency.Fixed(fetch)))
 	want := chunks[42]
 
 	start := time.Now()
@@ -100,7 +101,7 @@ func TestCacheHitSkipsStore(t *testing.T) {
 func TestBloomBlocksAbsentIDs(t *testing.T) {
 	t.Parallel()
 	chunks := makeChunks(t, 500)
-	s := docstore.New(chunks, docstore.WithFetchLatency(rag.Fixed(time.Hour)))
+	s := docstore.New(chunks, docstore.WithFetchLatency(latency.Fixed(time.Hour)))
 	ref := referenceFilter(t, idsOf(chunks), docstore.DefaultBloomFalsePositiveRate)
 	var probed int
 	for _, id := range absentIDs(50) {
@@ -122,7 +123,7 @@ func TestBloomBlocksAbsentIDs(t *testing.T) {
 func TestWithoutBloomAbsentIDsReachStore(t *testing.T) {
 	t.Parallel()
 	const fetch = 10 * time.Millisecond
-	s := docstore.New(makeChunks(t, 100), docstore.WithoutBloom(), docstore.WithFetchLatency(rag.Fixed(fetch)))
+	s := docstore.New(makeChunks(t, 100), docstore.WithoutBloom(), docstore.WithFetchLatency(latency.Fixed(fetch)))
 	absent := absentIDs(3)
 	start := time.Now()
 	for round := range 2 { // the second round shows absent ids are not cached either
@@ -389,7 +390,7 @@ func TestRuntimeSettings(t *testing.T) {
 	if st := s.Stats(); st.BloomFalsePositiveRate != 0.05 {
 		t.Fatalf("configured rate %v, want 0.05", st.BloomFalsePositiveRate)
 	}
-	law := rag.Fixed(3 * time.Millisecond)
+	law := latency.Fixed(3 * time.Millisecond)
 	s.SetFetchLatency(law)
 	if got := s.FetchLatency(); got != law {
 		t.Fatalf("FetchLatency = %v, want %v", got, law)
@@ -419,7 +420,7 @@ func TestRuntimeSettings(t *testing.T) {
 func TestCancelDuringStoreWait(t *testing.T) {
 	t.Parallel()
 	const law = 10 * time.Second
-	s := docstore.New(makeChunks(t, 10), docstore.WithFetchLatency(rag.Fixed(law)))
+	s := docstore.New(makeChunks(t, 10), docstore.WithFetchLatency(latency.Fixed(law)))
 	ctx, cancel := context.WithCancel(context.Background())
 	timer := time.AfterFunc(20*time.Millisecond, cancel)
 	defer timer.Stop()
@@ -509,7 +510,7 @@ func TestConcurrentUse(t *testing.T) {
 		for i := range 60 {
 			_ = s.SetCache(i % 40)
 			_ = s.SetBloom(i%4 != 0, 0.01+float64(i%3)/100)
-			s.SetFetchLatency(rag.Fixed(time.Duration(i%2) * time.Microsecond))
+			s.SetFetchLatency(latency.Fixed(time.Duration(i%2) * time.Microsecond))
 			_ = s.Stats()
 		}
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // embeddingsServer is an OpenAI-compatible embeddings server backed by a Hash embedder, so that
@@ -43,12 +44,12 @@ func newEmbeddingsServer(tb testing.TB, dim int) (*embeddingsServer, *httptest.S
 
 func (s *embeddingsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/embeddings" {
-		rag.WriteJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"message": "no route " + r.Method + " " + r.URL.Path}})
+		openai.WriteJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"message": "no route " + r.Method + " " + r.URL.Path}})
 		return
 	}
 	var req map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		rag.WriteJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"message": err.Error()}})
+		openai.WriteJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"message": err.Error()}})
 		return
 	}
 	s.mu.Lock()
@@ -86,7 +87,7 @@ func (s *embeddingsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		data[pos] = item{Object: "embedding", Index: i, Embedding: emb}
 	}
-	rag.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": req["model"]})
+	openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": req["model"]})
 }
 
 func (s *embeddingsServer) sent() []map[string]any {
@@ -276,7 +277,7 @@ func TestClientDimensionChange(t *testing.T) {
 		if calls.Add(1) > 1 {
 			vec = []float32{1, 0} // the deployment was swapped for another model
 		}
-		rag.WriteJSON(w, http.StatusOK, map[string]any{"data": []any{map[string]any{"index": 0, "embedding": vec}}})
+		openai.WriteJSON(w, http.StatusOK, map[string]any{"data": []any{map[string]any{"index": 0, "embedding": vec}}})
 	}))
 	defer srv.Close()
 	c := newClient(t, srv.URL)

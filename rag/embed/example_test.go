@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 func ExampleHash() {
 	// No simulated service time: embed at once, as when seeding an index.
-	h, err := embed.NewHash(embed.WithLatency(rag.Law{}, 0))
+	h, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0))
 	if err != nil {
 		panic(err)
 	}

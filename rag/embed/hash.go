@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // DefaultDimension is the length of Hash vectors unless WithDimension says otherwise. It is the
@@ -29,7 +30,7 @@ const DefaultDimension = 384
 
 // defaultLatency is the per-call part of Hash's simulated service time: about one forward pass
 // of a small embedding model on a GPU-backed embedding server, before its per-token work.
-var defaultLatency = rag.Law{Kind: rag.LawLognormal, Scale: 1500 * time.Microsecond, Shape: 0.3, Max: 50 * time.Millisecond}
+var defaultLatency = latency.Law{Kind: latency.LawLognormal, Scale: 1500 * time.Microsecond, Shape: 0.3, Max: 50 * time.Millisecond}
 
 // DefaultPerToken is the per-input-token part of Hash's simulated service time.
 const DefaultPerToken = 4 * time.Microsecond
@@ -51,7 +52,7 @@ type Hash struct {
 	dim      int
 	seed     uint64
 	model    string
-	delay    *rag.Delay
+	delay    *latency.Delay
 	perToken time.Duration
 	slots    chan struct{} // nil: unlimited concurrency
 	busy     atomic.Int64  // calls in their forward pass
@@ -65,7 +66,7 @@ type hashConfig struct {
 	dim         int
 	seed        uint64
 	model       string
-	latency     rag.Law
+	latency     latency.Law
 	perToken    time.Duration
 	concurrency int
 }
@@ -86,8 +87,8 @@ func WithModel(name string) Option { return optionFunc(func(c *hashConfig) { c.m
 
 // WithLatency sets the simulated service time of one call: a draw from base plus perToken for each
 // input token. The default is "lognormal:1.5ms,0.3,50ms" plus DefaultPerToken.
-// WithLatency(rag.Law{}, 0) turns the simulation off.
-func WithLatency(base rag.Law, perToken time.Duration) Option {
+// WithLatency(latency.Law{}, 0) turns the simulation off.
+func WithLatency(base latency.Law, perToken time.Duration) Option {
 	return optionFunc(func(c *hashConfig) { c.latency, c.perToken = base, perToken })
 }
 
@@ -123,7 +124,7 @@ func NewHash(opts ...Option) (*Hash, error) {
 		dim:      cfg.dim,
 		seed:     cfg.seed,
 		model:    cfg.model,
-		delay:    rag.NewDelay(cfg.latency, cfg.seed),
+		delay:    latency.NewDelay(cfg.latency, cfg.seed),
 		perToken: cfg.perToken,
 	}
 	if cfg.concurrency > 0 {
@@ -196,7 +197,7 @@ func (h *Hash) serve(ctx context.Context, tokens int) error {
 	h.busy.Add(1)
 	defer h.busy.Add(-1)
 	service := h.delay.Sample() + time.Duration(tokens)*h.perToken
-	if err := rag.Sleep(ctx, service); err != nil {
+	if err := latency.Sleep(ctx, service); err != nil {
 		return ctxError("forward pass", err)
 	}
 	return nil

@@ -13,12 +13,13 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/embed"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // newHash builds a Hash without simulated latency unless opts set one.
 func newHash(tb testing.TB, opts ...embed.Option) *embed.Hash {
 	tb.Helper()
-	h, err := embed.NewHash(append([]embed.Option{embed.WithLatency(rag.Law{}, 0)}, opts...)...)
+	h, err := embed.NewHash(append([]embed.Option{embed.WithLatency(latency.Law{}, 0)}, opts...)...)
 	if err != nil {
 		tb.Fatalf("NewHash: %v", err)
 	}
@@ -46,7 +47,7 @@ func TestNewHash(t *testing.T) {
 		{name: "dimension names the model", opts: []embed.Option{embed.WithDimension(64)}, wantDim: 64, wantModel: "ragtail-hash-64"},
 		{name: "explicit model", opts: []embed.Option{embed.WithModel("bge-small")}, wantDim: 384, wantModel: "bge-small"},
 		{name: "zero dimension", opts: []embed.Option{embed.WithDimension(0)}, wantErr: true},
-		{name: "negative per-token latency", opts: []embed.Option{embed.WithLatency(rag.Law{}, -time.Millisecond)}, wantErr: true},
+		{name: "negative per-token latency", opts: []embed.Option{embed.WithLatency(latency.Law{}, -time.Millisecond)}, wantErr: true},
 		{name: "negative concurrency", opts: []embed.Option{embed.WithConcurrency(-1)}, wantErr: true},
 		{name: "unlimited concurrency", opts: []embed.Option{embed.WithConcurrency(0)}, wantDim: 384, wantModel: "ragtail-hash-384"},
 	}
@@ -281,14 +282,14 @@ func TestHashServiceTime(t *testing.T) {
 	const calls = 4
 	t.Run("one slot serialises calls", func(t *testing.T) {
 		t.Parallel()
-		h := newHash(t, embed.WithLatency(rag.Fixed(service), 0), embed.WithConcurrency(1))
+		h := newHash(t, embed.WithLatency(latency.Fixed(service), 0), embed.WithConcurrency(1))
 		if got := embedConcurrently(t, h, calls, "query"); got < calls*service {
 			t.Errorf("%d calls through one slot took %v, want at least %v", calls, got, calls*service)
 		}
 	})
 	t.Run("enough slots do not queue", func(t *testing.T) {
 		t.Parallel()
-		h := newHash(t, embed.WithLatency(rag.Fixed(service), 0), embed.WithConcurrency(calls))
+		h := newHash(t, embed.WithLatency(latency.Fixed(service), 0), embed.WithConcurrency(calls))
 		got := embedConcurrently(t, h, calls, "query")
 		if got < service || got >= (calls-1)*service {
 			t.Errorf("%d calls through %d slots took %v, want about %v", calls, calls, got, service)
@@ -296,7 +297,7 @@ func TestHashServiceTime(t *testing.T) {
 	})
 	t.Run("cost per token", func(t *testing.T) {
 		t.Parallel()
-		h := newHash(t, embed.WithLatency(rag.Law{}, time.Millisecond))
+		h := newHash(t, embed.WithLatency(latency.Law{}, time.Millisecond))
 		text := strings.Repeat("token ", 30)
 		want := time.Duration(rag.CountTokens(text)) * time.Millisecond
 		if got := embedConcurrently(t, h, 1, text); got < want {
@@ -329,7 +330,7 @@ func TestHashEmbedContext(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHash(t, embed.WithLatency(rag.Fixed(time.Hour), 0), embed.WithConcurrency(1))
+			h := newHash(t, embed.WithLatency(latency.Fixed(time.Hour), 0), embed.WithConcurrency(1))
 			holderCtx, stopHolder := context.WithCancel(context.Background())
 			holderDone := make(chan error, 1)
 			go func() { _, err := h.Embed(holderCtx, "holds the only slot"); holderDone <- err }()

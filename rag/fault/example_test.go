@@ -8,6 +8,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/fault"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 func ExampleParseRule() {
@@ -42,7 +43,7 @@ func ExampleInjector() {
 	fmt.Println(dec.Fired[0].Rule, dec.Delay)
 
 	_, err = in.Apply(context.Background(), "", "/v1/chat/completions")
-	fmt.Println(rag.ToHTTPError(err).Status, err)
+	fmt.Println(openai.ToHTTPError(err).Status, err)
 	// Output:
 	// session 180ms
 	// 503 Service Unavailable (injected by fault rule "outage")

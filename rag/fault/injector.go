@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // ErrInjected is matched (errors.Is) by every error a fault rule causes, so that callers can tell
@@ -193,8 +195,8 @@ func (in *Injector) Rules() []Rule {
 type Decision struct {
 	// Delay is the latency to add: the sum of the delays of the rules that fired.
 	Delay time.Duration
-	// Err is the abort of the first rule that aborted, or nil. It is a *rag.HTTPError carrying
-	// the rule's status (so rag.WriteError reports it as is) wrapping an *AbortError.
+	// Err is the abort of the first rule that aborted, or nil. It is a *openai.HTTPError carrying
+	// the rule's status (so openai.WriteError reports it as is) wrapping an *AbortError.
 	Err error
 	// CutAfterTokens is the smallest cut of the rules that fired, or 0 for no cut.
 	CutAfterTokens int
@@ -240,13 +242,13 @@ func (e *AbortError) Error() string {
 // Unwrap returns ErrInjected and the rag sentinel of the status.
 func (e *AbortError) Unwrap() []error { return []error{ErrInjected, abortSentinel(e.Status)} }
 
-// httpError wraps e in the rag.HTTPError the HTTP layer reports as is.
+// httpError wraps e in the openai.HTTPError the HTTP layer reports as is.
 func (e *AbortError) httpError() error {
 	typ := "invalid_request_error"
 	if e.Status >= 500 {
 		typ = "server_error"
 	}
-	return &rag.HTTPError{Status: e.Status, Type: typ, Code: "fault_injected", Message: e.Error(), Err: e}
+	return &openai.HTTPError{Status: e.Status, Type: typ, Code: "fault_injected", Message: e.Error(), Err: e}
 }
 
 // CutError returns the error a stream cut by d ends with, or nil if d cuts nothing. CutStream
@@ -286,7 +288,7 @@ func (in *Injector) Decide(stage rag.Stage, route string) Decision {
 		}
 		c.counts.fired.Add(1)
 		f := Firing{Rule: r.Name, CutAfterTokens: r.CutAfterTokens}
-		if r.Delay != (rag.Law{}) || r.Relative != nil {
+		if r.Delay != (latency.Law{}) || r.Relative != nil {
 			f.Delay = in.draw(c, n, stage, route)
 			c.counts.delay.Add(int64(f.Delay))
 			dec.Delay += f.Delay
@@ -324,7 +326,7 @@ func (in *Injector) draw(c *compiled, n uint64, stage rag.Stage, route string) t
 	s.pcg.Seed(mix(c.drawBase+(n+1)*golden), n)
 	r := &c.rule
 	var total time.Duration
-	if r.Delay != (rag.Law{}) {
+	if r.Delay != (latency.Law{}) {
 		total = min(r.Delay.Sample(s.rng), in.maxDelay)
 	}
 	if rel := r.Relative; rel != nil {
@@ -347,7 +349,7 @@ func (in *Injector) draw(c *compiled, n uint64, stage rag.Stage, route string) t
 func (in *Injector) Apply(ctx context.Context, stage rag.Stage, route string) (Decision, error) {
 	dec := in.Decide(stage, route)
 	if dec.Delay > 0 {
-		if err := rag.Sleep(ctx, dec.Delay); err != nil {
+		if err := latency.Sleep(ctx, dec.Delay); err != nil {
 			return dec, err
 		}
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/fault"
+	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 func newInjector(tb testing.TB, rules []fault.Rule, seed uint64, opts ...fault.Option) *fault.Injector {
@@ -48,7 +50,7 @@ func TestPercentFiresBinomialShare(t *testing.T) {
 	for _, seed := range []uint64{1, 42, 0xdecafbad} {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
 			t.Parallel()
-			in := newInjector(t, []fault.Rule{{Name: "ten", Stage: rag.StageRetrieve, Percent: 10, Delay: rag.Fixed(time.Millisecond)}}, seed)
+			in := newInjector(t, []fault.Rule{{Name: "ten", Stage: rag.StageRetrieve, Percent: 10, Delay: latency.Fixed(time.Millisecond)}}, seed)
 			hits := 0
 			for range decisions {
 				if in.Decide(rag.StageRetrieve, "").Injected() {
@@ -70,8 +72,8 @@ func TestPercentFiresBinomialShare(t *testing.T) {
 func TestTwoRulesFireIndependently(t *testing.T) {
 	t.Parallel()
 	in := newInjector(t, []fault.Rule{
-		{Name: "a", Stage: rag.StageFetch, Percent: 10, Delay: rag.Fixed(time.Millisecond)},
-		{Name: "b", Stage: rag.StageFetch, Percent: 30, Delay: rag.Fixed(time.Millisecond)},
+		{Name: "a", Stage: rag.StageFetch, Percent: 10, Delay: latency.Fixed(time.Millisecond)},
+		{Name: "b", Stage: rag.StageFetch, Percent: 30, Delay: latency.Fixed(time.Millisecond)},
 	}, 7)
 	var a, b, both int
 	for range decisions {
@@ -115,8 +117,8 @@ func TestDecisionsAreReproducible(t *testing.T) {
 func TestPercentEdges(t *testing.T) {
 	t.Parallel()
 	in := newInjector(t, []fault.Rule{
-		{Name: "never", Stage: rag.StageEmbed, Percent: 0, Delay: rag.Fixed(time.Millisecond)},
-		{Name: "always", Stage: rag.StageEmbed, Percent: 100, Delay: rag.Fixed(time.Millisecond)},
+		{Name: "never", Stage: rag.StageEmbed, Percent: 0, Delay: latency.Fixed(time.Millisecond)},
+		{Name: "always", Stage: rag.StageEmbed, Percent: 100, Delay: latency.Fixed(time.Millisecond)},
 	}, 1)
 	for range 5000 {
 		dec := in.Decide(rag.StageEmbed, "")
@@ -154,7 +156,7 @@ func TestDelayLawQuantiles(t *testing.T) {
 	}
 	t.Run("fixed", func(t *testing.T) {
 		t.Parallel()
-		in := newInjector(t, []fault.Rule{{Name: "f", Stage: rag.StageRetrieve, Percent: 100, Delay: rag.Fixed(25 * time.Millisecond)}}, 1)
+		in := newInjector(t, []fault.Rule{{Name: "f", Stage: rag.StageRetrieve, Percent: 100, Delay: latency.Fixed(25 * time.Millisecond)}}, 1)
 		for range 1000 {
 			if d := in.Decide(rag.StageRetrieve, "").Delay; d != 25*time.Millisecond {
 				t.Fatalf("fixed law gave %v", d)
@@ -341,7 +343,7 @@ func TestAbortStatus(t *testing.T) {
 			if !errors.As(err, &ae) || ae.Rule != "boom" || ae.Stage != rag.StageRetrieve || ae.Status != tt.status {
 				t.Fatalf("AbortError = %+v", ae)
 			}
-			he := rag.ToHTTPError(err)
+			he := openai.ToHTTPError(err)
 			if he.Status != tt.status || he.Code != "fault_injected" || !strings.Contains(he.Message, http.StatusText(tt.status)) {
 				t.Fatalf("reported as %d %q %q, want %d fault_injected", he.Status, he.Code, he.Message, tt.status)
 			}
@@ -355,15 +357,15 @@ func TestAbortStatus(t *testing.T) {
 func TestAbortMessageAndOrder(t *testing.T) {
 	t.Parallel()
 	in := newInjector(t, []fault.Rule{
-		{Name: "slow", Stage: rag.StageFetch, Percent: 100, Delay: rag.Fixed(3 * time.Millisecond)},
+		{Name: "slow", Stage: rag.StageFetch, Percent: 100, Delay: latency.Fixed(3 * time.Millisecond)},
 		{Name: "down", Stage: rag.StageFetch, Percent: 100, Abort: &fault.Abort{Status: 503, Message: "doc store is down"}},
-		{Name: "later", Stage: rag.StageFetch, Percent: 100, Delay: rag.Fixed(time.Second)},
+		{Name: "later", Stage: rag.StageFetch, Percent: 100, Delay: latency.Fixed(time.Second)},
 	}, 1)
 	dec := in.Decide(rag.StageFetch, "")
 	if dec.Delay != 3*time.Millisecond || len(dec.Fired) != 2 || dec.Fired[1].Rule != "down" {
 		t.Fatalf("decision %+v: want the delay before the abort and nothing after it", dec)
 	}
-	if got := rag.ToHTTPError(dec.Err).Message; got != `doc store is down (injected by fault rule "down")` {
+	if got := openai.ToHTTPError(dec.Err).Message; got != `doc store is down (injected by fault rule "down")` {
 		t.Fatalf("message %q", got)
 	}
 	st := in.Stats()
@@ -447,7 +449,7 @@ func TestCutAfterTokens(t *testing.T) {
 func TestApplyWaitsAndReturnsAbort(t *testing.T) {
 	t.Parallel()
 	in := newInjector(t, []fault.Rule{{Name: "slow-fail", Stage: rag.StageEmbed, Percent: 100,
-		Delay: rag.Fixed(20 * time.Millisecond), Abort: &fault.Abort{Status: 500}}}, 1)
+		Delay: latency.Fixed(20 * time.Millisecond), Abort: &fault.Abort{Status: 500}}}, 1)
 	start := time.Now()
 	dec, err := in.Apply(context.Background(), rag.StageEmbed, "")
 	if waited := time.Since(start); waited < 20*time.Millisecond {
@@ -466,7 +468,7 @@ func TestApplyWaitsAndReturnsAbort(t *testing.T) {
 
 func TestApplyStopsWhenContextEnds(t *testing.T) {
 	t.Parallel()
-	in := newInjector(t, []fault.Rule{{Name: "hour", Stage: rag.StageEmbed, Percent: 100, Delay: rag.Fixed(time.Hour)}},
+	in := newInjector(t, []fault.Rule{{Name: "hour", Stage: rag.StageEmbed, Percent: 100, Delay: latency.Fixed(time.Hour)}},
 		1, fault.WithMaxDelay(2*time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
@@ -483,9 +485,9 @@ func TestApplyStopsWhenContextEnds(t *testing.T) {
 func TestRouteAndStageTargets(t *testing.T) {
 	t.Parallel()
 	in := newInjector(t, []fault.Rule{
-		{Name: "route-only", Route: "/v1/chat/completions", Percent: 100, Delay: rag.Fixed(time.Millisecond)},
-		{Name: "stage-only", Stage: rag.StageRetrieve, Percent: 100, Delay: rag.Fixed(2 * time.Millisecond)},
-		{Name: "stage-on-route", Stage: rag.StageFetch, Route: "/v1/documents/*", Percent: 100, Delay: rag.Fixed(4 * time.Millisecond)},
+		{Name: "route-only", Route: "/v1/chat/completions", Percent: 100, Delay: latency.Fixed(time.Millisecond)},
+		{Name: "stage-only", Stage: rag.StageRetrieve, Percent: 100, Delay: latency.Fixed(2 * time.Millisecond)},
+		{Name: "stage-on-route", Stage: rag.StageFetch, Route: "/v1/documents/*", Percent: 100, Delay: latency.Fixed(4 * time.Millisecond)},
 	}, 1)
 	tests := []struct {
 		stage rag.Stage
@@ -518,8 +520,8 @@ func TestSetRulesIsAtomic(t *testing.T) {
 	t.Parallel()
 	set := func(a, b string) []fault.Rule {
 		return []fault.Rule{
-			{Name: a, Stage: rag.StageRetrieve, Percent: 100, Delay: rag.Fixed(time.Millisecond)},
-			{Name: b, Stage: rag.StageRetrieve, Percent: 100, Delay: rag.Fixed(time.Millisecond)},
+			{Name: a, Stage: rag.StageRetrieve, Percent: 100, Delay: latency.Fixed(time.Millisecond)},
+			{Name: b, Stage: rag.StageRetrieve, Percent: 100, Delay: latency.Fixed(time.Millisecond)},
 		}
 	}
 	setA, setB := set("a1", "a2"), set("b1", "b2")
@@ -566,7 +568,7 @@ func TestSetRulesIsAtomic(t *testing.T) {
 
 func TestSetRulesValidatesAndKeepsOldSet(t *testing.T) {
 	t.Parallel()
-	good := []fault.Rule{{Name: "ok", Stage: rag.StageEmbed, Percent: 10, Delay: rag.Fixed(time.Millisecond)}}
+	good := []fault.Rule{{Name: "ok", Stage: rag.StageEmbed, Percent: 10, Delay: latency.Fixed(time.Millisecond)}}
 	in := newInjector(t, good, 1)
 	tests := []struct {
 		name  string
@@ -574,15 +576,15 @@ func TestSetRulesValidatesAndKeepsOldSet(t *testing.T) {
 		want  []string
 	}{
 		{"duplicate names", []fault.Rule{
-			{Name: "x", Stage: rag.StageEmbed, Delay: rag.Fixed(time.Millisecond)},
-			{Name: "x", Stage: rag.StageFetch, Delay: rag.Fixed(time.Millisecond)}},
+			{Name: "x", Stage: rag.StageEmbed, Delay: latency.Fixed(time.Millisecond)},
+			{Name: "x", Stage: rag.StageFetch, Delay: latency.Fixed(time.Millisecond)}},
 			[]string{`rules 1 and 2 are both named "x"`}},
 		{"filled-in name collides", []fault.Rule{
-			{Stage: rag.StageEmbed, Delay: rag.Fixed(time.Millisecond)},
-			{Name: "rule-1", Stage: rag.StageFetch, Delay: rag.Fixed(time.Millisecond)}},
+			{Stage: rag.StageEmbed, Delay: latency.Fixed(time.Millisecond)},
+			{Name: "rule-1", Stage: rag.StageFetch, Delay: latency.Fixed(time.Millisecond)}},
 			[]string{`both named "rule-1"`}},
 		{"every invalid rule reported", []fault.Rule{
-			{Name: "a", Stage: rag.StageEmbed, Percent: 101, Delay: rag.Fixed(time.Millisecond)},
+			{Name: "a", Stage: rag.StageEmbed, Percent: 101, Delay: latency.Fixed(time.Millisecond)},
 			{Name: "b", Stage: rag.StageEmbed}},
 			[]string{"rule 1:", "percent", "rule 2:", "does nothing"}},
 		{"too many", make([]fault.Rule, fault.MaxRules+1), []string{"at most 256"}},
@@ -610,11 +612,11 @@ func TestRulesAreCopiedAndNamed(t *testing.T) {
 	abort := &fault.Abort{Status: 503}
 	in := newInjector(t, []fault.Rule{
 		{Stage: rag.StageEmbed, Percent: 100, Abort: abort},
-		{Name: "named", Stage: rag.StageFetch, Percent: 100, Delay: rag.Law{Kind: rag.LawNone}, Abort: &fault.Abort{Status: 500}},
+		{Name: "named", Stage: rag.StageFetch, Percent: 100, Delay: latency.Law{Kind: latency.LawNone}, Abort: &fault.Abort{Status: 500}},
 	}, 1)
 	abort.Status = 400 // the caller's later change must not reach the installed rule
 	got := in.Rules()
-	if got[0].Name != "rule-1" || got[0].Abort.Status != 503 || got[1].Delay != (rag.Law{}) {
+	if got[0].Name != "rule-1" || got[0].Abort.Status != 503 || got[1].Delay != (latency.Law{}) {
 		t.Fatalf("rules %+v", got)
 	}
 	got[0].Abort.Status = 404
@@ -625,7 +627,7 @@ func TestRulesAreCopiedAndNamed(t *testing.T) {
 
 func TestStatsSurviveRuleChanges(t *testing.T) {
 	t.Parallel()
-	rule := fault.Rule{Name: "keep", Stage: rag.StageEmbed, Percent: 100, Delay: rag.Fixed(time.Millisecond)}
+	rule := fault.Rule{Name: "keep", Stage: rag.StageEmbed, Percent: 100, Delay: latency.Fixed(time.Millisecond)}
 	in := newInjector(t, []fault.Rule{rule}, 1)
 	in.Decide(rag.StageEmbed, "")
 	if err := in.SetRules(nil); err != nil {
@@ -681,7 +683,7 @@ func BenchmarkDecide(b *testing.B) {
 		{Name: "ten", Stage: rag.StageRetrieve, Percent: 10, Delay: mustLaw(b, "pareto:10ms,1.5")},
 		{Name: "law", Stage: rag.StageFetch, Percent: 100, Delay: mustLaw(b, "lognormal:5ms,0.5")},
 		{Name: "rel", Stage: rag.StageGenerate, Percent: 100, Relative: fault.DefaultRelative()},
-		{Name: "route", Stage: rag.StageEmbed, Route: "/v1/documents/*", Percent: 100, Delay: rag.Fixed(time.Millisecond)},
+		{Name: "route", Stage: rag.StageEmbed, Route: "/v1/documents/*", Percent: 100, Delay: latency.Fixed(time.Millisecond)},
 	}
 	in := newInjector(b, rules, 1)
 	for i := range 100 {

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // The article's relative rule, PITFALLS.md §6: max(100 ms, baseline x 1.8 + uniform(0, 200 ms)).
@@ -69,7 +70,7 @@ type Rule struct {
 	Percent float64 `json:"percent"`
 	// Delay is latency added when the rule fires, drawn from a law ("fixed:50ms",
 	// "uniform:10ms,50ms", "lognormal:20ms,0.5", "pareto:10ms,1.5[,cap]"). The zero Law adds none.
-	Delay rag.Law `json:"delay,omitzero"`
+	Delay latency.Law `json:"delay,omitzero"`
 	// Relative adds the article's relative delay, computed from the stage's (or route's) own
 	// recent latency; it adds to Delay when both are set.
 	Relative *Relative `json:"relative,omitempty"`
@@ -150,7 +151,7 @@ func (r *Relative) UnmarshalJSON(b []byte) error {
 		}
 		d, err := parseDuration(*f.in)
 		if err != nil {
-			return fmt.Errorf("%w: relative %s: %v", rag.ErrInvalidRequest, f.key, err)
+			return fmt.Errorf("%w: relative %s: %w", rag.ErrInvalidRequest, f.key, err)
 		}
 		*f.out = d
 	}
@@ -163,14 +164,14 @@ func (r *Relative) UnmarshalJSON(b []byte) error {
 
 // ruleJSON is Rule without its methods, with Percent a pointer so that a missing key can mean 100.
 type ruleJSON struct {
-	Name           string    `json:"name"`
-	Stage          rag.Stage `json:"stage,omitempty"`
-	Route          string    `json:"route,omitempty"`
-	Percent        *float64  `json:"percent"`
-	Delay          rag.Law   `json:"delay,omitzero"`
-	Relative       *Relative `json:"relative,omitempty"`
-	Abort          *Abort    `json:"abort,omitempty"`
-	CutAfterTokens int       `json:"cut_after_tokens,omitempty"`
+	Name           string      `json:"name"`
+	Stage          rag.Stage   `json:"stage,omitempty"`
+	Route          string      `json:"route,omitempty"`
+	Percent        *float64    `json:"percent"`
+	Delay          latency.Law `json:"delay,omitzero"`
+	Relative       *Relative   `json:"relative,omitempty"`
+	Abort          *Abort      `json:"abort,omitempty"`
+	CutAfterTokens int         `json:"cut_after_tokens,omitempty"`
 }
 
 // UnmarshalJSON reads a rule strictly (an unknown key is an error, so a typo is not silently
@@ -212,8 +213,8 @@ func invalid(err error) error {
 // normalize puts a rule in the one form both parsers produce, so that equal rules compare equal:
 // a law that adds nothing is the zero Law.
 func (r *Rule) normalize() {
-	if r.Delay.Kind == rag.LawNone || r.Delay.Kind == "" || (r.Delay.Kind == rag.LawFixed && r.Delay.Scale == 0) {
-		r.Delay = rag.Law{}
+	if r.Delay.Kind == latency.LawNone || r.Delay.Kind == "" || (r.Delay.Kind == latency.LawFixed && r.Delay.Scale == 0) {
+		r.Delay = latency.Law{}
 	}
 }
 
@@ -295,7 +296,7 @@ func (r Rule) Validate() error {
 	case r.CutAfterTokens > 0 && r.Stage != "" && r.Stage != rag.StageGenerate && r.Stage != rag.StageStream:
 		bad("cut_after_tokens cuts a token stream: it needs stage generate or stream (or a route rule), not %s", r.Stage)
 	}
-	if r.Delay == (rag.Law{}) && r.Relative == nil && r.Abort == nil && r.CutAfterTokens == 0 {
+	if r.Delay == (latency.Law{}) && r.Relative == nil && r.Abort == nil && r.CutAfterTokens == 0 {
 		bad("the rule does nothing: give it a delay, relative, abort or cut_after_tokens")
 	}
 	return errors.Join(errs...)
@@ -346,13 +347,13 @@ func checkRoute(route string) error {
 	return nil
 }
 
-// checkLaw reports whether a law built in Go (not through rag.ParseLaw) is one the injector can
+// checkLaw reports whether a law built in Go (not through latency.Parse) is one the injector can
 // sample.
-func checkLaw(l rag.Law) error {
+func checkLaw(l latency.Law) error {
 	switch l.Kind {
-	case "", rag.LawNone:
+	case "", latency.LawNone:
 		return nil
-	case rag.LawFixed, rag.LawUniform, rag.LawLognormal, rag.LawPareto:
+	case latency.LawFixed, latency.LawUniform, latency.LawLognormal, latency.LawPareto:
 	default:
 		return fmt.Errorf("unknown law %q: want none, fixed, uniform, lognormal or pareto", l.Kind)
 	}
@@ -360,11 +361,11 @@ func checkLaw(l rag.Law) error {
 		return fmt.Errorf("%s: durations must not be negative", l)
 	}
 	switch l.Kind {
-	case rag.LawUniform:
+	case latency.LawUniform:
 		if l.Max < l.Scale {
 			return fmt.Errorf("%s: max %v is below min %v", l, l.Max, l.Scale)
 		}
-	case rag.LawLognormal, rag.LawPareto:
+	case latency.LawLognormal, latency.LawPareto:
 		if math.IsNaN(l.Shape) || math.IsInf(l.Shape, 0) || l.Shape <= 0 {
 			return fmt.Errorf("%s: shape must be a positive number, got %v", l, l.Shape)
 		}
@@ -471,7 +472,7 @@ func (r Rule) String() string {
 		add(keyRoute, r.Route)
 	}
 	add(keyPercent, strconv.FormatFloat(r.Percent, 'g', -1, 64))
-	if r.Delay != (rag.Law{}) {
+	if r.Delay != (latency.Law{}) {
 		add(keyDelay, r.Delay.String())
 	}
 	if rel := r.Relative; rel != nil {
@@ -620,7 +621,7 @@ func parseCompact(s string) (Rule, error) {
 				return bad("percent %q is not a number between 0 and 100", val)
 			}
 		case keyDelay:
-			if r.Delay, err = rag.ParseLaw(val); err != nil {
+			if r.Delay, err = latency.Parse(val); err != nil {
 				return Rule{}, fmt.Errorf("fault rule %q: delay: %w", s, err)
 			}
 		case keyRelative:

@@ -12,11 +12,12 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/fault"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
-func mustLaw(tb testing.TB, s string) rag.Law {
+func mustLaw(tb testing.TB, s string) latency.Law {
 	tb.Helper()
-	l, err := rag.ParseLaw(s)
+	l, err := latency.Parse(s)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestParseRuleCompact(t *testing.T) {
 		{"percent defaults to 100, spaces and trailing separator", " name = slow ; stage = Embed ; delay = uniform:1ms, 5ms ; ",
 			fault.Rule{Name: "slow", Stage: rag.StageEmbed, Percent: 100, Delay: mustLaw(t, "uniform:1ms,5ms")}},
 		{"percent sign", "stage=fetch;percent=2.5%;delay=fixed:3ms",
-			fault.Rule{Stage: rag.StageFetch, Percent: 2.5, Delay: rag.Fixed(3 * time.Millisecond)}},
+			fault.Rule{Stage: rag.StageFetch, Percent: 2.5, Delay: latency.Fixed(3 * time.Millisecond)}},
 		{"bare relative takes the article's terms", "stage=retrieve;relative",
 			fault.Rule{Stage: rag.StageRetrieve, Percent: 100, Relative: fault.DefaultRelative()}},
 		{"relative terms", "stage=generate;floor=50ms;factor=2;jitter=0s;baseline=300ms",
@@ -125,15 +126,15 @@ func TestValidateLawsBuiltInGo(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		law  rag.Law
+		law  latency.Law
 		want string
 	}{
-		{"unknown kind", rag.Law{Kind: "gamma", Scale: time.Millisecond}, `unknown law "gamma"`},
-		{"negative scale", rag.Law{Kind: rag.LawFixed, Scale: -time.Millisecond}, "negative"},
-		{"uniform upside down", rag.Law{Kind: rag.LawUniform, Scale: 5 * time.Millisecond, Max: time.Millisecond}, "below min"},
-		{"pareto without shape", rag.Law{Kind: rag.LawPareto, Scale: time.Millisecond}, "shape must be a positive number"},
-		{"lognormal without scale", rag.Law{Kind: rag.LawLognormal, Shape: 1}, "scale must be positive"},
-		{"cap below scale", rag.Law{Kind: rag.LawPareto, Scale: 10 * time.Millisecond, Shape: 1.5, Max: time.Millisecond}, "cap 1ms is below scale"},
+		{"unknown kind", latency.Law{Kind: "gamma", Scale: time.Millisecond}, `unknown law "gamma"`},
+		{"negative scale", latency.Law{Kind: latency.LawFixed, Scale: -time.Millisecond}, "negative"},
+		{"uniform upside down", latency.Law{Kind: latency.LawUniform, Scale: 5 * time.Millisecond, Max: time.Millisecond}, "below min"},
+		{"pareto without shape", latency.Law{Kind: latency.LawPareto, Scale: time.Millisecond}, "shape must be a positive number"},
+		{"lognormal without scale", latency.Law{Kind: latency.LawLognormal, Shape: 1}, "scale must be positive"},
+		{"cap below scale", latency.Law{Kind: latency.LawPareto, Scale: 10 * time.Millisecond, Shape: 1.5, Max: time.Millisecond}, "cap 1ms is below scale"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,7 +149,7 @@ func TestValidateLawsBuiltInGo(t *testing.T) {
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := fault.Rule{Name: "two-problems", Stage: "nope", Percent: 200, Delay: rag.Fixed(time.Millisecond)}.Validate()
+	err := fault.Rule{Name: "two-problems", Stage: "nope", Percent: 200, Delay: latency.Fixed(time.Millisecond)}.Validate()
 	for _, want := range []string{`fault rule "two-problems": unknown stage "nope"`, "percent must be between 0 and 100, got 200"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to contain %q", err, want)

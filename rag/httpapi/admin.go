@@ -8,8 +8,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // AdminOption configures the admin handler.
@@ -75,13 +74,13 @@ func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 		r.Handle("/debug/profiles/*", cfg.profiles)
 	}
 	if cfg.stats != nil {
-		r.Get("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { rag.WriteJSON(w, http.StatusOK, cfg.stats()) })
+		r.Get("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { openai.WriteJSON(w, http.StatusOK, cfg.stats()) })
 	}
 	if cfg.config != nil {
 		r.Handle("/admin/config", configHandler(cfg.config, cfg.configAccess))
 	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		rag.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	return r
 }

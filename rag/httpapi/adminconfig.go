@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // ConfigStore is the runtime configuration behind GET|PUT /admin/config. The service declares
@@ -57,50 +58,50 @@ func configHandler(store ConfigStore, access ConfigAccess) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
-			rag.WriteJSON(w, http.StatusOK, store.Get())
+			openai.WriteJSON(w, http.StatusOK, store.Get())
 		case http.MethodPut, http.MethodPost, http.MethodPatch:
 			if he := access.check(r); he != nil {
 				if he.Status == http.StatusUnauthorized {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="ragtail admin"`)
 				}
-				rag.WriteError(w, he)
+				openai.WriteError(w, he)
 				return
 			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigBody))
 			if err != nil {
-				rag.WriteError(w, fmt.Errorf("%w: read config body (at most %d bytes): %v", rag.ErrInvalidRequest, MaxConfigBody, err))
+				openai.WriteError(w, fmt.Errorf("%w: read config body (at most %d bytes): %w", rag.ErrInvalidRequest, MaxConfigBody, err))
 				return
 			}
 			cfg, err := store.Apply(r.Context(), body)
 			if err != nil {
-				rag.WriteError(w, err)
+				openai.WriteError(w, err)
 				return
 			}
-			rag.WriteJSON(w, http.StatusOK, cfg)
+			openai.WriteJSON(w, http.StatusOK, cfg)
 		default:
 			w.Header().Set("Allow", "GET, PUT")
-			rag.WriteError(w, &rag.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+			openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
 				Message: fmt.Sprintf("method %s not allowed on /admin/config: use GET or PUT", r.Method)})
 		}
 	})
 }
 
 // check returns the error to answer a mutating request with, or nil if it may proceed.
-func (a ConfigAccess) check(r *http.Request) *rag.HTTPError {
+func (a ConfigAccess) check(r *http.Request) *openai.HTTPError {
 	if a.Token == "" {
 		if a.TrustLoopback && arrivedOnLoopback(r) {
 			return nil
 		}
-		return &rag.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "admin_token_required",
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "admin_token_required",
 			Message: "changing the configuration off a loopback address needs a token: start the service with RAGTAIL_ADMIN_TOKEN set and send it as 'Authorization: Bearer TOKEN'"}
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || got == "" {
-		return &rag.HTTPError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "missing_admin_token",
+		return &openai.HTTPError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "missing_admin_token",
 			Message: "missing admin token: send 'Authorization: Bearer $RAGTAIL_ADMIN_TOKEN'"}
 	}
 	if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(a.Token)) != 1 {
-		return &rag.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "invalid_admin_token",
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "invalid_admin_token",
 			Message: "invalid admin token", Err: errors.New("admin token mismatch")}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // counterStore is a ConfigStore whose configuration is one integer and a version.
@@ -88,7 +89,7 @@ func TestAdminConfig(t *testing.T) {
 				t.Fatalf("status %d, want %d; body %s", rec.Code, tt.wantStatus, rec.Body)
 			}
 			if tt.wantStatus >= 400 {
-				var body rag.ErrorBody
+				var body openai.ErrorBody
 				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Message == "" {
 					t.Fatalf("error body %q is not OpenAI error JSON: %v", rec.Body, err)
 				}

@@ -25,6 +25,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
@@ -38,12 +39,13 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	docs       pipeline.DocStore
 	ready      func(context.Context) error
-	limits     rag.Limits
+	limits     openai.Limits
 	logger     *slog.Logger
 	now        func() time.Time
 	tracer     trace.TracerProvider
 	meter      metric.MeterProvider
 	propagator propagation.TextMapPropagator
+	faults     RouteFaults
 }
 
 // WithDocuments serves GET /v1/documents/{id} from docs (through its cache and Bloom guard).
@@ -57,7 +59,7 @@ func WithReadiness(check func(context.Context) error) Option {
 }
 
 // WithLimits sets the request limits (max_tokens cap and default, message count).
-func WithLimits(l rag.Limits) Option {
+func WithLimits(l openai.Limits) Option {
 	return optionFunc(func(c *config) { c.limits = l })
 }
 
@@ -109,20 +111,21 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 
 // API is the handler of the API listener.
 type API struct {
-	p      *pipeline.Pipeline
-	cfg    config
-	router chi.Router
+	p        *pipeline.Pipeline
+	cfg      config
+	router   chi.Router
+	failures *logLimiter // request-failure log lines, by status code
 }
 
 // New returns the API handler for p.
 func New(p *pipeline.Pipeline, opts ...Option) *API {
-	cfg := config{limits: rag.DefaultLimits, logger: slog.Default(), now: time.Now,
+	cfg := config{limits: openai.DefaultLimits, logger: slog.Default(), now: time.Now,
 		tracer: tracenoop.NewTracerProvider(), meter: metricnoop.NewMeterProvider(),
 		propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	a := &API{p: p, cfg: cfg}
+	a := &API{p: p, cfg: cfg, failures: newLogLimiter(logBurst, logInterval, time.Now)}
 	r := chi.NewRouter()
 	// otelhttp runs inside the router so that chi has set the route pattern on the request by
 	// the time the span is named; nothing after it may replace the request.
@@ -133,18 +136,18 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/healthz" && r.URL.Path != "/readyz" })),
 		serverSpan, middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		rag.WriteError(w, &rag.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s: see /v1/chat/completions, /v1/models, /v1/documents/{id}", r.Method, r.URL.Path)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		rag.WriteError(w, &rag.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path)})
 	})
-	r.Post("/v1/chat/completions", a.chatCompletions)
-	r.Get("/v1/models", a.models)
-	r.Get("/v1/documents/*", a.document) // ids of ingested files contain slashes
+	r.Post("/v1/chat/completions", a.faulty("/v1/chat/completions", a.chatCompletions))
+	r.Get("/v1/models", a.faulty("/v1/models", a.models))
+	r.Get("/v1/documents/*", a.faulty("/v1/documents/*", a.document)) // ids of ingested files contain slashes
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		rag.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", a.readyz)
 	a.router = r
@@ -155,32 +158,32 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
 
 func (a *API) models(w http.ResponseWriter, _ *http.Request) {
-	list := rag.ModelList{Object: "list"}
+	list := openai.ModelList{Object: "list"}
 	for _, m := range a.p.Models() {
-		list.Data = append(list.Data, rag.ModelCard{ID: m, Object: "model", Created: 0, OwnedBy: "ragtail"})
+		list.Data = append(list.Data, openai.ModelCard{ID: m, Object: "model", Created: 0, OwnedBy: "ragtail"})
 	}
-	rag.WriteJSON(w, http.StatusOK, list)
+	openai.WriteJSON(w, http.StatusOK, list)
 }
 
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.ready != nil {
 		if err := a.cfg.ready(r.Context()); err != nil {
-			rag.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+			openai.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
 			return
 		}
 	}
-	rag.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 func (a *API) document(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.docs == nil {
-		rag.WriteError(w, &rag.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "this deployment has no document store"})
 		return
 	}
 	id := chi.URLParam(r, "*")
 	if strings.TrimSpace(id) == "" || len(id) > 512 {
-		rag.WriteError(w, &rag.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "id",
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "id",
 			Message: "document id must be 1 to 512 characters", Err: rag.ErrInvalidRequest})
 		return
 	}
@@ -189,17 +192,17 @@ func (a *API) document(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Server-Timing", serverTimingEntry(rag.StageFetch, a.cfg.now().Sub(start)))
 	if err != nil {
 		if errors.Is(err, rag.ErrNotFound) {
-			rag.WriteError(w, &rag.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "document_not_found",
+			openai.WriteError(w, &openai.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "document_not_found",
 				Param: "id", Message: fmt.Sprintf("document %q does not exist", id), Err: err})
 			return
 		}
 		if r.Context().Err() != nil {
 			return
 		}
-		rag.WriteError(w, rag.AtStage(rag.StageFetch, err))
+		openai.WriteError(w, rag.AtStage(rag.StageFetch, err))
 		return
 	}
-	rag.WriteJSON(w, http.StatusOK, chunk)
+	openai.WriteJSON(w, http.StatusOK, chunk)
 }
 
 func serverTimingEntry(stage rag.Stage, d time.Duration) string {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/ragtail/ragtail/rag/openai"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -261,9 +263,9 @@ func TestStreamWireFormat(t *testing.T) {
 	if n := len(events); n != 1+5+1+1+1 {
 		t.Fatalf("%d events, want role + 5 content + finish + usage + [DONE]: %+v", n, events)
 	}
-	var chunks []rag.ChatChunk
+	var chunks []wire.ChatChunk
 	for _, ev := range events[:len(events)-1] {
-		var c rag.ChatChunk
+		var c wire.ChatChunk
 		if err := json.Unmarshal([]byte(ev.data), &c); err != nil {
 			t.Fatalf("chunk %q: %v", ev.data, err)
 		}
@@ -473,7 +475,7 @@ func TestModelsHealthAndDocuments(t *testing.T) {
 		return resp, b
 	}
 	resp, b := get("/v1/models")
-	var list rag.ModelList
+	var list wire.ModelList
 	if err := json.Unmarshal(b, &list); err != nil || resp.StatusCode != 200 || len(list.Data) == 0 || list.Data[0].ID != s.model {
 		t.Errorf("/v1/models: %d %s", resp.StatusCode, b)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/ragtail/ragtail/rag/openai"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -126,7 +128,7 @@ func TestStreamedRequestIsTracedStageByStage(t *testing.T) {
 			}
 			var answer strings.Builder
 			for _, ev := range readSSE(t, resp.Body) {
-				var c rag.ChatChunk
+				var c wire.ChatChunk
 				if ev.data != "[DONE]" && json.Unmarshal([]byte(ev.data), &c) == nil && len(c.Choices) > 0 && c.Choices[0].Delta.Content != nil {
 					answer.WriteString(*c.Choices[0].Delta.Content)
 				}

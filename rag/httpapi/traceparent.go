@@ -3,17 +3,16 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ragtail/ragtail/rag/pipeline"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // ClockHeader is the response header carrying the service's clock: the Unix time in nanoseconds
@@ -23,9 +22,8 @@ import (
 // X-Ragtail-Time - (t0+t1)/2, within ±(t1-t0)/2, and so place server spans on its own timeline.
 const ClockHeader = "X-Ragtail-Time"
 
-// StageHTTP is the rag.stage of the HTTP server span. Like pipeline.StagePipeline it is a span
-// attribute value only.
-const StageHTTP = "http"
+// StageHTTP is the rag.stage of the HTTP server span (ragconv.StageHTTP).
+const StageHTTP = ragconv.StageHTTP
 
 // TraceContext is the W3C trace context of one request as the server sees it: the trace it
 // belongs to and the server's own span id.
@@ -35,14 +33,32 @@ type TraceContext struct {
 	Sampled bool
 }
 
-// Header returns the traceparent header value of tc.
+// Header returns the traceparent header value of tc, as propagation.TraceContext writes it; ""
+// if tc's ids are not valid.
 func (tc TraceContext) Header() string {
-	flags := "00"
-	if tc.Sampled {
-		flags = "01"
+	tid, err := trace.TraceIDFromHex(tc.TraceID)
+	if err != nil {
+		return ""
 	}
-	return "00-" + tc.TraceID + "-" + tc.SpanID + "-" + flags
+	sid, err := trace.SpanIDFromHex(tc.SpanID)
+	if err != nil {
+		return ""
+	}
+	var flags trace.TraceFlags
+	if tc.Sampled {
+		flags = trace.FlagsSampled
+	}
+	return traceparent(trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags}))
 }
+
+// traceparent returns the traceparent header value of sc.
+func traceparent(sc trace.SpanContext) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), carrier)
+	return carrier.Get(traceparentHeader)
+}
+
+const traceparentHeader = "traceparent"
 
 // TraceFromContext returns the trace context of the span in ctx: inside a handler, the HTTP
 // server span. It reports false when ctx holds no valid span context.
@@ -64,20 +80,21 @@ func serverSpan(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		span := trace.SpanFromContext(r.Context())
 		sc := span.SpanContext()
-		var tc TraceContext
 		if sc.IsValid() && !sc.IsRemote() {
-			tc = TraceContext{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String(), Sampled: sc.IsSampled()}
 			if span.IsRecording() {
-				span.SetAttributes(pipeline.AttrStage.String(StageHTTP))
+				span.SetAttributes(ragconv.AttrStage.String(StageHTTP))
 			}
 		} else {
-			tc = TraceContext{TraceID: randomHex(16), Sampled: true}
+			// No server span: answer in the caller's trace (or a new one) with a fresh span id.
+			cfg := trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: newSpanID(), TraceFlags: trace.FlagsSampled}
 			if sc.IsValid() {
-				tc.TraceID, tc.Sampled = sc.TraceID().String(), sc.IsSampled()
+				cfg.TraceFlags = sc.TraceFlags()
+			} else {
+				_, _ = rand.Read(cfg.TraceID[:])
 			}
-			tc.SpanID = randomHex(8)
+			sc = trace.NewSpanContext(cfg)
 		}
-		w.Header().Set("traceparent", tc.Header())
+		w.Header().Set(traceparentHeader, traceparent(sc))
 		next.ServeHTTP(w, r)
 		if r.Pattern != "" && span.IsRecording() {
 			span.SetAttributes(semconv.HTTPRoute(r.Pattern))
@@ -142,42 +159,23 @@ func (c *clockWriter) Flush() {
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (c *clockWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// ParseTraceParent parses a W3C traceparent header of version 00. It rejects malformed values and
-// the all-zero ids the specification forbids.
+// ParseTraceParent parses a W3C traceparent header with propagation.TraceContext: version 00
+// with exactly four fields, or a later version with more. It rejects malformed values and the
+// all-zero ids the specification forbids.
 func ParseTraceParent(h string) (TraceContext, bool) {
-	parts := strings.Split(strings.TrimSpace(h), "-")
-	if len(parts) < 4 || parts[0] == "ff" || len(parts[0]) != 2 || !isHex(parts[0]) ||
-		len(parts[1]) != 32 || !isHex(parts[1]) || allZero(parts[1]) ||
-		len(parts[2]) != 16 || !isHex(parts[2]) || allZero(parts[2]) ||
-		len(parts[3]) != 2 || !isHex(parts[3]) {
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{traceparentHeader: h})
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
 		return TraceContext{}, false
 	}
-	if parts[0] == "00" && len(parts) != 4 {
-		return TraceContext{}, false
-	}
-	flags, _ := hex.DecodeString(parts[3])
-	return TraceContext{TraceID: parts[1], SpanID: parts[2], Sampled: flags[0]&1 == 1}, true
+	return TraceContext{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String(), Sampled: sc.IsSampled()}, true
 }
 
-func isHex(s string) bool {
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
+// newSpanID returns a random span id that is not all zeros.
+func newSpanID() trace.SpanID {
+	var id trace.SpanID
+	for !id.IsValid() {
+		_, _ = rand.Read(id[:])
 	}
-	return true
-}
-
-func allZero(s string) bool { return strings.Trim(s, "0") == "" }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	for {
-		_, _ = rand.Read(b)
-		for _, x := range b {
-			if x != 0 {
-				return hex.EncodeToString(b)
-			}
-		}
-	}
+	return id
 }

@@ -41,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // Defaults of New.
@@ -400,7 +401,7 @@ func (c *Client) waitRetry(ctx context.Context, attempt int, err error, deadline
 	if time.Now().Add(wait).After(deadline) {
 		return false
 	}
-	if rag.Sleep(ctx, wait) != nil {
+	if latency.Sleep(ctx, wait) != nil {
 		return false
 	}
 	c.retries.Add(1)

@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // ErrClosed is returned by Generate, and by the streams still running, once the engine is
@@ -104,7 +106,6 @@ type Engine struct {
 	waiting    []*sequence   // FCFS; preempted sequences go back to the front
 	running    []*sequence   // in admission order; the last one is preempted first
 	freeBlocks int
-	nextAdmit  uint64
 	plan       []planItem
 	stats      Stats
 }
@@ -305,7 +306,7 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest) (*Stream, error
 		maxTokens = e.prof.MaxModelLen - prompt
 	}
 	if maxTokens < 1 || prompt+maxTokens > e.prof.MaxModelLen {
-		return nil, &rag.HTTPError{
+		return nil, &openai.HTTPError{
 			Status: 400, Type: "invalid_request_error", Code: "context_length_exceeded", Param: "messages",
 			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
 				"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
@@ -397,7 +398,7 @@ func (e *Engine) loop() {
 		// Real time: the step "runs on the GPU" while the lock is free, so requests can arrive
 		// and streams can be closed meanwhile; apply skips sequences closed during the step.
 		e.mu.Unlock()
-		if err := rag.Sleep(e.ctx, info.Duration); err != nil {
+		if err := latency.Sleep(e.ctx, info.Duration); err != nil {
 			return
 		}
 		e.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/llmsim"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // Requests beyond MaxNumSeqs wait in the queue until a running group finishes, so TTFT rises
@@ -412,7 +413,7 @@ func TestGenerateRejects(t *testing.T) {
 			}
 		})
 	}
-	if he := rag.ToHTTPError(errOf(e.Generate(context.Background(), tests[1].req))); he.Status != 400 || he.Code != "context_length_exceeded" {
+	if he := openai.ToHTTPError(errOf(e.Generate(context.Background(), tests[1].req))); he.Status != 400 || he.Code != "context_length_exceeded" {
 		t.Errorf("context error maps to %d %q, want 400 context_length_exceeded", he.Status, he.Code)
 	}
 }

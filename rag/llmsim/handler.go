@@ -13,10 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 type handlerConfig struct {
-	limits    rag.Limits
+	limits    openai.Limits
 	limitsSet bool
 	registry  *prometheus.Registry
 }
@@ -28,9 +29,9 @@ type handlerOptionFunc func(*handlerConfig)
 
 func (f handlerOptionFunc) apply(c *handlerConfig) { f(c) }
 
-// WithLimits sets the request limits. The default is rag.DefaultLimits with max_tokens capped
-// at the profile's MaxModelLen rather than at rag.DefaultLimits.MaxTokensCap, as vLLM caps it.
-func WithLimits(l rag.Limits) HandlerOption {
+// WithLimits sets the request limits. The default is openai.DefaultLimits with max_tokens capped
+// at the profile's MaxModelLen rather than at openai.DefaultLimits.MaxTokensCap, as vLLM caps it.
+func WithLimits(l openai.Limits) HandlerOption {
 	return handlerOptionFunc(func(c *handlerConfig) { c.limits, c.limitsSet = l, true })
 }
 
@@ -61,7 +62,7 @@ func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
 		o.apply(&cfg)
 	}
 	if !cfg.limitsSet {
-		cfg.limits = rag.DefaultLimits
+		cfg.limits = openai.DefaultLimits
 		cfg.limits.MaxTokensCap = e.prof.MaxModelLen
 	}
 	if cfg.registry == nil {
@@ -80,10 +81,10 @@ func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
 	r.Get("/health", h.health)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		rag.WriteError(w, fmt.Errorf("%w: no route %s %s", rag.ErrNotFound, r.Method, r.URL.Path))
+		openai.WriteError(w, fmt.Errorf("%w: no route %s %s", rag.ErrNotFound, r.Method, r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		rag.WriteError(w, &rag.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
 			Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path), Err: rag.ErrInvalidRequest})
 	})
 	return r
@@ -91,7 +92,7 @@ func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
 
 type handler struct {
 	e      *Engine
-	limits rag.Limits
+	limits openai.Limits
 }
 
 func (h *handler) health(w http.ResponseWriter, _ *http.Request) {
@@ -99,44 +100,44 @@ func (h *handler) health(w http.ResponseWriter, _ *http.Request) {
 	closed := h.e.closed
 	h.e.mu.Unlock()
 	if closed {
-		rag.WriteError(w, ErrClosed)
+		openai.WriteError(w, ErrClosed)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
 func (h *handler) models(w http.ResponseWriter, _ *http.Request) {
-	list := rag.ModelList{Object: "list", Data: []rag.ModelCard{}}
+	list := openai.ModelList{Object: "list", Data: []openai.ModelCard{}}
 	for _, m := range h.e.Models() {
-		list.Data = append(list.Data, rag.ModelCard{ID: m, Object: "model", Created: h.e.started.Unix(), OwnedBy: "ragtail"})
+		list.Data = append(list.Data, openai.ModelCard{ID: m, Object: "model", Created: h.e.started.Unix(), OwnedBy: "ragtail"})
 	}
-	rag.WriteJSON(w, http.StatusOK, list)
+	openai.WriteJSON(w, http.StatusOK, list)
 }
 
 func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
-	req, err := rag.DecodeChatRequest(http.MaxBytesReader(w, r.Body, rag.MaxBodyBytes))
+	req, err := openai.DecodeChatRequest(http.MaxBytesReader(w, r.Body, openai.MaxBodyBytes))
 	if err != nil {
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 		return
 	}
 	req.RAG = nil // RAG options mean nothing to a bare engine
 	q, err := req.Query(h.limits)
 	if err != nil {
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 		return
 	}
-	id := rag.NewCompletionID()
+	id := openai.NewCompletionID()
 	st, err := h.e.Submit(r.Context(), rag.GenRequest{
 		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature,
 	})
 	if err != nil {
-		rag.WriteError(w, err)
+		openai.WriteError(w, err)
 		return
 	}
 	defer func() { _ = st.Close() }() // a client that went away frees its blocks here
 	if req.Stream {
 		includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-		streamChat(r.Context(), rag.NewChatStream(w, id, q.Model, includeUsage), st)
+		streamChat(r.Context(), openai.NewChatStream(w, id, q.Model, includeUsage), st)
 		return
 	}
 	var text strings.Builder
@@ -146,12 +147,12 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("llm-sim stream ended without a finish reason")
 			}
-			rag.WriteError(w, err)
+			openai.WriteError(w, err)
 			return
 		}
 		text.WriteString(d.Text)
 		if d.FinishReason != "" {
-			rag.WriteJSON(w, http.StatusOK, rag.Completion(id, q.Model, text.String(), d.FinishReason, *d.Usage))
+			openai.WriteJSON(w, http.StatusOK, openai.Completion(id, q.Model, text.String(), d.FinishReason, *d.Usage))
 			return
 		}
 	}
@@ -159,7 +160,7 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 
 // streamChat relays st as an OpenAI event stream. The role chunk goes out at once, as vLLM
 // sends it, so the client sees the response start before the first token.
-func streamChat(ctx context.Context, cs *rag.ChatStream, st *Stream) {
+func streamChat(ctx context.Context, cs *openai.ChatStream, st *Stream) {
 	if err := cs.Start(); err != nil {
 		return
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/ragtail/ragtail/rag/openai"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,7 +114,7 @@ func TestHandlerStreaming(t *testing.T) {
 				t.Fatalf("events %q: want role, content..., finish, [usage], [DONE]", events)
 			}
 			events = events[:len(events)-1]
-			chunks := make([]rag.ChatChunk, len(events))
+			chunks := make([]wire.ChatChunk, len(events))
 			for i, ev := range events {
 				if err := json.Unmarshal([]byte(ev), &chunks[i]); err != nil {
 					t.Fatalf("event %d %q: %v", i, ev, err)
@@ -158,7 +160,7 @@ func TestHandlerNonStreaming(t *testing.T) {
 	srv := newServer(t, e)
 	resp := post(t, t.Context(), srv.URL+"/v1/chat/completions", chatBody(t, "ragtail-tiny", 9, false, false))
 	defer resp.Body.Close()
-	var c rag.ChatCompletion
+	var c wire.ChatCompletion
 	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func TestHandlerErrors(t *testing.T) {
 			body:       fmt.Sprintf(`{"model":"ragtail-tiny","max_tokens":2000,"messages":[{"role":"user","content":%q}]}`, strings.Repeat("why ", 100)),
 			wantStatus: http.StatusBadRequest, wantCode: "context_length_exceeded", wantType: "invalid_request_error"},
 		{name: "body too large", method: http.MethodPost, path: "/v1/chat/completions",
-			body:       `{"model":"ragtail-tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", rag.MaxBodyBytes) + `"}]}`,
+			body:       `{"model":"ragtail-tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", wire.MaxBodyBytes) + `"}]}`,
 			wantStatus: http.StatusRequestEntityTooLarge, wantCode: "request_too_large", wantType: "invalid_request_error"},
 		{name: "wrong method", method: http.MethodGet, path: "/v1/chat/completions",
 			wantStatus: http.StatusMethodNotAllowed, wantType: "invalid_request_error"},
@@ -212,7 +214,7 @@ func TestHandlerErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var body rag.ErrorBody
+			var body wire.ErrorBody
 			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 				t.Fatalf("decode error body: %v", err)
 			}
@@ -243,7 +245,7 @@ func TestHandlerModelsAndHealth(t *testing.T) {
 		return resp
 	}
 	resp := get("/v1/models")
-	var list rag.ModelList
+	var list wire.ModelList
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +453,7 @@ func TestHandlerFailsStreamOnEngineClose(t *testing.T) {
 	if len(events) < 2 || events[len(events)-1] != "[DONE]" {
 		t.Fatalf("events after close %q: want an error event and [DONE]", events)
 	}
-	var body rag.ErrorBody
+	var body wire.ErrorBody
 	if err := json.Unmarshal([]byte(events[len(events)-2]), &body); err != nil || body.Error.Code != "backend_unavailable" || body.Error.Type != "server_error" {
 		t.Errorf("error event %q (%v): want a server_error with code backend_unavailable", events[len(events)-2], err)
 	}

@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
-// The test doubles below wait with rag.Sleep on the request context, exactly as the real
+// The test doubles below wait with latency.Sleep on the request context, exactly as the real
 // backends do, so that the pipeline's timing and cancellation are exercised on real code paths.
 
 var (
@@ -38,7 +39,7 @@ type fakeEmbedder struct {
 func (e *fakeEmbedder) Embed(ctx context.Context, text string) ([]float32, error) {
 	e.calls.Add(1)
 	e.text.Store(&text)
-	if err := rag.Sleep(ctx, e.delay); err != nil {
+	if err := latency.Sleep(ctx, e.delay); err != nil {
 		return nil, err
 	}
 	if e.err != nil {
@@ -76,7 +77,7 @@ func (f *fakeRetriever) Search(ctx context.Context, shard int, _ []float32, k in
 			break
 		}
 	}
-	if err := rag.Sleep(ctx, f.delays[shard]); err != nil {
+	if err := latency.Sleep(ctx, f.delays[shard]); err != nil {
 		f.cancelled.Add(1)
 		return nil, err
 	}
@@ -105,7 +106,7 @@ type fakeDocs struct {
 
 func (d *fakeDocs) Get(ctx context.Context, id string) (rag.Chunk, error) {
 	d.calls.Add(1)
-	if err := rag.Sleep(ctx, d.delay); err != nil {
+	if err := latency.Sleep(ctx, d.delay); err != nil {
 		return rag.Chunk{}, err
 	}
 	if d.missing[id] {
@@ -198,7 +199,7 @@ func (s *fakeStream) Recv() (rag.Delta, error) {
 	if s.sent == 0 {
 		delay = s.g.firstDelay
 	}
-	if err := rag.Sleep(s.ctx, delay); err != nil {
+	if err := latency.Sleep(s.ctx, delay); err != nil {
 		return rag.Delta{}, err
 	}
 	if s.g.recvErrAt > 0 && int(n) == s.g.recvErrAt {

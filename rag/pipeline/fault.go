@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // FaultInjector injects latency and failures into the stages of a run (rag/fault implements it
@@ -39,11 +36,11 @@ type FaultDecision struct {
 	CutErr error
 }
 
-// Event and attribute names of injected faults on stage spans.
+// Event and attribute names of injected faults on stage spans (see ragconv).
 const (
-	EventFaultInjected attribute.Key = "rag.fault.injected" // span event name on the stage's span
-	AttrFaultRule      attribute.Key = "rag.fault.rule"     // the rule that fired (event attribute)
-	AttrFaultDelayMS   attribute.Key = "rag.fault.delay_ms" // the delay added at the stage (event attribute)
+	EventFaultInjected = ragconv.EventFaultInjected
+	AttrFaultRule      = ragconv.AttrFaultRule
+	AttrFaultDelayMS   = ragconv.AttrFaultDelayMS
 )
 
 // WithFaults injects faults into every run's stages with f (see FaultInjector): the delays show
@@ -55,7 +52,7 @@ func WithFaults(f FaultInjector) Option {
 
 // inject applies the fault injector at the start of st, records what fired, and returns the
 // decision and the injected abort.
-func (r *run) inject(st stageRun) (FaultDecision, error) {
+func (r *run) inject(st *stageSpan) (FaultDecision, error) {
 	f := r.p.faults
 	if f == nil {
 		return FaultDecision{}, nil
@@ -65,17 +62,7 @@ func (r *run) inject(st stageRun) (FaultDecision, error) {
 		dec.CutErr = fmt.Errorf("%w: stream cut after %d tokens by a fault rule", rag.ErrUnavailable, dec.CutAfterTokens)
 	}
 	if len(dec.Rules) > 0 {
-		r.faultDelay += dec.Delay
-		if st.span.IsRecording() {
-			for _, rule := range dec.Rules {
-				st.span.AddEvent(string(EventFaultInjected), trace.WithAttributes(AttrFaultRule.String(rule),
-					AttrFaultDelayMS.Float64(ms(dec.Delay))))
-			}
-		}
-		if r.span.IsRecording() {
-			r.span.SetAttributes(AttrFaultInjectedMS.Float64(ms(r.faultDelay)))
-		}
-		r.t.inst.faults.Add(st.ctx, int64(len(dec.Rules)), metric.WithAttributes(AttrStage.String(string(st.stage))))
+		r.rec.faultInjected(st, dec)
 	}
 	return dec, err
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 )
 
@@ -23,7 +24,7 @@ type scriptedFaults struct {
 
 func (f *scriptedFaults) Inject(ctx context.Context, stage rag.Stage) (pipeline.FaultDecision, error) {
 	dec := f.at[stage]
-	if err := rag.Sleep(ctx, dec.Delay); err != nil {
+	if err := latency.Sleep(ctx, dec.Delay); err != nil {
 		return dec, err
 	}
 	return dec, f.abort[stage]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -167,8 +168,9 @@ func WithContentCapture(on bool) Option {
 }
 
 // WithProfileLabels sets whether the pipeline labels each stage with the rag_stage pprof label
-// (default on), so that CPU profiles taken while it runs can be filtered by stage. Goroutines a
-// stage starts inherit its label.
+// and, when the stage's span is sampled, the span_id label with that span's id (default on), so
+// that CPU profiles taken while it runs can be filtered by stage and by any stage span; the span
+// then carries pyroscope.profile.id. Goroutines a stage starts inherit its labels.
 func WithProfileLabels(on bool) Option {
 	return optionFunc(func(o *options) { o.profileLabels = on })
 }
@@ -206,6 +208,7 @@ type Pipeline struct {
 
 	cfg   atomic.Pointer[Config]
 	stats counters
+	runs  sync.Pool // *run
 }
 
 // New returns a pipeline over the given backends. The backends are required; cfg is validated
@@ -230,6 +233,7 @@ func New(emb Embedder, ret Retriever, docs DocStore, gen Generator, cfg Config, 
 		return nil, fmt.Errorf("new pipeline: instruments: %w", err)
 	}
 	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, faults: o.faults, log: o.logger, now: o.now, tel: tel}
+	p.runs.New = func() any { return new(run) }
 	if err := p.SetConfig(cfg); err != nil {
 		return nil, fmt.Errorf("new pipeline: %w", err)
 	}

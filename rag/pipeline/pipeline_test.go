@@ -846,3 +846,33 @@ func BenchmarkRun(b *testing.B) {
 		})
 	}
 }
+
+// TestPrepareBindsOneConfigSnapshot checks that a prepared request runs with the configuration
+// it was prepared with, even when the configuration changes before it runs: the HTTP API decides
+// what to stream from the prepared request, so the run must not read the configuration again.
+func TestPrepareBindsOneConfigSnapshot(t *testing.T) {
+	t.Parallel()
+	b := zeroLatency(2)
+	p := b.pipeline(t, pipeline.Config{Coupling: rag.CouplingAsync, TopK: 2, AsyncDeadline: time.Minute})
+	req := p.Prepare(query("", 0))
+	if req.Coupling != rag.CouplingAsync || req.TopK != 2 {
+		t.Fatalf("prepared coupling %s, top_k %d; want async and 2 from the config", req.Coupling, req.TopK)
+	}
+	if err := p.SetConfig(pipeline.Config{Coupling: rag.CouplingSync, TopK: 4}); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordingSink{tb: t}
+	res, err := p.Do(context.Background(), &req, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Coupling != rag.CouplingAsync || res.TopK != 2 || len(res.ChunkIDs) != 2 {
+		t.Errorf("ran with coupling %s, top_k %d, %d chunks; want the prepared async, 2, 2", res.Coupling, res.TopK, len(res.ChunkIDs))
+	}
+	if _, progress, _ := sink.snapshot(); len(progress) == 0 {
+		t.Error("no retrieval progress: the run did not use async coupling")
+	}
+	if again := p.Prepare(query("", 0)); again.Coupling != rag.CouplingSync || again.TopK != 4 {
+		t.Errorf("a request prepared after the change got %s and %d, want sync and 4", again.Coupling, again.TopK)
+	}
+}

@@ -13,13 +13,40 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
-	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/ragtail/ragtail/rag"
 )
+
+// Request is one query bound to the configuration it runs with. Prepare resolves it once, at the
+// start of a request, from one snapshot of the configuration, so that the coupling mode the
+// caller acts on (the HTTP API streams retrieval progress only in async coupling) is the one the
+// run uses, whatever SetConfig does meanwhile.
+type Request struct {
+	rag.Query
+	// Coupling is the query's coupling, or the configured default when it sets none.
+	Coupling rag.Coupling
+	// TopK is the query's top_k, or the configured default when it sets none.
+	TopK int
+
+	cfg      *Config
+	resolved bool // Coupling and TopK are valid
+	served   bool // the generator serves Model
+}
+
+// Prepare binds q to the current configuration. It does not fail: a query that is not valid
+// (an unknown model, a bad coupling) fails when it runs, inside the run's span.
+func (p *Pipeline) Prepare(q rag.Query) Request {
+	cfg := p.cfg.Load()
+	req := Request{Query: q, Coupling: q.Coupling, TopK: q.TopK, cfg: cfg}
+	if req.Coupling == "" {
+		req.Coupling = cfg.Coupling
+	}
+	if req.TopK == 0 {
+		req.TopK = cfg.TopK
+	}
+	req.served = slices.Contains(p.gen.Models(), q.Model)
+	req.resolved = validCoupling(req.Coupling) && q.TopK >= 0 && q.TopK <= MaxTopK
+	return req
+}
 
 // Run answers q: it takes an admission slot, embeds the question, retrieves and fetches context
 // as q's coupling mode (or the configured default) says, generates, and hands every delta to
@@ -54,188 +81,129 @@ import (
 // {collection}" (with one "Query {collection}" child per shard searched), rag.fetch, "chat
 // {model}" and rag.stream. Span timestamps are read from the pipeline's clock, the same readings
 // as the Result's timings, so spans and Server-Timing agree to the nanosecond.
-func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (res *Result, err error) {
+func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (*Result, error) {
+	req := p.Prepare(q)
+	return p.Do(ctx, &req, sink)
+}
+
+// Do runs a prepared request, as Run does. It does not keep req.
+func (p *Pipeline) Do(ctx context.Context, req *Request, sink Sink) (res *Result, err error) {
 	p.stats.runs.Add(1)
 	p.stats.inFlight.Add(1)
-	r := &run{p: p, t: p.tel, cfg: p.cfg.Load(), q: q, start: p.now(), parent: ctx,
-		res: &Result{Timings: make([]rag.StageTiming, 0, numStages)}}
-	r.sink.sink = sink
-	ctx = r.startSpan(ctx)
+	r := p.runs.Get().(*run)
+	r.p, r.req, r.parent = p, *req, ctx
+	req = &r.req
+	r.sink.reset(sink)
+	// The Result and its timings in one allocation.
+	rb := &struct {
+		Result
+		timings [numStages]rag.StageTiming
+	}{Result: Result{Coupling: req.Coupling, TopK: req.TopK}}
+	res = &rb.Result
+	r.rec.reset(p.tel, p.now, p.now(), ctx, rb.timings[:0])
+	var gen generation
+	ctx = r.rec.startRun(ctx, req)
 	defer func() {
+		res.Timings = r.rec.timings
+		r.rec.finishRun(req, res, gen, err)
 		p.stats.inFlight.Add(-1)
 		if err != nil {
 			p.stats.failed.Add(1)
 		}
-		r.finish(err)
+		r.reset()
+		p.runs.Put(r)
 	}()
-	if err := r.prepare(); err != nil {
-		return r.res, err
+	if err := r.validate(); err != nil {
+		return res, err
 	}
+	p.countCoupling(req.Coupling)
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	defer r.cleanup()
-	return r.res, r.execute()
+	gen, err = r.execute(res)
+	return res, err
 }
 
-// run is the state of one Run.
+// run is the state of one Do. Runs are pooled: everything a run allocates for its recorder's
+// scratch arrays is reused by the next.
 type run struct {
-	p     *Pipeline
-	t     *telemetry
-	cfg   *Config
-	q     rag.Query
-	start time.Time
-	res   *Result
-
-	span       trace.Span      // rag.pipeline
-	spanCtx    context.Context // parent with the rag.pipeline span
-	firstToken time.Time       // when the first delta carrying text arrived
-	faultDelay time.Duration   // latency injected by fault rules so far
-	genEnd     time.Time       // when the last delta arrived
-	answer     strings.Builder // the answer, only when content capture is on
-
-	cacheHits, cacheMisses, cacheBlocked atomic.Int32 // fetch: lookup results
+	p   *Pipeline
+	req Request
+	rec recorder
 
 	parent context.Context         // the caller's context
-	ctx    context.Context         // parent, also cancelled when a late progress event finds the client gone
+	ctx    context.Context         // the run's, also cancelled when a late progress event finds the client gone
 	cancel context.CancelCauseFunc // cancels ctx; the cause is the sink error
 	sink   guardedSink
 
 	release func()         // the admission slot, if one was taken
 	bg      sync.WaitGroup // async: searches still running after the cut, and their collector
+	delta   rag.Delta      // the delta being handed to the sink
 }
+
+// reset clears r for the pool, so that it holds on to nothing of the run.
+func (r *run) reset() {
+	r.p, r.req, r.parent, r.ctx, r.cancel, r.release, r.delta = nil, Request{}, nil, nil, nil, nil, rag.Delta{}
+	r.rec.reset(nil, nil, time.Time{}, nil, nil)
+	r.sink.reset(nil)
+}
+
+// deliver hands r.delta to the sink.
+func (r *run) deliver() error { return r.sink.delta(r.delta) }
 
 // numStages is the number of pipeline stages, len(rag.Stages).
 const numStages = 6
 
-// prepare checks the model and resolves the query's options against the config.
-func (r *run) prepare() error {
-	q := r.q
-	models := r.p.gen.Models()
-	if !slices.Contains(models, q.Model) {
-		return fmt.Errorf("%w: model %q is not served here; use one of: %s", rag.ErrUnknownModel, q.Model, strings.Join(models, ", "))
+// validate checks what Prepare resolved and what the query asks for.
+func (r *run) validate() error {
+	q := &r.req
+	if !q.served {
+		models := r.p.gen.Models()
+		return fmt.Errorf("%w: model %q is not served here; use one of: %s", rag.ErrUnknownModel, bound(q.Model, MaxRecordedLen), strings.Join(models, ", "))
 	}
-	r.res.Coupling = q.Coupling
-	if r.res.Coupling == "" {
-		r.res.Coupling = r.cfg.Coupling
-	}
-	if !validCoupling(r.res.Coupling) {
-		return fmt.Errorf("%w: coupling %q: want sync, fanout or async", rag.ErrInvalidRequest, q.Coupling)
-	}
-	r.res.TopK = q.TopK
-	if r.res.TopK == 0 {
-		r.res.TopK = r.cfg.TopK
+	if !validCoupling(q.Coupling) {
+		return fmt.Errorf("%w: coupling %q: want sync, fanout or async", rag.ErrInvalidRequest, bound(string(q.Query.Coupling), MaxRecordedLen))
 	}
 	switch {
-	case q.TopK < 0 || q.TopK > MaxTopK:
-		return fmt.Errorf("%w: top_k must be between 1 and %d, got %d", rag.ErrInvalidRequest, MaxTopK, q.TopK)
+	case q.Query.TopK < 0 || q.Query.TopK > MaxTopK:
+		return fmt.Errorf("%w: top_k must be between 1 and %d, got %d", rag.ErrInvalidRequest, MaxTopK, q.Query.TopK)
 	case q.MaxTokens < 0:
 		return fmt.Errorf("%w: max_tokens must not be negative, got %d", rag.ErrInvalidRequest, q.MaxTokens)
 	case !slices.ContainsFunc(q.Messages, func(m rag.Message) bool { return m.Role == "user" }):
 		return fmt.Errorf("%w: messages must contain a user message to answer", rag.ErrInvalidRequest)
 	}
-	r.p.countCoupling(r.res.Coupling)
 	return nil
 }
 
-func (r *run) execute() error {
+// execute runs the stages in order; each returns what the next needs, and execute puts what the
+// caller is told into res.
+func (r *run) execute(res *Result) (generation, error) {
 	if err := r.admit(); err != nil {
-		return err
+		return generation{}, err
 	}
-
-	question := r.q.Question()
-	var attrs []attribute.KeyValue
-	if r.t.tracing {
-		attrs = []attribute.KeyValue{
-			semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
-			semconv.GenAIProviderNameKey.String(r.t.embedProvider),
-			semconv.GenAIRequestModel(r.t.embedModel),
-			semconv.GenAIEmbeddingsDimensionCount(r.p.emb.Dimension()),
-			semconv.GenAIUsageInputTokens(rag.CountTokens(question)),
-		}
-	}
-	st := r.begin(r.ctx, rag.StageEmbed, r.t.embedName, attrs...)
-	dec, err := r.inject(st)
-	var vec []float32
-	if err == nil {
-		vec, err = r.p.emb.Embed(st.ctx, question)
-		if err != nil {
-			err = fmt.Errorf("embed question: %w", err)
-		}
-	}
-	d := st.end(err)
-	r.observe(rag.StageEmbed, d, dec)
-	r.t.inst.clientDur.RecordSet(st.ctx, seconds(d), withError(r.t.embedSet, err))
-	if err == nil {
-		r.t.inst.tokenUsage.RecordSet(st.ctx, int64(rag.CountTokens(question)), r.t.embedInput)
-	}
+	question := r.req.Question()
+	vec, err := r.embed(question)
 	if err != nil {
-		return r.fail(rag.StageEmbed, err)
+		return generation{}, err
 	}
-
-	var hits []rag.Hit
-	n := r.p.ret.Shards()
-	r.res.Shards = n
-	if r.t.tracing {
-		attrs = []attribute.KeyValue{
-			semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameRetrieval)),
-			semconv.GenAIDataSourceID(r.t.collection),
-			AttrCoupling.String(string(r.res.Coupling)), AttrTopK.Int(r.res.TopK), AttrShards.Int(n),
-		}
-		if r.t.capture {
-			attrs = append(attrs, semconv.GenAIRetrievalQueryText(question))
-		}
-	}
-	st = r.begin(r.ctx, rag.StageRetrieve, r.t.retrievalName, attrs...)
-	dec, err = r.inject(st)
+	ret, err := r.retrieve(question, vec)
+	res.Shards, res.ShardsAnswered, res.ShardsLate, res.ShardsFailed = ret.shards, ret.answered, ret.lateCount, ret.failed
 	if err != nil {
-		err = r.fail(rag.StageRetrieve, err)
-	} else {
-		switch r.res.Coupling {
-		case rag.CouplingSync:
-			hits, err = r.retrieveSync(st, vec, n)
-		case rag.CouplingFanout:
-			hits, err = r.retrieveFanout(st, vec, n)
-		case rag.CouplingAsync:
-			hits, err = r.retrieveAsync(st, vec, n)
-		}
+		return generation{}, err
 	}
-	if st.span.IsRecording() {
-		st.span.SetAttributes(AttrHits.Int(len(hits)), AttrShardsAnswered.Int(r.res.ShardsAnswered),
-			AttrShardsLate.Int(r.res.ShardsLate), AttrShardsFailed.Int(r.res.ShardsFailed))
-	}
-	r.observe(rag.StageRetrieve, st.end(err), dec)
+	f, err := r.fetch(ret.hits)
+	res.ChunksMissing = f.missing
 	if err != nil {
-		return err
+		return generation{}, err
 	}
-
-	st = r.begin(r.ctx, rag.StageFetch, SpanFetch)
-	var chunks []rag.Chunk
-	dec, err = r.inject(st)
-	switch {
-	case err != nil:
-		err = r.fail(rag.StageFetch, err)
-	case r.res.Coupling == rag.CouplingSync:
-		chunks, err = r.fetchSequential(st.ctx, hits)
-	default:
-		chunks, err = r.fetchConcurrent(st.ctx, hits)
+	res.ChunkIDs = make([]string, len(f.chunks))
+	for i, c := range f.chunks {
+		res.ChunkIDs[i] = c.ID
 	}
-	if st.span.IsRecording() {
-		if r.t.cache != nil {
-			st.span.SetAttributes(AttrHits.Int(len(hits)), AttrChunksMissing.Int(r.res.ChunksMissing),
-				AttrCacheHits.Int(int(r.cacheHits.Load())), AttrCacheMisses.Int(int(r.cacheMisses.Load())),
-				AttrCacheBlocked.Int(int(r.cacheBlocked.Load())))
-		} else {
-			st.span.SetAttributes(AttrHits.Int(len(hits)), AttrChunksMissing.Int(r.res.ChunksMissing))
-		}
+	if err := r.announceGeneration(res); err != nil {
+		return generation{}, err
 	}
-	r.observe(rag.StageFetch, st.end(err), dec)
-	if err != nil {
-		return err
-	}
-	r.res.ChunkIDs = make([]string, len(chunks))
-	for i, c := range chunks {
-		r.res.ChunkIDs[i] = c.ID
-	}
-	return r.generate(buildMessages(r.cfg.SystemPrompt, chunks, r.q.Messages))
+	gen, err := r.generate(buildMessages(r.req.cfg.SystemPrompt, f.chunks, r.req.Messages), res)
+	return gen, err
 }
 
 // admit takes an admission slot, if the pipeline has an admitter.
@@ -244,36 +212,110 @@ func (r *run) admit() error {
 	if a == nil {
 		return nil
 	}
-	st := r.begin(r.ctx, rag.StageAdmission, SpanAdmission)
+	st := r.rec.begin(r.ctx, rag.StageAdmission, SpanAdmission)
 	var (
 		release func()
 		wait    time.Duration
 	)
-	dec, err := r.inject(st)
+	waiter := r.p.tel.waiter
+	dec, err := r.inject(&st)
 	switch {
 	case err != nil:
-	case r.t.waiter != nil:
-		release, wait, err = r.t.waiter.AcquireWait(st.ctx)
+	case waiter != nil:
+		release, wait, err = waiter.AcquireWait(st.ctx)
 	default:
 		release, err = a.Acquire(st.ctx)
 	}
-	if st.span.IsRecording() && r.t.waiter != nil {
-		st.span.SetAttributes(AttrAdmissionWaitMS.Float64(float64(wait) / float64(time.Millisecond)))
-	}
-	d := st.end(err)
-	r.observe(rag.StageAdmission, d, dec)
+	r.observe(rag.StageAdmission, r.rec.endAdmission(&st, err, wait, waiter != nil, dec.Delay), dec)
 	if err != nil {
-		if errors.Is(err, rag.ErrOverloaded) {
-			r.t.inst.rejected.Add(st.ctx, 1)
-		}
 		return r.fail(rag.StageAdmission, err)
 	}
-	if r.t.waiter == nil {
-		wait = d - dec.Delay
-	}
-	r.t.inst.queueWait.Record(st.ctx, seconds(wait))
 	r.release = release
 	return nil
+}
+
+// embed turns the question into a vector.
+func (r *run) embed(question string) ([]float32, error) {
+	st := r.rec.begin(r.ctx, rag.StageEmbed, r.p.tel.embedName)
+	dec, err := r.inject(&st)
+	var vec []float32
+	if err == nil {
+		vec, err = r.p.emb.Embed(st.ctx, question)
+		if err != nil {
+			err = fmt.Errorf("embed question: %w", err)
+		}
+	}
+	tokens := 0
+	if err == nil || r.rec.tracing() {
+		tokens = rag.CountTokens(question)
+	}
+	r.observe(rag.StageEmbed, r.rec.endEmbed(&st, err, tokens), dec)
+	if err != nil {
+		return nil, r.fail(rag.StageEmbed, err)
+	}
+	return vec, nil
+}
+
+// retrieval is what the retrieve stage found.
+type retrieval struct {
+	hits      []rag.Hit
+	shards    int       // shards searched
+	answered  int       // shards whose hits were used
+	failed    int       // async: shards that failed before the cut
+	lateCount int       // async: shards still searching at the cut
+	late      []bool    // async: which shards were late, by shard
+	cut       time.Time // async: when generation was allowed to start
+}
+
+// retrieve searches the shards as the coupling mode says.
+func (r *run) retrieve(question string, vec []float32) (retrieval, error) {
+	st := r.rec.beginRetrieve(r.ctx)
+	ret := retrieval{shards: r.p.ret.Shards()}
+	dec, err := r.inject(&st)
+	if err == nil {
+		switch r.req.Coupling {
+		case rag.CouplingSync:
+			err = r.retrieveSync(&st, vec, &ret)
+		case rag.CouplingFanout:
+			err = r.retrieveFanout(&st, vec, &ret)
+		case rag.CouplingAsync:
+			err = r.retrieveAsync(&st, vec, &ret)
+		}
+	}
+	if err != nil {
+		err = r.fail(rag.StageRetrieve, err)
+	}
+	r.observe(rag.StageRetrieve, r.rec.endRetrieve(&st, err, &r.req, question, ret), dec)
+	return ret, err
+}
+
+// fetched is what the fetch stage got from the doc store.
+type fetched struct {
+	chunks  []rag.Chunk
+	missing int                    // hits whose chunk the doc store did not have
+	results [numCacheResults]int32 // lookups by how the cache answered, when the store says
+}
+
+// fetch fetches the chunks of hits, in rank order.
+func (r *run) fetch(hits []rag.Hit) (fetched, error) {
+	st := r.rec.begin(r.ctx, rag.StageFetch, SpanFetch)
+	var f fetched
+	dec, err := r.inject(&st)
+	switch {
+	case err != nil:
+	case r.req.Coupling == rag.CouplingSync:
+		err = r.fetchSequential(st.ctx, hits, &f)
+	default:
+		err = r.fetchConcurrent(st.ctx, hits, &f)
+	}
+	if err != nil {
+		err = r.fail(rag.StageFetch, err)
+	}
+	if f.missing > 0 {
+		r.p.stats.chunksMissing.Add(uint64(f.missing))
+	}
+	r.observe(rag.StageFetch, r.rec.endFetch(&st, err, len(hits), f), dec)
+	return f, err
 }
 
 // cleanup runs when Run returns: no sink call may follow, searches still running are cancelled
@@ -287,92 +329,7 @@ func (r *run) cleanup() {
 	}
 }
 
-// stageRun is one stage of a run in progress: its timing, its span and its labelled context.
-type stageRun struct {
-	r     *run
-	stage rag.Stage
-	i     int             // index in r.res.Timings
-	ctx   context.Context // carries the span and the rag_stage pprof label
-	span  trace.Span
-}
-
-// begin starts timing stage, starts its span (named name, child of the span in parent, with
-// attrs and rag.stage) at the same instant, and labels the goroutine with the stage. Attributes
-// known at the start go in attrs: each later SetAttributes call costs the SDK a slice growth.
-func (r *run) begin(parent context.Context, stage rag.Stage, name string, attrs ...attribute.KeyValue) stageRun {
-	now := r.p.now()
-	r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: stage, Start: now})
-	st := stageRun{r: r, stage: stage, i: len(r.res.Timings) - 1}
-	opts := []trace.SpanStartOption{trace.WithTimestamp(now), trace.WithAttributes(AttrStage.String(string(stage)))}
-	if len(attrs) > 0 {
-		opts = append(opts, trace.WithAttributes(attrs...))
-	}
-	st.ctx, st.span = r.t.tracer.Start(parent, name, opts...)
-	st.ctx = r.t.withStageLabel(st.ctx, stage)
-	r.t.setLabels(st.ctx)
-	return st
-}
-
-// end stops timing the stage, ends its span at the same instant (recording err), records its
-// duration in rag_stage_duration_seconds, restores the run's pprof labels, and returns the
-// duration.
-func (st stageRun) end(err error) time.Duration { return st.endAt(st.r.p.now(), err) }
-
-// endAt is end with the end instant given.
-func (st stageRun) endAt(now time.Time, err error) time.Duration {
-	r := st.r
-	d := now.Sub(r.res.Timings[st.i].Start)
-	r.res.Timings[st.i].Duration = d
-	endSpan(st.span, now, err)
-	r.t.inst.stageDur.Record(st.ctx, seconds(d), r.t.stageSet(st.stage, r.res.Coupling))
-	r.t.setLabels(r.ctx)
-	return d
-}
-
-// startSpan starts the rag.pipeline span at the run's start and returns its context.
-func (r *run) startSpan(ctx context.Context) context.Context {
-	r.t.inst.inflight.Add(ctx, 1)
-	opts := []trace.SpanStartOption{trace.WithTimestamp(r.start)}
-	if r.t.tracing {
-		attrs := []attribute.KeyValue{
-			AttrStage.String(StagePipeline),
-			AttrRequestID.String(r.q.ID),
-			AttrQueryHash.String(QueryHash(r.q.Question())),
-			AttrFaultInjectedMS.Float64(0),
-			semconv.GenAIRequestModel(r.q.Model),
-		}
-		if r.q.UserID != "" {
-			attrs = append(attrs, AttrUserID.String(r.q.UserID))
-		}
-		opts = append(opts, trace.WithAttributes(attrs...))
-	}
-	ctx, r.span = r.t.tracer.Start(ctx, SpanPipeline, opts...)
-	r.spanCtx = ctx
-	return ctx
-}
-
-// finish ends the rag.pipeline span and records the request-level metrics.
-func (r *run) finish(err error) {
-	end := r.p.now()
-	ctx := r.spanCtx
-	if r.span.IsRecording() {
-		r.span.SetAttributes(AttrCoupling.String(string(r.res.Coupling)), AttrTopK.Int(r.res.TopK),
-			AttrChunkIDs.StringSlice(r.res.ChunkIDs))
-	}
-	endSpan(r.span, end, err)
-	r.t.inst.inflight.Add(ctx, -1)
-	cs := r.t.chat(r.q.Model)
-	r.t.inst.serverDur.RecordSet(ctx, seconds(end.Sub(r.start)), withError(cs.base, err))
-	if err == nil && !r.firstToken.IsZero() {
-		r.t.inst.ttft.RecordSet(ctx, seconds(r.res.TimeToFirstToken), cs.base)
-		if n := r.res.Usage.CompletionTokens; n > 1 && r.genEnd.After(r.firstToken) {
-			r.t.inst.tpot.RecordSet(ctx, seconds(r.genEnd.Sub(r.firstToken))/float64(n-1), cs.base)
-		}
-	}
-	r.t.setLabels(r.parent)
-}
-
-func (r *run) elapsed() time.Duration { return r.p.now().Sub(r.start) }
+func (r *run) elapsed() time.Duration { return r.p.now().Sub(r.rec.start) }
 
 // fail wraps err with the stage it happened in. If the caller's context has ended, that is the
 // error to report, whatever the backend made of it; if the run was cancelled because the client
@@ -396,81 +353,95 @@ func (r *run) sinkFailed(err error) error {
 	return err
 }
 
-// search searches one shard under a "Query {collection}" span and records its duration.
-func (r *run) search(ctx context.Context, shard int, vec []float32) ([]rag.Hit, error) {
-	start := r.p.now()
-	opts := []trace.SpanStartOption{trace.WithTimestamp(start)}
-	if r.t.tracing {
-		attrs := make([]attribute.KeyValue, 0, len(r.t.dbAttrs)+1)
-		opts = append(opts, trace.WithAttributes(append(append(attrs, r.t.dbAttrs...), AttrShard.Int(shard))...))
-	}
-	ctx, span := r.t.tracer.Start(ctx, r.t.queryName, opts...)
-	hits, err := r.p.ret.Search(ctx, shard, vec, r.res.TopK)
-	end := r.p.now()
-	if span.IsRecording() {
-		span.SetAttributes(semconv.DBResponseReturnedRows(len(hits)))
-	}
-	endSpan(span, end, err)
-	r.t.inst.dbDur.RecordSet(ctx, seconds(end.Sub(start)), withError(r.t.dbSet, err))
-	return hits, err
+// shardAnswer is one shard's answer: its hits, or why there are none, and when it came.
+type shardAnswer struct {
+	span shardSpan
+	hits []rag.Hit
+	err  error
+	end  time.Time
+}
+
+// search searches one shard under its Query span, started by the run's goroutine; it touches no
+// telemetry, so that it can run on a goroutine of its own with a small stack.
+func (r *run) search(a *shardAnswer, vec []float32) {
+	a.hits, a.err = r.p.ret.Search(a.span.ctx, a.span.shard, vec, r.req.TopK)
+	a.end = r.p.now()
 }
 
 // retrieveSync searches the shards one after another.
-func (r *run) retrieveSync(st stageRun, vec []float32, n int) ([]rag.Hit, error) {
-	perShard := make([][]rag.Hit, n)
-	for shard := range n {
-		hits, err := r.search(st.ctx, shard, vec)
-		if err != nil {
-			return nil, r.fail(rag.StageRetrieve, fmt.Errorf("search shard %d: %w", shard, err))
+func (r *run) retrieveSync(st *stageSpan, vec []float32, ret *retrieval) error {
+	perShard := make([][]rag.Hit, ret.shards)
+	for shard := range ret.shards {
+		a := shardAnswer{span: r.rec.beginShard(st.ctx, shard)}
+		r.search(&a, vec)
+		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
+		if a.err != nil {
+			return fmt.Errorf("search shard %d: %w", shard, a.err)
 		}
-		perShard[shard] = hits
+		perShard[shard] = a.hits
 	}
-	r.res.ShardsAnswered = n
-	return mergeTopK(perShard, r.res.TopK), nil
+	ret.answered = ret.shards
+	ret.hits = mergeTopK(perShard, r.req.TopK)
+	return nil
 }
 
-// retrieveFanout searches every shard at once and waits for all of them.
-func (r *run) retrieveFanout(st stageRun, vec []float32, n int) ([]rag.Hit, error) {
-	perShard := make([][]rag.Hit, n)
-	err := r.concurrently(st.ctx, n, func(ctx context.Context, shard int) error {
-		hits, err := r.search(ctx, shard, vec)
-		if err != nil {
-			return fmt.Errorf("search shard %d: %w", shard, err)
-		}
-		perShard[shard] = hits
-		return nil
-	})
-	if err != nil {
-		return nil, r.fail(rag.StageRetrieve, err)
+// retrieveFanout searches every shard at once and waits for all of them. The first failure
+// cancels the other searches and is the stage's error.
+func (r *run) retrieveFanout(st *stageSpan, vec []float32, ret *retrieval) error {
+	n := ret.shards
+	answers := make([]shardAnswer, n)
+	ctx, cancel := context.WithCancel(st.ctx)
+	defer cancel()
+	r.rec.beginShards(ctx, answers)
+	var (
+		wg    sync.WaitGroup
+		first atomic.Int32
+	)
+	first.Store(-1)
+	for i := range answers {
+		wg.Go(func() {
+			r.search(&answers[i], vec)
+			if answers[i].err != nil && first.CompareAndSwap(-1, int32(i)) {
+				cancel()
+			}
+		})
 	}
-	r.res.ShardsAnswered = n
-	return mergeTopK(perShard, r.res.TopK), nil
-}
-
-// shardResult is one shard's answer in async coupling.
-type shardResult struct {
-	shard int
-	hits  []rag.Hit
-	err   error
+	wg.Wait()
+	perShard := make([][]rag.Hit, n)
+	for i := range answers {
+		a := &answers[i]
+		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
+		perShard[i] = a.hits
+	}
+	if i := first.Load(); i >= 0 {
+		return fmt.Errorf("search shard %d: %w", i, answers[i].err)
+	}
+	ret.answered = n
+	ret.hits = mergeTopK(perShard, r.req.TopK)
+	return nil
 }
 
 // retrieveAsync searches every shard at once and returns as soon as the quorum has answered, or
 // at the deadline with whatever answered (waiting for a first answer if none has). Searches
 // still running go on in r.bg and are reported as late.
-func (r *run) retrieveAsync(st stageRun, vec []float32, n int) ([]rag.Hit, error) {
+func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error {
+	n := ret.shards
 	if n == 0 {
-		return nil, nil
+		return nil
 	}
-	quorum := r.cfg.quorum(n)
-	deadline := time.NewTimer(r.cfg.AsyncDeadline)
+	cfg := r.req.cfg
+	quorum := cfg.quorum(n)
+	deadline := time.NewTimer(cfg.AsyncDeadline)
 	defer deadline.Stop()
 	searchCtx, cancelSearch := context.WithCancel(st.ctx)
 	// Buffered for every shard, so a search never blocks on delivering its answer.
-	results := make(chan shardResult, n)
-	for shard := range n {
+	results := make(chan *shardAnswer, n)
+	answers := make([]shardAnswer, n)
+	r.rec.beginShards(searchCtx, answers)
+	for i := range answers {
 		r.bg.Go(func() {
-			hits, err := r.search(searchCtx, shard, vec)
-			results <- shardResult{shard: shard, hits: hits, err: err}
+			r.search(&answers[i], vec)
+			results <- &answers[i]
 		})
 	}
 
@@ -479,53 +450,45 @@ func (r *run) retrieveAsync(st stageRun, vec []float32, n int) ([]rag.Hit, error
 		errs           []error
 		pending        = n
 		deadlinePassed bool
-		answered       = make([]bool, n)
 	)
-	take := func(sr shardResult) error {
+	ret.late = make([]bool, n)
+	for i := range ret.late {
+		ret.late[i] = true
+	}
+	take := func(a *shardAnswer) error {
 		pending--
-		answered[sr.shard] = true
-		if sr.err != nil {
-			errs = append(errs, fmt.Errorf("search shard %d: %w", sr.shard, sr.err))
-			r.res.ShardsFailed++
-			r.p.log.Debug("shard failed", "request_id", r.q.ID, "shard", sr.shard, "error", sr.err)
+		ret.late[a.span.shard] = false
+		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
+		if a.err != nil {
+			errs = append(errs, fmt.Errorf("search shard %d: %w", a.span.shard, a.err))
+			ret.failed++
+			r.p.log.Debug("shard failed", "request_id", r.req.ID, "shard", a.span.shard, "error", a.err)
 		} else {
-			perShard = append(perShard, sr.hits)
+			perShard = append(perShard, a.hits)
 		}
-		if !r.sink.active() {
-			return nil
-		}
-		ev := Progress{Stage: rag.StageRetrieve, Shard: sr.shard, Hits: len(sr.hits), Failed: sr.err != nil, Elapsed: r.elapsed()}
-		if sr.err != nil {
-			ev.Message = fmt.Sprintf("shard %d failed after %v: %v", sr.shard, ev.Elapsed.Round(time.Microsecond), sr.err)
-		} else {
-			ev.Message = fmt.Sprintf("shard %d answered with %d hits after %v", sr.shard, len(sr.hits), ev.Elapsed.Round(time.Microsecond))
-		}
-		if err := r.sink.progress(ev); err != nil {
-			return r.sinkFailed(err)
-		}
-		return nil
+		return r.progressShard(a, false)
 	}
 	for pending > 0 && len(perShard) < quorum && !(deadlinePassed && len(perShard) > 0) {
 		select {
-		case sr := <-results:
-			if err := take(sr); err != nil {
+		case a := <-results:
+			if err := take(a); err != nil {
 				cancelSearch()
-				return nil, err
+				return err
 			}
 		case <-deadline.C:
 			deadlinePassed = true
 		case <-r.ctx.Done():
 			cancelSearch()
-			return nil, r.fail(rag.StageRetrieve, r.ctx.Err())
+			return r.ctx.Err()
 		}
 	}
 	// Answers already delivered cost nothing to use.
 	for drained := false; pending > 0 && !drained; {
 		select {
-		case sr := <-results:
-			if err := take(sr); err != nil {
+		case a := <-results:
+			if err := take(a); err != nil {
 				cancelSearch()
-				return nil, err
+				return err
 			}
 		default:
 			drained = true
@@ -533,23 +496,15 @@ func (r *run) retrieveAsync(st stageRun, vec []float32, n int) ([]rag.Hit, error
 	}
 	if len(perShard) == 0 {
 		cancelSearch()
-		return nil, r.fail(rag.StageRetrieve, fmt.Errorf("all %d shards failed: %w", n, errors.Join(errs...)))
+		return fmt.Errorf("all %d shards failed: %w", n, errors.Join(errs...))
 	}
-	r.res.ShardsAnswered = len(perShard)
-	r.res.ShardsLate = pending
+	ret.answered = len(perShard)
+	ret.lateCount = pending
+	ret.cut = r.p.now()
 	if pending == 0 {
 		cancelSearch()
 	} else {
 		r.p.stats.lateShards.Add(uint64(pending))
-		r.t.inst.lateShards.Add(st.ctx, int64(pending))
-		if st.span.IsRecording() {
-			now := r.p.now()
-			for shard, ok := range answered {
-				if !ok {
-					st.span.AddEvent(EventLateShardDropped, trace.WithTimestamp(now), trace.WithAttributes(AttrShard.Int(shard)))
-				}
-			}
-		}
 		r.bg.Go(func() {
 			defer cancelSearch()
 			for range pending {
@@ -557,52 +512,42 @@ func (r *run) retrieveAsync(st stageRun, vec []float32, n int) ([]rag.Hit, error
 			}
 		})
 	}
-	return mergeTopK(perShard, r.res.TopK), nil
+	ret.hits = mergeTopK(perShard, r.req.TopK)
+	return nil
+}
+
+// progressShard tells the client, in async coupling, that a shard answered or failed.
+func (r *run) progressShard(a *shardAnswer, late bool) error {
+	if !r.sink.active() {
+		return nil
+	}
+	ev := Progress{Stage: rag.StageRetrieve, Shard: a.span.shard, Hits: len(a.hits), Late: late, Failed: a.err != nil, Elapsed: r.elapsed()}
+	took := ev.Elapsed.Round(time.Microsecond)
+	switch {
+	case a.err != nil && late:
+		ev.Message = fmt.Sprintf("shard %d failed late after %v: %v", a.span.shard, took, a.err)
+	case a.err != nil:
+		ev.Message = fmt.Sprintf("shard %d failed after %v: %v", a.span.shard, took, a.err)
+	case late:
+		ev.Message = fmt.Sprintf("shard %d answered late with %d hits after %v: dropped", a.span.shard, len(a.hits), took)
+	default:
+		ev.Message = fmt.Sprintf("shard %d answered with %d hits after %v", a.span.shard, len(a.hits), took)
+	}
+	if err := r.sink.progress(ev); err != nil {
+		return r.sinkFailed(err)
+	}
+	return nil
 }
 
 // late reports a shard that answered after generation started. Searches cancelled because the
 // run ended are not news.
-func (r *run) late(searchCtx context.Context, sr shardResult) {
-	if sr.err != nil && searchCtx.Err() != nil {
+func (r *run) late(searchCtx context.Context, a *shardAnswer) {
+	r.rec.endShard(&a.span, a.end, len(a.hits), a.err, false)
+	if a.err != nil && searchCtx.Err() != nil {
 		return
 	}
-	ev := Progress{Stage: rag.StageRetrieve, Shard: sr.shard, Hits: len(sr.hits), Late: true, Failed: sr.err != nil, Elapsed: r.elapsed()}
-	r.p.log.Debug("late shard dropped", "request_id", r.q.ID, "shard", sr.shard, "hits", len(sr.hits), "elapsed", ev.Elapsed, "error", sr.err)
-	if !r.sink.active() {
-		return
-	}
-	if sr.err != nil {
-		ev.Message = fmt.Sprintf("shard %d failed late after %v: %v", sr.shard, ev.Elapsed.Round(time.Microsecond), sr.err)
-	} else {
-		ev.Message = fmt.Sprintf("shard %d answered late with %d hits after %v: dropped", sr.shard, len(sr.hits), ev.Elapsed.Round(time.Microsecond))
-	}
-	if err := r.sink.progress(ev); err != nil {
-		r.sinkFailed(err)
-	}
-}
-
-// concurrently runs f(ctx, i) for i in [0, n) at once and waits for all, ctx derived from
-// parent. The first error cancels the others' ctx and is returned.
-func (r *run) concurrently(parent context.Context, n int, f func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for i := range n {
-		wg.Go(func() {
-			if err := f(ctx, i); err != nil {
-				once.Do(func() {
-					first = err
-					cancel()
-				})
-			}
-		})
-	}
-	wg.Wait()
-	return first
+	r.p.log.Debug("late shard dropped", "request_id", r.req.ID, "shard", a.span.shard, "hits", len(a.hits), "error", a.err)
+	_ = r.progressShard(a, true)
 }
 
 // mergeTopK merges per-shard hits into the k best overall: by score, best first, ties broken by
@@ -636,74 +581,72 @@ func mergeTopK(perShard [][]rag.Hit, k int) []rag.Hit {
 }
 
 // lookup fetches one chunk, counting how the doc store answered when it says.
-func (r *run) lookup(ctx context.Context, id string) (rag.Chunk, error) {
-	if r.t.cache == nil {
+func (r *run) lookup(ctx context.Context, id string, results *[numCacheResults]int32) (rag.Chunk, error) {
+	cache := r.p.tel.cache
+	if cache == nil {
 		return r.p.docs.Get(ctx, id)
 	}
-	c, result, err := r.t.cache.LookupResult(ctx, id)
-	switch result {
-	case "hit":
-		r.cacheHits.Add(1)
-	case "miss":
-		r.cacheMisses.Add(1)
-	case "blocked":
-		r.cacheBlocked.Add(1)
-	}
-	r.t.inst.cacheReq.Add(ctx, 1, r.t.cacheSet(result))
+	c, result, err := cache.LookupResult(ctx, id)
+	atomic.AddInt32(&results[cacheIndex(result)], 1)
 	return c, err
 }
 
 // fetchSequential fetches the chunks one by one, in rank order.
-func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit) ([]rag.Chunk, error) {
-	chunks := make([]rag.Chunk, 0, len(hits))
+func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit, f *fetched) error {
+	f.chunks = make([]rag.Chunk, 0, len(hits))
 	for _, h := range hits {
-		c, err := r.lookup(ctx, h.ChunkID)
+		c, err := r.lookup(ctx, h.ChunkID, &f.results)
 		if errors.Is(err, rag.ErrNotFound) {
-			r.missing()
+			f.missing++
 			continue
 		}
 		if err != nil {
-			return nil, r.fail(rag.StageFetch, fmt.Errorf("fetch chunk %q: %w", h.ChunkID, err))
+			return fmt.Errorf("fetch chunk %q: %w", h.ChunkID, err)
 		}
 		c.ID = h.ChunkID
-		chunks = append(chunks, c)
+		f.chunks = append(f.chunks, c)
 	}
-	return chunks, nil
+	return nil
 }
 
-// fetchConcurrent fetches every chunk at once and keeps them in rank order.
-func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit) ([]rag.Chunk, error) {
-	chunks := make([]rag.Chunk, len(hits))
-	found := make([]bool, len(hits))
-	err := r.concurrently(ctx, len(hits), func(ctx context.Context, i int) error {
-		c, err := r.lookup(ctx, hits[i].ChunkID)
-		if errors.Is(err, rag.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, err)
-		}
-		c.ID = hits[i].ChunkID
-		chunks[i], found[i] = c, true
-		return nil
-	})
-	if err != nil {
-		return nil, r.fail(rag.StageFetch, err)
+// fetchConcurrent fetches every chunk at once and keeps them in rank order. The first failure
+// cancels the other fetches and is the stage's error; a chunk the store does not have is skipped.
+func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) error {
+	type lookup struct {
+		chunk rag.Chunk
+		err   error
 	}
-	out := chunks[:0]
-	for i, c := range chunks {
-		if found[i] {
-			out = append(out, c)
-		} else {
-			r.missing()
-		}
+	lookups := make([]lookup, len(hits))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		first atomic.Int32
+	)
+	first.Store(-1)
+	for i := range lookups {
+		wg.Go(func() {
+			l := &lookups[i]
+			l.chunk, l.err = r.lookup(ctx, hits[i].ChunkID, &f.results)
+			if l.err != nil && !errors.Is(l.err, rag.ErrNotFound) && first.CompareAndSwap(-1, int32(i)) {
+				cancel()
+			}
+		})
 	}
-	return out, nil
-}
-
-func (r *run) missing() {
-	r.res.ChunksMissing++
-	r.p.stats.chunksMissing.Add(1)
+	wg.Wait()
+	if i := first.Load(); i >= 0 {
+		return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, lookups[i].err)
+	}
+	f.chunks = make([]rag.Chunk, 0, len(hits))
+	for i, l := range lookups {
+		if l.err != nil {
+			f.missing++
+			continue
+		}
+		l.chunk.ID = hits[i].ChunkID
+		f.chunks = append(f.chunks, l.chunk)
+	}
+	return nil
 }
 
 // buildMessages puts the retrieved chunks, numbered in rank order, into a system message after
@@ -729,92 +672,52 @@ func buildMessages(systemPrompt string, chunks []rag.Chunk, conversation []rag.M
 	return append(msgs, conversation...)
 }
 
+// announceGeneration tells the client, in async coupling, that generation starts and with what.
+func (r *run) announceGeneration(res *Result) error {
+	if r.req.Coupling != rag.CouplingAsync || !r.sink.active() {
+		return nil
+	}
+	ev := Progress{Stage: rag.StageGenerate, Shard: -1, Hits: len(res.ChunkIDs), Elapsed: r.elapsed()}
+	ev.Message = fmt.Sprintf("generating with %d chunks from %d of %d shards; %d late, %d failed", len(res.ChunkIDs), res.ShardsAnswered, res.Shards, res.ShardsLate, res.ShardsFailed)
+	if err := r.sink.progress(ev); err != nil {
+		return r.sinkFailed(err)
+	}
+	return nil
+}
+
+// generation is what the generate stage did, beyond what it puts in the Result.
+type generation struct {
+	msgs       []rag.Message   // the prompt
+	firstToken time.Time       // when the first delta carrying text arrived
+	end        time.Time       // when the last delta arrived, or the stage failed
+	answer     strings.Builder // the answer, only when content capture is on
+	stream     streamStage
+}
+
 // generate runs the LLM under a "chat {model}" span and streams its deltas to the sink under a
-// rag.stream span.
-func (r *run) generate(msgs []rag.Message) (err error) {
-	if r.res.Coupling == rag.CouplingAsync && r.sink.active() {
-		ev := Progress{Stage: rag.StageGenerate, Shard: -1, Hits: len(r.res.ChunkIDs), Elapsed: r.elapsed()}
-		ev.Message = fmt.Sprintf("generating with %d chunks from %d of %d shards; %d late, %d failed", len(r.res.ChunkIDs), r.res.ShardsAnswered, r.res.Shards, r.res.ShardsLate, r.res.ShardsFailed)
-		if err := r.sink.progress(ev); err != nil {
-			return r.sinkFailed(err)
-		}
-	}
-	cs := r.t.chat(r.q.Model)
-	var attrs []attribute.KeyValue
-	if r.t.tracing {
-		attrs = append(cs.base.ToSlice(), semconv.GenAIRequestMaxTokens(r.q.MaxTokens),
-			semconv.GenAIRequestTemperature(r.q.Temperature), semconv.GenAIRequestStream(r.sink.active()))
-		if r.t.capture {
-			attrs = append(attrs, semconv.GenAIInputMessagesKey.String(messagesJSON(msgs)))
-		}
-	}
-	gen := r.begin(r.ctx, rag.StageGenerate, "chat "+r.q.Model, attrs...)
-	gi := gen.i
-
-	// The stream stage: a span from the first hand-over to the end of the last, and the time
-	// spent in the sink, which is what Server-Timing reports.
-	var (
-		si         = -1 // index of the stream stage, once the first delta is handed over
-		streamSpan trace.Span
-		streamCtx  context.Context
-		streamEnd  time.Time
-		chunks     int
-	)
-	genEnd := func() time.Time { return r.res.Timings[gi].Start.Add(r.res.Timings[gi].Duration) }
+// rag.stream span. It fills res with the answer's usage, finish reason and time to first token.
+func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err error) {
+	gen.msgs = msgs
+	gen.stream.i = -1
+	st := r.rec.beginGenerate(r.ctx)
+	start := r.rec.timings[st.i].Start
+	gen.end = start
+	dec, err := r.inject(&st)
 	defer func() {
-		end := genEnd()
-		r.genEnd = end
-		if gen.span.IsRecording() && err == nil {
-			attrs := []attribute.KeyValue{
-				semconv.GenAIResponseModel(r.q.Model),
-				semconv.GenAIUsageInputTokens(r.res.Usage.PromptTokens),
-				semconv.GenAIUsageOutputTokens(r.res.Usage.CompletionTokens),
-				semconv.GenAIResponseFinishReasons(r.res.FinishReason),
-			}
-			if !r.firstToken.IsZero() {
-				attrs = append(attrs, semconv.GenAIResponseTimeToFirstChunk(seconds(r.firstToken.Sub(r.res.Timings[gi].Start))))
-			}
-			if r.t.capture {
-				attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(outputJSON(r.answer.String(), r.res.FinishReason)))
-			}
-			gen.span.SetAttributes(attrs...)
+		if gen.end.Equal(start) {
+			gen.end = r.p.now()
 		}
-		genErr := err
-		if rag.StageOf(err) == rag.StageStream {
-			genErr = nil // the client left; the engine did nothing wrong
-		}
-		gen.endAt(end, genErr)
-		r.t.inst.clientDur.RecordSet(gen.ctx, seconds(r.res.Timings[gi].Duration), withError(cs.base, genErr))
-		if genErr == nil && r.res.Usage != (rag.Usage{}) {
-			r.t.inst.tokenUsage.RecordSet(gen.ctx, int64(r.res.Usage.PromptTokens), cs.input)
-			r.t.inst.tokenUsage.RecordSet(gen.ctx, int64(r.res.Usage.CompletionTokens), cs.output)
-		}
-		if si >= 0 {
-			if streamSpan.IsRecording() {
-				streamSpan.SetAttributes(AttrStreamChunks.Int(chunks),
-					AttrStreamWriteMS.Float64(float64(r.res.Timings[si].Duration)/float64(time.Millisecond)))
-			}
-			var streamErr error
-			if rag.StageOf(err) == rag.StageStream {
-				streamErr = err
-			}
-			endSpan(streamSpan, streamEnd, streamErr)
-			r.t.inst.stageDur.Record(streamCtx, seconds(r.res.Timings[si].Duration), r.t.stageSet(rag.StageStream, r.res.Coupling))
-		}
+		r.rec.endGenerate(&st, err, &r.req, r.sink.active(), &gen, res)
+		r.observe(rag.StageGenerate, gen.end.Sub(start), dec)
 	}()
-
-	dec, err := r.inject(gen)
-	defer func() { r.observe(rag.StageGenerate, r.res.Timings[gi].Duration, dec) }()
 	if err != nil {
-		r.res.Timings[gi].Duration = r.p.now().Sub(r.res.Timings[gi].Start)
-		return r.fail(rag.StageGenerate, err)
+		return gen, r.fail(rag.StageGenerate, err)
 	}
-	stream, err := r.p.gen.Generate(gen.ctx, rag.GenRequest{
-		ID: r.q.ID, Model: r.q.Model, Messages: msgs, MaxTokens: r.q.MaxTokens, Temperature: r.q.Temperature,
+	stream, err := r.p.gen.Generate(st.ctx, rag.GenRequest{
+		ID: r.req.ID, Model: r.req.Model, Messages: msgs, MaxTokens: r.req.MaxTokens, Temperature: r.req.Temperature,
 	})
 	if err != nil {
-		r.res.Timings[gi].Duration = r.p.now().Sub(r.res.Timings[gi].Start)
-		return r.fail(rag.StageGenerate, err)
+		return gen, r.fail(rag.StageGenerate, err)
 	}
 	// Close frees what the engine holds for this generation (its KV-cache blocks) at once,
 	// whether the stream ended, failed or the client left.
@@ -826,60 +729,43 @@ func (r *run) generate(msgs []rag.Message) (err error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		received := r.p.now()
-		r.res.Timings[gi].Duration = received.Sub(r.res.Timings[gi].Start)
+		gen.end = r.p.now()
 		if err != nil {
-			return r.fail(rag.StageGenerate, err)
+			return gen, r.fail(rag.StageGenerate, err)
 		}
-		if r.res.TimeToFirstToken == 0 && d.Text != "" {
-			r.res.TimeToFirstToken = received.Sub(r.start)
-			r.firstToken = received
-			if gen.span.IsRecording() {
-				gen.span.AddEvent(EventFirstToken, trace.WithTimestamp(received))
-			}
+		if gen.firstToken.IsZero() && d.Text != "" {
+			gen.firstToken = gen.end
+			res.TimeToFirstToken = gen.end.Sub(r.rec.start)
+			r.rec.firstToken(&st, gen.end)
 		}
 		completionTokens += d.Tokens
 		if d.Usage != nil {
-			r.res.Usage = *d.Usage
+			res.Usage = *d.Usage
 		}
 		if d.FinishReason != "" {
-			r.res.FinishReason = d.FinishReason
+			res.FinishReason = d.FinishReason
 		}
-		if r.t.capture {
-			r.answer.WriteString(d.Text)
+		if r.p.tel.capture {
+			gen.answer.WriteString(d.Text)
 		}
-
-		handOver := r.p.now()
-		if si < 0 {
-			si = len(r.res.Timings)
-			r.res.Timings = append(r.res.Timings, rag.StageTiming{Stage: rag.StageStream, Start: handOver})
-			streamCtx, streamSpan = r.t.tracer.Start(r.ctx, SpanStream, trace.WithTimestamp(handOver),
-				trace.WithAttributes(AttrStage.String(string(rag.StageStream))))
-			streamCtx = r.t.withStageLabel(streamCtx, rag.StageStream)
-		}
-		r.t.setLabels(streamCtx)
-		err = r.sink.delta(d)
-		streamEnd = r.p.now()
-		r.t.setLabels(gen.ctx)
-		r.res.Timings[si].Duration += streamEnd.Sub(handOver)
-		chunks++
-		if err != nil {
-			return r.sinkFailed(err)
+		r.delta = d
+		if err := r.rec.handOver(&st, &gen.stream, r.deliver); err != nil {
+			return gen, r.sinkFailed(err)
 		}
 		if d.FinishReason != "" {
 			break
 		}
 		if dec.CutAfterTokens > 0 && completionTokens >= dec.CutAfterTokens {
-			return r.fail(rag.StageGenerate, dec.CutErr)
+			return gen, r.fail(rag.StageGenerate, dec.CutErr)
 		}
 	}
-	if r.res.FinishReason == "" {
-		r.res.FinishReason = "stop" // the engine ended the stream normally without saying why
+	if res.FinishReason == "" {
+		res.FinishReason = "stop" // the engine ended the stream normally without saying why
 	}
-	if r.res.Usage == (rag.Usage{}) {
-		r.res.Usage = rag.Usage{PromptTokens: rag.PromptTokens(msgs), CompletionTokens: completionTokens}
+	if res.Usage == (rag.Usage{}) {
+		res.Usage = rag.Usage{PromptTokens: rag.PromptTokens(msgs), CompletionTokens: completionTokens}
 	}
-	return nil
+	return gen, nil
 }
 
 // guardedSink serializes sink calls from Run and the late-shard collector, and drops them once
@@ -915,4 +801,8 @@ func (g *guardedSink) close() {
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
+}
+
+func (g *guardedSink) reset(sink Sink) {
+	g.sink, g.closed = sink, false
 }

@@ -6,12 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -21,59 +20,47 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
-// Span names of the pipeline that do not depend on a backend. The others are "embeddings
-// {model}", "retrieval {collection}", "Query {collection}" (one per shard) and "chat {model}",
-// as the GenAI and database semantic conventions name them.
+// The span, event, attribute and label names of the pipeline, defined in ragconv so that
+// packages reading them need not import the pipeline. The names here are kept for callers of
+// this package. Span names that depend on a backend are "embeddings {model}", "retrieval
+// {collection}", "Query {collection}" (one per shard) and "chat {model}", as the GenAI and
+// database semantic conventions name them. Every span the pipeline starts carries AttrStage; the
+// rag.pipeline span carries the request-level dye.
 const (
-	SpanPipeline  = "rag.pipeline"
-	SpanAdmission = "rag.admission"
-	SpanFetch     = "rag.fetch"
-	SpanStream    = "rag.stream"
-)
-
-// Span event names.
-const (
-	// EventFirstToken marks, on the chat span, the moment the first delta carrying text arrived.
-	EventFirstToken = "rag.first_token"
-	// EventLateShardDropped marks, on the retrieval span, a shard that was still searching when
-	// async coupling started generating; its hits are not in the prompt. Attribute rag.shard.
-	EventLateShardDropped = "rag.shard.late_dropped"
-)
-
-// StagePipeline is the rag.stage of the rag.pipeline span, which spans all the stages. It is a
-// span attribute value only: it never appears in Server-Timing.
-const StagePipeline = "pipeline"
-
-// ProfileLabel is the pprof label the pipeline sets around each stage (value: the stage name),
-// so that CPU profiles can be filtered by stage.
-const ProfileLabel = "rag_stage"
-
-// Attribute keys of the rag.* dye. The pipeline span carries the request-level ones; every span
-// the pipeline starts carries AttrStage.
-const (
-	AttrStage           attribute.Key = "rag.stage"             // the stage a span belongs to
-	AttrRequestID       attribute.Key = "rag.request.id"        // the request (completion) id
-	AttrUserID          attribute.Key = "rag.user.id"           // X-User-ID, when the client sent one
-	AttrQueryHash       attribute.Key = "rag.query.hash"        // first 16 hex digits of SHA-256 of the question
-	AttrCoupling        attribute.Key = "rag.coupling"          // sync, fanout or async
-	AttrTopK            attribute.Key = "rag.top_k"             // chunks retrieved
-	AttrChunkIDs        attribute.Key = "rag.chunk.ids"         // chunks put in the prompt, in rank order
-	AttrFaultInjectedMS attribute.Key = "rag.fault.injected_ms" // latency injected by fault rules, in ms
-	AttrShard           attribute.Key = "rag.shard"             // the shard a Query span searched
-	AttrShards          attribute.Key = "rag.shards"            // shards searched
-	AttrShardsAnswered  attribute.Key = "rag.shards.answered"   // shards whose hits were used
-	AttrShardsLate      attribute.Key = "rag.shards.late"       // shards dropped as late (async)
-	AttrShardsFailed    attribute.Key = "rag.shards.failed"     // shards that failed (async)
-	AttrHits            attribute.Key = "rag.hits"              // hits kept after merging the shards
-	AttrChunksMissing   attribute.Key = "rag.chunks.missing"    // hits whose chunk the doc store lacked
-	AttrCacheHits       attribute.Key = "rag.cache.hits"        // fetch: lookups answered by the cache
-	AttrCacheMisses     attribute.Key = "rag.cache.misses"      // fetch: lookups that went to the store
-	AttrCacheBlocked    attribute.Key = "rag.cache.blocked"     // fetch: lookups the Bloom guard ruled out
-	AttrStreamWriteMS   attribute.Key = "rag.stream.write_ms"   // stream: total time spent handing deltas to the client
-	AttrStreamChunks    attribute.Key = "rag.stream.chunks"     // stream: deltas handed to the client
-	AttrAdmissionWaitMS attribute.Key = "rag.admission.wait_ms" // admission: time waited for a slot
+	SpanPipeline          = ragconv.SpanPipeline
+	SpanAdmission         = ragconv.SpanAdmission
+	SpanFetch             = ragconv.SpanFetch
+	SpanStream            = ragconv.SpanStream
+	EventFirstToken       = ragconv.EventFirstToken
+	EventLateShardDropped = ragconv.EventLateShardDropped
+	AttrStage             = ragconv.AttrStage
+	AttrRequestID         = ragconv.AttrRequestID
+	AttrUserID            = ragconv.AttrUserID
+	AttrQueryHash         = ragconv.AttrQueryHash
+	AttrCoupling          = ragconv.AttrCoupling
+	AttrTopK              = ragconv.AttrTopK
+	AttrChunkIDs          = ragconv.AttrChunkIDs
+	AttrFaultInjectedMS   = ragconv.AttrFaultInjectedMS
+	AttrShard             = ragconv.AttrShard
+	AttrShards            = ragconv.AttrShards
+	AttrShardsAnswered    = ragconv.AttrShardsAnswered
+	AttrShardsLate        = ragconv.AttrShardsLate
+	AttrShardsFailed      = ragconv.AttrShardsFailed
+	AttrHits              = ragconv.AttrHits
+	AttrChunksMissing     = ragconv.AttrChunksMissing
+	AttrCacheHits         = ragconv.AttrCacheHits
+	AttrCacheMisses       = ragconv.AttrCacheMisses
+	AttrCacheBlocked      = ragconv.AttrCacheBlocked
+	AttrStreamWriteMS     = ragconv.AttrStreamWriteMS
+	AttrStreamChunks      = ragconv.AttrStreamChunks
+	AttrAdmissionWaitMS   = ragconv.AttrAdmissionWaitMS
+	StagePipeline         = ragconv.StagePipeline
+	ProfileLabel          = ragconv.ProfileLabel
+	ProfileSpanIDLabel    = ragconv.ProfileSpanIDLabel
+	AttrProfileID         = ragconv.AttrProfileID
 )
 
 // Optional interfaces a backend may implement so that its spans and metrics are named properly.
@@ -205,10 +192,12 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	return &in, nil
 }
 
-// telemetry is what the pipeline needs to trace and measure its runs, resolved once in New.
+// telemetry is what the pipeline needs to trace and measure its runs, resolved once in New. It
+// holds every label set and constant attribute the recorder uses, built once, so that recording
+// a run allocates only what the SDK itself needs.
 type telemetry struct {
 	tracer  trace.Tracer
-	tracing bool // a tracer provider was given: build span attributes
+	tracing bool // a tracer provider was given: start spans and build their attributes
 	inst    *instruments
 	labels  bool // set the rag_stage pprof label around stages
 	capture bool // record prompt and answer text
@@ -221,23 +210,65 @@ type telemetry struct {
 	cache  CacheReporter
 	waiter WaitReporter
 
-	stageSets  map[stageKey]metric.MeasurementOption // rag_stage_duration_seconds labels
-	cacheSets  map[string]metric.MeasurementOption   // rag_cache_requests_total labels
-	dbSet      attribute.Set                         // db_client_operation_duration_seconds labels on success
-	dbAttrs    []attribute.KeyValue                  // attributes every Query span starts with
-	embedSet   attribute.Set                         // gen_ai client labels of the embeddings operation
-	embedInput attribute.Set                         // gen_ai token usage labels of embedding input
-	chatSets   sync.Map                              // model -> *chatSets
+	stageSets  [numStages][numCouplings]recordOpts // rag_stage_duration_seconds labels
+	cacheSets  [numCacheResults]addOpts            // rag_cache_requests_total labels
+	faultSets  [numStages]addOpts                  // rag_fault_injected_total labels
+	dbSet      attribute.Set                       // db_client_operation_duration_seconds labels on success
+	dbOpts     recordOpts                          // the same, as options
+	dbAttrs    []attribute.KeyValue                // attributes every Query span starts with
+	embedSet   attribute.Set                       // gen_ai client labels of the embeddings operation
+	embedOpts  recordOpts                          // the same, as options
+	embedInput recordOpts                          // gen_ai token usage labels of embedding input
+	embedAttrs []attribute.KeyValue                // attributes every embeddings span starts with
+	chatModels sync.Map                            // served model name -> *chatSets
+	chatCount  atomic.Int32                        // entries in chatModels
+	chatOther  *chatSets                           // the sets of every model not served
 }
 
-type stageKey struct {
-	stage    rag.Stage
-	coupling rag.Coupling
+// recordOpts and addOpts are one label set as ready-made variadic arguments: passing a stored
+// slice to Record or Add allocates nothing, where building the option each time would.
+type (
+	recordOpts []metric.RecordOption
+	addOpts    []metric.AddOption
+)
+
+func setOpts(set attribute.Set) (recordOpts, addOpts) {
+	o := metric.WithAttributeSet(set)
+	return recordOpts{o}, addOpts{o}
 }
 
-// chatSets are the gen_ai label sets of one model.
+// Cache lookup results as rag_cache_requests_total labels them; other is for a reporter that
+// answers something else.
+const (
+	cacheHit = iota
+	cacheMiss
+	cacheBlocked
+	cacheOther
+	numCacheResults
+)
+
+var cacheResults = [numCacheResults]string{"hit", "miss", "blocked", "other"}
+
+// numCouplings is len(rag.Couplings).
+const numCouplings = 3
+
+// OtherModel is the gen_ai.request.model metric label of every request for a model the
+// generator does not serve, so that the label's values stay bounded by the served models plus
+// one, whatever clients send.
+const OtherModel = "_OTHER"
+
+// maxChatModels bounds the per-model label sets kept: more than any deployment serves. Past it
+// (a generator whose model list keeps changing) sets are built per request instead of kept.
+const maxChatModels = 64
+
+// chatSets are the gen_ai label sets and span attributes of one model.
 type chatSets struct {
-	base, input, output attribute.Set
+	spanName           string               // "chat {model}"
+	attrs              []attribute.KeyValue // operation, provider, model
+	base               attribute.Set
+	baseOpts           recordOpts
+	inputOpts, outOpts recordOpts
+	responseModel      attribute.KeyValue
 }
 
 func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Generator) (*telemetry, error) {
@@ -283,16 +314,14 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 	t.retrievalName = "retrieval " + t.collection
 	t.queryName = "Query " + t.collection
 
-	// Label sets are built once, as options, so that recording allocates nothing.
-	t.stageSets = make(map[stageKey]metric.MeasurementOption, len(rag.Stages)*len(rag.Couplings))
-	for _, s := range rag.Stages {
-		for _, c := range rag.Couplings {
-			t.stageSets[stageKey{s, c}] = metric.WithAttributeSet(attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
+	for i, s := range rag.Stages {
+		for j, c := range rag.Couplings {
+			t.stageSets[i][j], _ = setOpts(attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
 		}
+		_, t.faultSets[i] = setOpts(attribute.NewSet(AttrStage.String(string(s))))
 	}
-	t.cacheSets = make(map[string]metric.MeasurementOption, 4)
-	for _, r := range []string{"hit", "miss", "blocked", "other"} {
-		t.cacheSets[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r)))
+	for i, r := range cacheResults {
+		_, t.cacheSets[i] = setOpts(attribute.NewSet(attribute.String("result", r)))
 	}
 	t.dbAttrs = []attribute.KeyValue{
 		AttrStage.String(string(rag.StageRetrieve)),
@@ -301,53 +330,115 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 		semconv.DBOperationName("Query"),
 	}
 	t.dbSet = attribute.NewSet(t.dbAttrs[1:]...)
-	t.embedSet = attribute.NewSet(
+	t.dbOpts, _ = setOpts(t.dbSet)
+	t.embedAttrs = []attribute.KeyValue{
+		AttrStage.String(string(rag.StageEmbed)),
 		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
 		semconv.GenAIProviderNameKey.String(t.embedProvider),
-		semconv.GenAIRequestModel(t.embedModel))
-	t.embedInput = attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...)
+		semconv.GenAIRequestModel(t.embedModel),
+		semconv.GenAIEmbeddingsDimensionCount(emb.Dimension()),
+	}
+	t.embedSet = attribute.NewSet(t.embedAttrs[1:4]...)
+	t.embedOpts, _ = setOpts(t.embedSet)
+	t.embedInput, _ = setOpts(attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
+	t.chatOther = t.newChatSets(OtherModel)
+	for _, m := range gen.Models() {
+		t.chat(m, true)
+	}
 	return t, nil
 }
 
-// chat returns the gen_ai label sets of the chat operation with model.
-func (t *telemetry) chat(model string) *chatSets {
-	if v, ok := t.chatSets.Load(model); ok {
-		return v.(*chatSets)
-	}
-	base := []attribute.KeyValue{
+func (t *telemetry) newChatSets(model string) *chatSets {
+	attrs := []attribute.KeyValue{
+		AttrStage.String(string(rag.StageGenerate)),
 		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameChat)),
 		semconv.GenAIProviderNameKey.String(t.genProvider),
 		semconv.GenAIRequestModel(model),
 	}
+	base := attrs[1:]
 	cs := &chatSets{
-		base:   attribute.NewSet(base...),
-		input:  attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...),
-		output: attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...),
+		spanName:      "chat " + model,
+		attrs:         attrs,
+		base:          attribute.NewSet(base...),
+		responseModel: semconv.GenAIResponseModel(model),
 	}
-	v, _ := t.chatSets.LoadOrStore(model, cs)
-	return v.(*chatSets)
+	cs.baseOpts, _ = setOpts(cs.base)
+	cs.inputOpts, _ = setOpts(attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
+	cs.outOpts, _ = setOpts(attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...))
+	return cs
 }
 
-func (t *telemetry) stageSet(s rag.Stage, c rag.Coupling) metric.MeasurementOption {
-	if set, ok := t.stageSets[stageKey{s, c}]; ok {
-		return set
+// chat returns the gen_ai label sets of the chat operation with model. Only served models get
+// sets of their own, and only up to maxChatModels of them are kept; every other name shares the
+// OtherModel sets, so that no client-chosen string becomes a metric label or stays in memory.
+func (t *telemetry) chat(model string, served bool) *chatSets {
+	if !served {
+		return t.chatOther
 	}
-	return metric.WithAttributeSet(attribute.NewSet(AttrStage.String(string(s))))
+	if v, ok := t.chatModels.Load(model); ok {
+		return v.(*chatSets)
+	}
+	cs := t.newChatSets(model)
+	if t.chatCount.Load() >= maxChatModels {
+		return cs
+	}
+	if v, loaded := t.chatModels.LoadOrStore(model, cs); loaded {
+		return v.(*chatSets)
+	}
+	t.chatCount.Add(1)
+	return cs
 }
 
-func (t *telemetry) cacheSet(result string) metric.MeasurementOption {
-	if set, ok := t.cacheSets[result]; ok {
-		return set
-	}
-	return t.cacheSets["other"]
+func (t *telemetry) stageSet(s rag.Stage, c rag.Coupling) recordOpts {
+	return t.stageSets[stageIndex(s)][couplingIndex(c)]
 }
 
-// withError returns set with error.type added when err is not nil.
-func withError(set attribute.Set, err error) attribute.Set {
+// stageIndex returns the index of s in rag.Stages.
+func stageIndex(s rag.Stage) int {
+	switch s {
+	case rag.StageAdmission:
+		return 0
+	case rag.StageEmbed:
+		return 1
+	case rag.StageRetrieve:
+		return 2
+	case rag.StageFetch:
+		return 3
+	case rag.StageGenerate:
+		return 4
+	}
+	return 5
+}
+
+// couplingIndex returns the index of c in rag.Couplings; an invalid coupling never gets this far.
+func couplingIndex(c rag.Coupling) int {
+	switch c {
+	case rag.CouplingFanout:
+		return 1
+	case rag.CouplingAsync:
+		return 2
+	}
+	return 0
+}
+
+func cacheIndex(result string) int {
+	for i, r := range cacheResults[:cacheOther] {
+		if r == result {
+			return i
+		}
+	}
+	return cacheOther
+}
+
+// withError returns opts, the options of set, or when err is not nil the options of set with
+// error.type added. Errors are rare, and error.type has a closed set of values, so the set is
+// built on the spot.
+func withError(opts recordOpts, set attribute.Set, err error) recordOpts {
 	if err == nil {
-		return set
+		return opts
 	}
-	return attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...)
+	o, _ := setOpts(attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...))
+	return o
 }
 
 // ErrorType classifies err into the low-cardinality error.type value the pipeline puts on spans
@@ -377,21 +468,35 @@ func ErrorType(err error) string {
 	return string(genaiconv.ErrorTypeOther)
 }
 
-// endSpan ends span at end, recording err with an error status.
-func endSpan(span trace.Span, end time.Time, err error) {
-	if err != nil && span.IsRecording() {
-		span.RecordError(err, trace.WithTimestamp(end))
-		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(semconv.ErrorTypeKey.String(ErrorType(err)))
-	}
-	span.End(trace.WithTimestamp(end))
-}
-
 // QueryHash returns the rag.query.hash of a question: the first 16 hex digits of its SHA-256,
 // enough to group requests for the same question without recording it.
 func QueryHash(question string) string {
-	sum := sha256.Sum256([]byte(question))
+	var sum [sha256.Size]byte
+	if len(question) <= 512 {
+		var buf [512]byte // a usual question is hashed without a heap copy
+		sum = sha256.Sum256(append(buf[:0], question...))
+	} else {
+		sum = sha256.Sum256([]byte(question))
+	}
 	return hex.EncodeToString(sum[:8])
+}
+
+// finishReasons are the gen_ai.response.finish_reasons attributes of the usual finish reasons,
+// built once: a one-element string slice attribute costs two allocations to build.
+var finishReasons = func() map[string]attribute.KeyValue {
+	m := map[string]attribute.KeyValue{}
+	for _, r := range []string{"stop", "length", "content_filter", "tool_calls", "error"} {
+		m[r] = semconv.GenAIResponseFinishReasons(r)
+	}
+	return m
+}()
+
+// finishReasonsAttr returns the gen_ai.response.finish_reasons attribute of reason.
+func finishReasonsAttr(reason string) attribute.KeyValue {
+	if kv, ok := finishReasons[reason]; ok {
+		return kv
+	}
+	return semconv.GenAIResponseFinishReasons(reason)
 }
 
 // messagesJSON renders messages in the semantic conventions' gen_ai.input.messages shape.
@@ -424,21 +529,6 @@ func outputJSON(text, finishReason string) string {
 		FinishReason string `json:"finish_reason"`
 	}{{Role: "assistant", Parts: []part{{Type: "text", Content: text}}, FinishReason: finishReason}})
 	return string(b)
-}
-
-// setLabels makes ctx's pprof labels the current goroutine's, when stage labels are on.
-func (t *telemetry) setLabels(ctx context.Context) {
-	if t.labels {
-		pprof.SetGoroutineLabels(ctx)
-	}
-}
-
-// withStageLabel returns ctx carrying the rag_stage pprof label, when stage labels are on.
-func (t *telemetry) withStageLabel(ctx context.Context, stage rag.Stage) context.Context {
-	if !t.labels {
-		return ctx
-	}
-	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(stage)))
 }
 
 // seconds converts d to float seconds.

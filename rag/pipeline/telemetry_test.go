@@ -470,18 +470,21 @@ func (d *reportingDocs) LookupResult(ctx context.Context, id string) (rag.Chunk,
 // labelSpy is a set of backends that record the rag_stage pprof label of the context each call
 // receives.
 type labelSpy struct {
-	mu     sync.Mutex
-	labels map[string][]string // backend -> labels seen
+	mu      sync.Mutex
+	labels  map[string][]string // backend -> labels seen
+	spanIDs map[string][]string // backend -> span_id labels seen
 }
 
 func (l *labelSpy) note(ctx context.Context, backend string) {
 	v, _ := pprof.Label(ctx, pipeline.ProfileLabel)
+	id, _ := pprof.Label(ctx, pipeline.ProfileSpanIDLabel)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.labels == nil {
-		l.labels = map[string][]string{}
+		l.labels, l.spanIDs = map[string][]string{}, map[string][]string{}
 	}
 	l.labels[backend] = append(l.labels[backend], v)
+	l.spanIDs[backend] = append(l.spanIDs[backend], id)
 }
 
 type spyEmbedder struct {
@@ -522,6 +525,42 @@ type spyGenerator struct {
 func (g spyGenerator) Generate(ctx context.Context, req rag.GenRequest) (rag.TokenStream, error) {
 	g.spy.note(ctx, "generate")
 	return g.fakeGenerator.Generate(ctx, req)
+}
+
+// TestProfileLabelsNameTheStageSpan checks that, traced, each backend call runs with the
+// span_id label of its stage's span, and that the span names that id in pyroscope.profile.id.
+func TestProfileLabelsNameTheStageSpan(t *testing.T) {
+	t.Parallel()
+	tp, sr := traced(t)
+	b := zeroLatency(2)
+	spy := &labelSpy{}
+	p, err := pipeline.New(spyEmbedder{b.emb, spy}, spyRetriever{b.ret, spy}, spyDocs{b.docs, spy}, spyGenerator{b.gen, spy},
+		pipeline.Config{}, pipeline.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Run(context.Background(), query(rag.CouplingFanout, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	spans := waitSpans(t, sr, 9)
+	for backend, name := range map[string]string{"embed": "embeddings unknown", "search": "retrieval test", "get": pipeline.SpanFetch, "generate": "chat model-a"} {
+		s := one(t, spans, name)
+		id := s.SpanContext().SpanID().String()
+		spy.mu.Lock()
+		seen := spy.spanIDs[backend]
+		spy.mu.Unlock()
+		if len(seen) == 0 {
+			t.Errorf("%s was not called", backend)
+		}
+		for _, got := range seen {
+			if got != id {
+				t.Errorf("%s ran with span_id=%q, want its stage span %s's id %s", backend, got, name, id)
+			}
+		}
+		if v, _ := spanAttr(s, pipeline.AttrProfileID); v.AsString() != id {
+			t.Errorf("%s pyroscope.profile.id = %q, want %s", name, v.AsString(), id)
+		}
+	}
 }
 
 func TestProfileLabels(t *testing.T) {

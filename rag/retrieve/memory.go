@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // DefaultCollection is the collection name a Memory reports unless WithCollection sets another.
@@ -22,8 +23,8 @@ const defaultSeed uint64 = 0x5eed
 
 type config struct {
 	collection string
-	law        rag.Law         // default law of every shard, and of shards added by Reshard
-	shardLaws  map[int]rag.Law // per-shard overrides at construction
+	law        latency.Law         // default law of every shard, and of shards added by Reshard
+	shardLaws  map[int]latency.Law // per-shard overrides at construction
 	seed       uint64
 }
 
@@ -41,16 +42,16 @@ func WithCollection(name string) Option {
 
 // WithLatency sets the latency law of every shard that WithShardLatency does not override, and
 // of shards created later by Reshard.
-func WithLatency(law rag.Law) Option {
+func WithLatency(law latency.Law) Option {
 	return optionFunc(func(c *config) { c.law = law })
 }
 
 // WithShardLatency sets the latency law of one shard, overriding WithLatency for it. NewMemory
 // fails if shard is not below the shard count.
-func WithShardLatency(shard int, law rag.Law) Option {
+func WithShardLatency(shard int, law latency.Law) Option {
 	return optionFunc(func(c *config) {
 		if c.shardLaws == nil {
-			c.shardLaws = make(map[int]rag.Law)
+			c.shardLaws = make(map[int]latency.Law)
 		}
 		c.shardLaws[shard] = law
 	})
@@ -75,7 +76,7 @@ type Memory struct {
 	dim        int
 	collection string
 	seed       uint64
-	defaultLaw atomic.Pointer[rag.Law]
+	defaultLaw atomic.Pointer[latency.Law]
 
 	// writeMu orders structural changes: Add, AddBatch and SetShardLatency hold it shared,
 	// Reshard holds it exclusively so that no insert or latency change lands in a shard layout
@@ -86,7 +87,7 @@ type Memory struct {
 
 // shard is one partition of the index.
 type shard struct {
-	delay atomic.Pointer[rag.Delay]
+	delay atomic.Pointer[latency.Delay]
 
 	mu    sync.RWMutex
 	ids   []string       // ids[i] owns vecs[i*dim : (i+1)*dim]
@@ -102,7 +103,7 @@ func NewMemory(dim int, shards int, opts ...Option) (*Memory, error) {
 	if shards <= 0 {
 		return nil, fmt.Errorf("%w: %d shards: want a positive number", rag.ErrInvalidRequest, shards)
 	}
-	cfg := config{collection: DefaultCollection, law: rag.Law{Kind: rag.LawNone}, seed: defaultSeed}
+	cfg := config{collection: DefaultCollection, law: latency.Law{Kind: latency.LawNone}, seed: defaultSeed}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -125,13 +126,13 @@ func NewMemory(dim int, shards int, opts ...Option) (*Memory, error) {
 	return m, nil
 }
 
-func (m *Memory) newShard(i int, law rag.Law, capacity int) *shard {
+func (m *Memory) newShard(i int, law latency.Law, capacity int) *shard {
 	s := &shard{
 		ids:   make([]string, 0, capacity),
 		vecs:  make([]float32, 0, capacity*m.dim),
 		index: make(map[string]int, capacity),
 	}
-	s.delay.Store(rag.NewDelay(law, m.shardSeed(i)))
+	s.delay.Store(latency.NewDelay(law, m.shardSeed(i)))
 	return s
 }
 
@@ -293,33 +294,33 @@ func (m *Memory) SearchAll(ctx context.Context, vec []float32, k int) ([]rag.Hit
 
 // SetShardLatency replaces the latency law of one shard. Searches already waiting keep the
 // latency they drew. A shard number out of range returns an error matching rag.ErrInvalidRequest.
-func (m *Memory) SetShardLatency(shard int, law rag.Law) error {
+func (m *Memory) SetShardLatency(shard int, law latency.Law) error {
 	m.writeMu.RLock()
 	defer m.writeMu.RUnlock()
 	layout := *m.layout.Load()
 	if shard < 0 || shard >= len(layout) {
 		return fmt.Errorf("set latency of shard %d: %w: index has %d shards", shard, rag.ErrInvalidRequest, len(layout))
 	}
-	layout[shard].delay.Store(rag.NewDelay(law, m.shardSeed(shard)))
+	layout[shard].delay.Store(latency.NewDelay(law, m.shardSeed(shard)))
 	return nil
 }
 
 // SetLatency replaces the latency law of every shard, and the default law of shards that a later
 // Reshard creates.
-func (m *Memory) SetLatency(law rag.Law) {
+func (m *Memory) SetLatency(law latency.Law) {
 	m.writeMu.RLock()
 	defer m.writeMu.RUnlock()
 	m.defaultLaw.Store(&law)
 	for i, s := range *m.layout.Load() {
-		s.delay.Store(rag.NewDelay(law, m.shardSeed(i)))
+		s.delay.Store(latency.NewDelay(law, m.shardSeed(i)))
 	}
 }
 
 // ShardLatency returns the latency law of one shard, or the "none" law if there is no such shard.
-func (m *Memory) ShardLatency(shard int) rag.Law {
+func (m *Memory) ShardLatency(shard int) latency.Law {
 	layout := *m.layout.Load()
 	if shard < 0 || shard >= len(layout) {
-		return rag.Law{Kind: rag.LawNone}
+		return latency.Law{Kind: latency.LawNone}
 	}
 	return layout[shard].delay.Load().Law()
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 )
@@ -264,7 +265,7 @@ func TestInvalidInput(t *testing.T) {
 		{name: "new zero dimension", call: func() error { _, err := retrieve.NewMemory(0, 1); return err }},
 		{name: "new zero shards", call: func() error { _, err := retrieve.NewMemory(4, 0); return err }},
 		{name: "new shard latency out of range", call: func() error {
-			_, err := retrieve.NewMemory(4, 2, retrieve.WithShardLatency(2, rag.Fixed(time.Millisecond)))
+			_, err := retrieve.NewMemory(4, 2, retrieve.WithShardLatency(2, latency.Fixed(time.Millisecond)))
 			return err
 		}},
 		{name: "add short vector", call: func() error { return m.Add("y", []float32{1, 2, 3}) }},
@@ -281,7 +282,7 @@ func TestInvalidInput(t *testing.T) {
 		{name: "search negative shard", call: func() error { _, err := m.Search(ctx, -1, []float32{1, 0, 0, 0}, 3); return err }},
 		{name: "search shard past end", call: func() error { _, err := m.Search(ctx, 2, []float32{1, 0, 0, 0}, 3); return err }},
 		{name: "search all wrong dimension", call: func() error { _, err := m.SearchAll(ctx, []float32{1}, 3); return err }},
-		{name: "set latency of missing shard", call: func() error { return m.SetShardLatency(5, rag.Fixed(time.Millisecond)) }},
+		{name: "set latency of missing shard", call: func() error { return m.SetShardLatency(5, latency.Fixed(time.Millisecond)) }},
 		{name: "reshard to zero", call: func() error { return m.Reshard(0) }},
 	}
 	for _, tt := range tests {
@@ -305,7 +306,7 @@ func TestInvalidInput(t *testing.T) {
 func TestSearchCancelledDuringLatency(t *testing.T) {
 	t.Parallel()
 	const law = 10 * time.Second
-	m, err := retrieve.NewMemory(2, 2, retrieve.WithLatency(rag.Fixed(law)))
+	m, err := retrieve.NewMemory(2, 2, retrieve.WithLatency(latency.Fixed(law)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,10 +338,10 @@ func TestShardLatencyApplied(t *testing.T) {
 		set   func(m *retrieve.Memory) error
 		shard int
 	}{
-		{name: "option on one shard", opts: []retrieve.Option{retrieve.WithShardLatency(1, rag.Fixed(wait))}, shard: 1},
-		{name: "option on all shards", opts: []retrieve.Option{retrieve.WithLatency(rag.Fixed(wait))}, shard: 2},
-		{name: "set at runtime", set: func(m *retrieve.Memory) error { return m.SetShardLatency(0, rag.Fixed(wait)) }, shard: 0},
-		{name: "set all at runtime", set: func(m *retrieve.Memory) error { m.SetLatency(rag.Fixed(wait)); return nil }, shard: 1},
+		{name: "option on one shard", opts: []retrieve.Option{retrieve.WithShardLatency(1, latency.Fixed(wait))}, shard: 1},
+		{name: "option on all shards", opts: []retrieve.Option{retrieve.WithLatency(latency.Fixed(wait))}, shard: 2},
+		{name: "set at runtime", set: func(m *retrieve.Memory) error { return m.SetShardLatency(0, latency.Fixed(wait)) }, shard: 0},
+		{name: "set all at runtime", set: func(m *retrieve.Memory) error { m.SetLatency(latency.Fixed(wait)); return nil }, shard: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -354,8 +355,8 @@ func TestShardLatencyApplied(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := m.ShardLatency(tt.shard); got != rag.Fixed(wait) {
-				t.Fatalf("ShardLatency(%d) = %v, want %v", tt.shard, got, rag.Fixed(wait))
+			if got := m.ShardLatency(tt.shard); got != latency.Fixed(wait) {
+				t.Fatalf("ShardLatency(%d) = %v, want %v", tt.shard, got, latency.Fixed(wait))
 			}
 			start := time.Now()
 			if _, err := m.Search(context.Background(), tt.shard, query, 1); err != nil {
@@ -366,11 +367,11 @@ func TestShardLatencyApplied(t *testing.T) {
 			}
 		})
 	}
-	m, err := retrieve.NewMemory(2, 2, retrieve.WithShardLatency(1, rag.Fixed(wait)))
+	m, err := retrieve.NewMemory(2, 2, retrieve.WithShardLatency(1, latency.Fixed(wait)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.ShardLatency(0); got.Kind != rag.LawNone {
+	if got := m.ShardLatency(0); got.Kind != latency.LawNone {
 		t.Fatalf("ShardLatency(0) = %v, want none: WithShardLatency must touch only its shard", got)
 	}
 }
@@ -379,8 +380,8 @@ func TestReshardKeepsVectors(t *testing.T) {
 	t.Parallel()
 	const n, dim = 600, 16
 	data := randomDataset(t, 5, n, dim)
-	slow := rag.Fixed(7 * time.Millisecond)
-	base := rag.Fixed(time.Microsecond)
+	slow := latency.Fixed(7 * time.Millisecond)
+	base := latency.Fixed(time.Microsecond)
 	tests := []struct {
 		name     string
 		from, to int
@@ -461,7 +462,7 @@ func TestConcurrentUse(t *testing.T) {
 	})
 	wg.Go(func() {
 		for i := range 100 {
-			_ = m.SetShardLatency(i%2, rag.Fixed(time.Duration(i%3)*time.Microsecond))
+			_ = m.SetShardLatency(i%2, latency.Fixed(time.Duration(i%3)*time.Microsecond))
 			_ = m.ShardLatency(i % 4)
 		}
 	})

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
@@ -498,7 +499,7 @@ func TestQdrantSlow(t *testing.T) {
 	srv := startQdrant(t)
 	chunks, vecs := testCorpus(20, 8, 8)
 	ingest(t, srv.Addr(), 1, chunks, vecs)
-	srv.SetQueryLatency(rag.Fixed(time.Minute))
+	srv.SetQueryLatency(latency.Fixed(time.Minute))
 	tests := []struct {
 		name         string
 		callTimeout  time.Duration

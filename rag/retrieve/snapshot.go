@@ -71,7 +71,7 @@ func WriteSnapshot(w io.Writer, s *Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("encode snapshot header: %w", err)
 	}
-	bw.WriteString(snapshotMagic)
+	_, _ = bw.WriteString(snapshotMagic) // a bufio.Writer keeps its first error for Flush
 	writeBlock(bw, header)
 	buf := make([]byte, 4*s.Dim)
 	for i, c := range s.Chunks {
@@ -83,7 +83,7 @@ func WriteSnapshot(w io.Writer, s *Snapshot) error {
 		for j, x := range s.Vectors[i] {
 			binary.LittleEndian.PutUint32(buf[4*j:], math.Float32bits(x))
 		}
-		bw.Write(buf)
+		_, _ = bw.Write(buf)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write snapshot: %w", err)
@@ -96,10 +96,11 @@ func WriteSnapshot(w io.Writer, s *Snapshot) error {
 	return nil
 }
 
+// writeBlock writes a length-prefixed block; w keeps its first error for Flush.
 func writeBlock(w *bufio.Writer, b []byte) {
 	var n [binary.MaxVarintLen64]byte
-	w.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
-	w.Write(b)
+	_, _ = w.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+	_, _ = w.Write(b)
 }
 
 // checkedReader reads through a bufio.Reader and hashes what it reads.

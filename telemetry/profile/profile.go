@@ -12,6 +12,7 @@
 package profile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/grafana/pyroscope-go"
 	"github.com/grafana/pyroscope-go/upstream"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
 )
 
 // Defaults of Config.
@@ -245,15 +247,41 @@ func (p *Profiler) PushStats() PushStats {
 // keeps these labels and adds its own (rag_stage). The wrapper has no Shutdown or ForceFlush:
 // keep the SDK provider to shut it down. A nil Profiler returns tp unchanged: without a
 // profiler, labelling goroutines would cost something and serve nothing.
+//
+// With the default root scope, a span whose parent is a local span is started on tp directly:
+// its context inherits the root's labels, which is all otel-profiling-go would set again, at the
+// price of a label merge and a few allocations per span.
 func (p *Profiler) WrapTracerProvider(tp trace.TracerProvider) trace.TracerProvider {
 	if p == nil || tp == nil {
 		return tp
 	}
-	scope := otelpyroscope.ScopeRootSpan
 	if p.cfg.AllSpans {
-		scope = otelpyroscope.ScopeAllSpans
+		return otelpyroscope.NewTracerProvider(tp, otelpyroscope.WithSpanIDLabelScope(otelpyroscope.ScopeAllSpans))
 	}
-	return otelpyroscope.NewTracerProvider(tp, otelpyroscope.WithSpanIDLabelScope(scope))
+	return &rootLabelProvider{tp: tp, labelled: otelpyroscope.NewTracerProvider(tp, otelpyroscope.WithSpanIDLabelScope(otelpyroscope.ScopeRootSpan))}
+}
+
+// rootLabelProvider hands local root spans to otel-profiling-go and their descendants to the
+// SDK.
+type rootLabelProvider struct {
+	embedded.TracerProvider
+	tp, labelled trace.TracerProvider
+}
+
+func (p *rootLabelProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &rootLabelTracer{tr: p.tp.Tracer(name, opts...), labelled: p.labelled.Tracer(name, opts...)}
+}
+
+type rootLabelTracer struct {
+	embedded.Tracer
+	tr, labelled trace.Tracer
+}
+
+func (t *rootLabelTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsRemote() {
+		return t.tr.Start(ctx, name, opts...)
+	}
+	return t.labelled.Start(ctx, name, opts...)
 }
 
 // tee is the session's upstream: each window goes to the store, stamped on the shared clock,

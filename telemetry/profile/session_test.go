@@ -87,7 +87,7 @@ func TestSession(t *testing.T) {
 	tracer := p.WrapTracerProvider(sdk).Tracer("ragtail/test")
 
 	ctx, span := tracer.Start(context.Background(), "POST /v1/chat/completions")
-	pprof.Do(ctx, pprof.Labels(LabelStage, "generate"), func(context.Context) { burnCPU(800 * time.Millisecond) })
+	pprof.Do(ctx, pprof.Labels(LabelStage, "generate"), func(context.Context) { burnSink = burnCPU(800 * time.Millisecond) })
 	span.End()
 	ended := rec.Ended()
 	if len(ended) != 1 {
@@ -371,3 +371,6 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// burnSink keeps burnCPU's result alive, so the compiler cannot drop the work.
+var burnSink uint64

@@ -27,13 +27,12 @@ import (
 	"sync/atomic"
 
 	"github.com/qdrant/go-client/qdrant"
+	"github.com/ragtail/ragtail/rag/latency"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/ragtail/ragtail/rag"
 )
 
 // Version is the Qdrant version the server reports unless WithVersion says otherwise.
@@ -99,7 +98,7 @@ type Server struct {
 	grpc    *grpc.Server
 	running bool
 
-	latency atomic.Pointer[rag.Delay]
+	latency atomic.Pointer[latency.Delay]
 
 	connections atomic.Int64
 	statsMu     sync.Mutex
@@ -136,7 +135,7 @@ func Start(opts ...Option) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, store: newStore(), goAways: map[string]int{}, calls: map[string]int{}}
-	s.latency.Store(rag.NewDelay(rag.Law{Kind: rag.LawNone}, cfg.seed))
+	s.latency.Store(latency.NewDelay(latency.Law{Kind: latency.LawNone}, cfg.seed))
 	if err := s.listen(cfg.addr); err != nil {
 		return nil, err
 	}
@@ -163,7 +162,7 @@ func (s *Server) listen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("qdranttest: listen on %s: %w", addr, err)
 	}
-	var inner net.Listener = lis
+	inner := net.Listener(lis)
 	if s.cfg.tlsConfig != nil {
 		inner = tls.NewListener(lis, s.cfg.tlsConfig)
 	}
@@ -226,8 +225,8 @@ func (s *Server) Close() { s.Stop() }
 
 // SetQueryLatency makes every Query wait a draw of law before it answers, or until the caller
 // gives up. The none law (the default) answers at once.
-func (s *Server) SetQueryLatency(law rag.Law) {
-	s.latency.Store(rag.NewDelay(law, s.cfg.seed))
+func (s *Server) SetQueryLatency(law latency.Law) {
+	s.latency.Store(latency.NewDelay(law, s.cfg.seed))
 }
 
 // Stats returns what the server has seen.

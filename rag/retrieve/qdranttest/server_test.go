@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
+	"github.com/ragtail/ragtail/rag/latency"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/ragtail/ragtail/rag"
 )
 
 // frame encodes one HTTP/2 frame.
@@ -288,7 +287,7 @@ func TestQueryHonoursLatencyAndOptions(t *testing.T) {
 	if _, err := c.Query(context.Background(), &qdrant.QueryPoints{CollectionName: "docs", Query: qdrant.NewQuery(1, 0, 0)}); status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
 		t.Errorf("query of the wrong dimension: %v, want InvalidArgument", err)
 	}
-	s.SetQueryLatency(rag.Fixed(time.Minute))
+	s.SetQueryLatency(latency.Fixed(time.Minute))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	if _, err := c.Query(ctx, &qdrant.QueryPoints{CollectionName: "docs", Query: qdrant.NewQuery(1, 0)}); status.Code(errors.Unwrap(err)) != codes.DeadlineExceeded {

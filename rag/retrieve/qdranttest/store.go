@@ -115,7 +115,7 @@ func denseOf(v *qdrant.Vector) []float32 {
 	if d := v.GetDense().GetData(); len(d) > 0 {
 		return d
 	}
-	return v.GetData() // the deprecated field older clients fill
+	return v.GetData() //nolint:staticcheck // the deprecated field older clients still fill
 }
 
 func selectPayload(sel *qdrant.WithPayloadSelector, all bool, payload map[string]*qdrant.Value) map[string]*qdrant.Value {

@@ -1,4 +1,4 @@
-package rag
+package openai
 
 import (
 	"encoding/json"
@@ -8,10 +8,17 @@ import (
 	"math"
 	"net/http"
 	"strings"
+
+	"github.com/ragtail/ragtail/rag"
 )
 
 // MaxBodyBytes is the largest request body the API accepts (1 MiB).
 const MaxBodyBytes = 1 << 20
+
+// MaxModelLen is the longest model name accepted, in bytes. Real model names are far shorter
+// (Hugging Face caps repository ids at 96 characters); a longer one is refused before it can
+// reach a span, a log line or an error body.
+const MaxModelLen = 256
 
 // Limits bound what a chat request may ask for.
 type Limits struct {
@@ -34,7 +41,7 @@ func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return nil, &HTTPError{Status: 413, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), Err: ErrInvalidRequest}
+				Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), Err: rag.ErrInvalidRequest}
 		}
 		if errors.Is(err, io.EOF) {
 			return nil, invalid("", "request body is empty: send a JSON object with model and messages")
@@ -48,15 +55,18 @@ func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
 }
 
 func invalid(param, msg string) *HTTPError {
-	return &HTTPError{Status: 400, Type: "invalid_request_error", Param: param, Message: msg, Err: ErrInvalidRequest}
+	return &HTTPError{Status: 400, Type: "invalid_request_error", Param: param, Message: msg, Err: rag.ErrInvalidRequest}
 }
 
 // Query validates the request against lim and converts it into a Query. It checks everything but
 // the model name, which only the generator knows.
-func (r *ChatRequest) Query(lim Limits) (Query, error) {
-	var q Query
+func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
+	var q rag.Query
 	if strings.TrimSpace(r.Model) == "" {
 		return q, invalid("model", "model is required")
+	}
+	if len(r.Model) > MaxModelLen {
+		return q, invalid("model", fmt.Sprintf("model name is %d bytes long; at most %d are accepted (see GET /v1/models for the served names)", len(r.Model), MaxModelLen))
 	}
 	if len(r.Messages) == 0 {
 		return q, invalid("messages", "messages must be a non-empty array")
@@ -71,9 +81,9 @@ func (r *ChatRequest) Query(lim Limits) (Query, error) {
 		case "user":
 			hasUser = true
 		default:
-			return q, invalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("messages[%d].role %q is not one of system, developer, user, assistant, tool", i, m.Role))
+			return q, invalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("messages[%d].role %.32q is not one of system, developer, user, assistant, tool", i, m.Role))
 		}
-		q.Messages = append(q.Messages, Message{Role: m.Role, Content: string(m.Content)})
+		q.Messages = append(q.Messages, rag.Message{Role: m.Role, Content: string(m.Content)})
 	}
 	if !hasUser {
 		return q, invalid("messages", "messages must contain at least one user message")
@@ -101,7 +111,10 @@ func (r *ChatRequest) Query(lim Limits) (Query, error) {
 	q.Model = r.Model
 	if r.RAG != nil {
 		if r.RAG.Coupling != "" {
-			c, err := ParseCoupling(r.RAG.Coupling)
+			if len(r.RAG.Coupling) > 16 {
+				return q, invalid("rag.coupling", "rag.coupling must be sync, fanout or async")
+			}
+			c, err := rag.ParseCoupling(r.RAG.Coupling)
 			if err != nil {
 				return q, invalid("rag.coupling", err.Error())
 			}

@@ -1,4 +1,4 @@
-package rag_test
+package latency_test
 
 import (
 	"context"
@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
-func TestParseLawRoundTrip(t *testing.T) {
+func TestParseRoundTrip(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, in, want string
@@ -26,14 +27,14 @@ func TestParseLawRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := rag.ParseLaw(tt.in)
+			l, err := latency.Parse(tt.in)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := l.String(); got != tt.want {
 				t.Errorf("String() = %q, want %q", got, tt.want)
 			}
-			again, err := rag.ParseLaw(l.String())
+			again, err := latency.Parse(l.String())
 			if err != nil || again != l {
 				t.Errorf("round trip: %+v, %v", again, err)
 			}
@@ -41,13 +42,13 @@ func TestParseLawRoundTrip(t *testing.T) {
 	}
 }
 
-func TestParseLawErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{"gauss:5ms", "fixed", "fixed:-5ms", "fixed:5", "uniform:8ms,2ms", "uniform:2ms",
 		"lognormal:5ms", "lognormal:5ms,0", "pareto:10ms,-1", "pareto:10ms,abc", "pareto:10ms,1.5,x"} {
 		t.Run(in, func(t *testing.T) {
-			if _, err := rag.ParseLaw(in); !errors.Is(err, rag.ErrInvalidRequest) {
-				t.Errorf("ParseLaw(%q) error = %v, want ErrInvalidRequest", in, err)
+			if _, err := latency.Parse(in); !errors.Is(err, rag.ErrInvalidRequest) {
+				t.Errorf("Parse(%q) error = %v, want ErrInvalidRequest", in, err)
 			}
 		})
 	}
@@ -64,7 +65,7 @@ func TestLawSamplesMatchQuantiles(t *testing.T) {
 	laws := []string{"uniform:2ms,8ms", "lognormal:5ms,0.5", "pareto:10ms,1.5", "pareto:1ms,3"}
 	for _, s := range laws {
 		t.Run(s, func(t *testing.T) {
-			law, err := rag.ParseLaw(s)
+			law, err := latency.Parse(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +95,7 @@ func TestParetoQuantilesOfThePitfall(t *testing.T) {
 	t.Parallel()
 	// PITFALLS.md section 2: Pareto(x_m = 10 ms, alpha = 1.5) has median 15.87 ms, P95 73.68 ms,
 	// P99 215.44 ms and P99.9 1000 ms.
-	law := rag.Law{Kind: rag.LawPareto, Scale: 10 * time.Millisecond, Shape: 1.5}
+	law := latency.Law{Kind: latency.LawPareto, Scale: 10 * time.Millisecond, Shape: 1.5}
 	for _, tt := range []struct {
 		p    float64
 		want float64 // ms
@@ -108,7 +109,7 @@ func TestParetoQuantilesOfThePitfall(t *testing.T) {
 
 func TestLawCap(t *testing.T) {
 	t.Parallel()
-	law, _ := rag.ParseLaw("pareto:10ms,0.5,50ms")
+	law, _ := latency.Parse("pareto:10ms,0.5,50ms")
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 10000 {
 		if d := law.Sample(r); d < 10*time.Millisecond || d > 50*time.Millisecond {
@@ -119,7 +120,7 @@ func TestLawCap(t *testing.T) {
 
 func TestDelayWaitCancels(t *testing.T) {
 	t.Parallel()
-	d := rag.NewDelay(rag.Fixed(time.Hour), 1)
+	d := latency.NewDelay(latency.Fixed(time.Hour), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -133,7 +134,7 @@ func TestDelayWaitCancels(t *testing.T) {
 }
 
 func BenchmarkDelaySample(b *testing.B) {
-	d := rag.NewDelay(rag.Law{Kind: rag.LawLognormal, Scale: 5 * time.Millisecond, Shape: 0.5}, 1)
+	d := latency.NewDelay(latency.Law{Kind: latency.LawLognormal, Scale: 5 * time.Millisecond, Shape: 0.5}, 1)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = d.Sample()

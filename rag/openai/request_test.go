@@ -1,4 +1,4 @@
-package rag_test
+package openai_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 func TestChatRequestQuery(t *testing.T) {
@@ -19,7 +20,7 @@ func TestChatRequestQuery(t *testing.T) {
 		check   func(t *testing.T, q rag.Query)
 	}{
 		{name: "defaults", body: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, check: func(t *testing.T, q rag.Query) {
-			if q.MaxTokens != rag.DefaultLimits.DefaultMaxTokens || q.Temperature != 1 || q.Question() != "hi" {
+			if q.MaxTokens != openai.DefaultLimits.DefaultMaxTokens || q.Temperature != 1 || q.Question() != "hi" {
 				t.Errorf("query %+v", q)
 			}
 		}},
@@ -47,10 +48,10 @@ func TestChatRequestQuery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := rag.DecodeChatRequest(strings.NewReader(tt.body))
+			req, err := openai.DecodeChatRequest(strings.NewReader(tt.body))
 			if err == nil {
 				var q rag.Query
-				q, err = req.Query(rag.DefaultLimits)
+				q, err = req.Query(openai.DefaultLimits)
 				if err == nil && tt.check != nil {
 					tt.check(t, q)
 				}
@@ -69,10 +70,10 @@ func TestChatRequestQuery(t *testing.T) {
 
 func TestDecodeTooLarge(t *testing.T) {
 	t.Parallel()
-	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", rag.MaxBodyBytes) + `"}]}`
-	r := http.MaxBytesReader(nil, nopBody(strings.NewReader(body)), rag.MaxBodyBytes)
-	_, err := rag.DecodeChatRequest(r)
-	if he := rag.ToHTTPError(err); he.Status != http.StatusRequestEntityTooLarge {
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", openai.MaxBodyBytes) + `"}]}`
+	r := http.MaxBytesReader(nil, nopBody(strings.NewReader(body)), openai.MaxBodyBytes)
+	_, err := openai.DecodeChatRequest(r)
+	if he := openai.ToHTTPError(err); he.Status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d for %v", he.Status, err)
 	}
 }
@@ -96,21 +97,21 @@ func FuzzDecodeChatRequest(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := rag.DecodeChatRequest(bytes.NewReader(body))
+		req, err := openai.DecodeChatRequest(bytes.NewReader(body))
 		if err != nil {
-			if he := rag.ToHTTPError(err); he.Status < 400 || he.Status >= 500 {
+			if he := openai.ToHTTPError(err); he.Status < 400 || he.Status >= 500 {
 				t.Fatalf("decode error %v maps to status %d", err, he.Status)
 			}
 			return
 		}
-		q, err := req.Query(rag.DefaultLimits)
+		q, err := req.Query(openai.DefaultLimits)
 		if err != nil {
-			if he := rag.ToHTTPError(err); he.Status != http.StatusBadRequest {
+			if he := openai.ToHTTPError(err); he.Status != http.StatusBadRequest {
 				t.Fatalf("validation error %v maps to status %d", err, he.Status)
 			}
 			return
 		}
-		if q.MaxTokens < 1 || q.MaxTokens > rag.DefaultLimits.MaxTokensCap || len(q.Messages) == 0 || q.Model == "" {
+		if q.MaxTokens < 1 || q.MaxTokens > openai.DefaultLimits.MaxTokensCap || len(q.Messages) == 0 || q.Model == "" {
 			t.Fatalf("accepted out-of-range query %+v", q)
 		}
 		if q.Temperature < 0 || q.Temperature > 2 {

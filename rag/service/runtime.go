@@ -1,137 +1,146 @@
-package main
+package service
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
+	"maps"
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/admission"
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/fault"
 	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/latency"
+	"github.com/ragtail/ragtail/rag/link"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/pipeline"
 	"github.com/ragtail/ragtail/rag/retrieve"
 )
 
-// runtimeConfig is the document of GET|PUT /admin/config: every setting the lab toggles while
+// RuntimeConfig is the document of GET|PUT /admin/config: every setting the lab toggles while
 // the service runs. A PUT merges a partial document onto the current one (keys left out keep
 // their value; arrays are replaced whole), validates the result and applies it as a whole.
-type runtimeConfig struct {
+type RuntimeConfig struct {
 	Version int `json:"version"` // increments on every accepted PUT; ignored in a PUT body
 
-	Coupling      string       `json:"coupling"`
-	TopK          int          `json:"top_k"`
-	AsyncQuorum   int          `json:"async_quorum"`
-	AsyncDeadline jsonDuration `json:"async_deadline"`
+	Coupling      string   `json:"coupling"`
+	TopK          int      `json:"top_k"`
+	AsyncQuorum   int      `json:"async_quorum"`
+	AsyncDeadline Duration `json:"async_deadline"`
 
-	Shards       int       `json:"shards"`
-	ShardLatency []rag.Law `json:"shard_latency"` // one law for every shard, or one per shard
-	FetchLatency rag.Law   `json:"fetch_latency"`
+	Shards       int           `json:"shards"`
+	ShardLatency []latency.Law `json:"shard_latency"` // one law for every shard, or one per shard
+	FetchLatency latency.Law   `json:"fetch_latency"`
 
-	Cache     runtimeCache     `json:"cache"`
-	Bloom     runtimeBloom     `json:"bloom"`
-	Admission runtimeAdmission `json:"admission"`
+	Cache     RuntimeCache     `json:"cache"`
+	Bloom     RuntimeBloom     `json:"bloom"`
+	Admission RuntimeAdmission `json:"admission"`
 	Faults    []fault.Rule     `json:"faults"`
-	LLM       *runtimeLLM      `json:"llm,omitempty"` // absent when generation goes to a real LLM
+	LLM       *RuntimeLLM      `json:"llm,omitempty"` // absent when generation goes to a real LLM
+	// Links are the toxics of each network link in front of a backend (only the links started
+	// with --link; a PUT changes the toxics of the ones it names, "none" removes them).
+	Links map[string]link.Spec `json:"links,omitempty"`
 }
 
-type runtimeCache struct {
+// RuntimeCache is the doc store's cache in RuntimeConfig.
+type RuntimeCache struct {
 	Enabled bool `json:"enabled"`
 	Size    int  `json:"size"` // entries when enabled
 }
 
-type runtimeBloom struct {
+// RuntimeBloom is the doc store's Bloom guard in RuntimeConfig.
+type RuntimeBloom struct {
 	Enabled bool    `json:"enabled"`
 	FPRate  float64 `json:"fp_rate"`
 }
 
-type runtimeAdmission struct {
-	Workers      int          `json:"workers"`
-	Queue        int          `json:"queue"` // -1: unbounded
-	QueueTimeout jsonDuration `json:"queue_timeout"`
-	Policy       string       `json:"policy"`
+// RuntimeAdmission is the admission pool in RuntimeConfig.
+type RuntimeAdmission struct {
+	Workers      int      `json:"workers"`
+	Queue        int      `json:"queue"` // -1: unbounded
+	QueueTimeout Duration `json:"queue_timeout"`
+	Policy       string   `json:"policy"`
 }
 
-type runtimeLLM struct {
+// RuntimeLLM is the simulated engine in RuntimeConfig.
+type RuntimeLLM struct {
 	Profile string `json:"profile"`
 	KVAlloc string `json:"kv_alloc"`
 }
 
-// jsonDuration is a time.Duration written as "100ms" in JSON; a number is taken as nanoseconds.
-type jsonDuration time.Duration
+// Duration is a time.Duration written as "100ms" in JSON; a number is taken as nanoseconds.
+type Duration time.Duration
 
-func (d jsonDuration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+// MarshalText writes d as Go writes durations ("1.5s").
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
-func (d *jsonDuration) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON reads a duration string, or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		var n int64
 		if err2 := json.Unmarshal(b, &n); err2 != nil {
 			return fmt.Errorf("duration: want a string such as \"100ms\", got %s", b)
 		}
-		*d = jsonDuration(n)
+		*d = Duration(n)
 		return nil
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
 		return fmt.Errorf("duration %q: %w", s, err)
 	}
-	*d = jsonDuration(v)
+	*d = Duration(v)
 	return nil
 }
 
-// runtimeStats is GET /admin/stats: the counters the lab reads beside its own measurements.
-type runtimeStats struct {
+// RuntimeStats is GET /admin/stats: the counters the lab reads beside its own measurements.
+type RuntimeStats struct {
 	ConfigVersion int                        `json:"config_version"`
 	Docs          docstore.Stats             `json:"docs"`
 	Admission     admission.Stats            `json:"admission"`
 	Faults        map[string]fault.RuleStats `json:"faults"`
 	Engine        *llmsim.Stats              `json:"engine,omitempty"`
 	Pipeline      pipeline.Stats             `json:"pipeline"`
+	Links         []link.Stats               `json:"links,omitempty"`
 }
 
-// runtime owns the runtime configuration of a service and applies changes to its parts.
-type runtime struct {
+// Runtime owns the runtime configuration of a service and applies changes to its parts.
+type Runtime struct {
 	mu     sync.Mutex
-	cur    runtimeConfig
+	cur    RuntimeConfig
 	pipe   *pipeline.Pipeline
 	index  *retrieve.Memory // nil when retrieval is not the in-memory index
 	docs   *docstore.Store
 	pool   *admission.Pool
 	faults *fault.Injector
 	engine *engineSwitch // nil when generation goes to a real LLM
+	links  *links
 }
 
-var _ httpapi.ConfigStore = (*runtime)(nil)
+var _ httpapi.ConfigStore = (*Runtime)(nil)
 
 // newRuntime reads the current settings from the parts.
-func newRuntime(o serviceOptions, pipe *pipeline.Pipeline, index *retrieve.Memory, docs *docstore.Store,
-	pool *admission.Pool, faults *fault.Injector, engine *engineSwitch) *runtime {
+func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs *docstore.Store,
+	pool *admission.Pool, faults *fault.Injector, engine *engineSwitch, ls *links) *Runtime {
 	pc := pipe.Config()
 	ac := pool.Config()
 	ds := docs.Stats()
-	rt := &runtime{pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine}
-	rt.cur = runtimeConfig{
-		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: jsonDuration(pc.AsyncDeadline),
-		Shards:       o.shards,
-		ShardLatency: append([]rag.Law(nil), o.shardLatency...),
+	rt := &Runtime{pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
+	rt.cur = RuntimeConfig{
+		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: Duration(pc.AsyncDeadline),
+		Shards:       o.Shards,
+		ShardLatency: append([]latency.Law(nil), o.ShardLatency...),
 		FetchLatency: docs.FetchLatency(),
-		Cache:        runtimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.cacheSize)},
-		Bloom:        runtimeBloom{Enabled: ds.BloomEnabled, FPRate: o.bloomFP},
-		Admission: runtimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
-			QueueTimeout: jsonDuration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy))},
+		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize)},
+		Bloom:        RuntimeBloom{Enabled: ds.BloomEnabled, FPRate: o.BloomFP},
+		Admission: RuntimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
+			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy))},
 		Faults: faults.Rules(),
 	}
 	if index != nil {
@@ -140,9 +149,12 @@ func newRuntime(o serviceOptions, pipe *pipeline.Pipeline, index *retrieve.Memor
 	if rt.cur.Faults == nil {
 		rt.cur.Faults = []fault.Rule{}
 	}
+	if specs := ls.specs(); len(specs) > 0 {
+		rt.cur.Links = specs
+	}
 	if engine != nil {
 		p := engine.Current().Profile()
-		rt.cur.LLM = &runtimeLLM{Profile: p.Name, KVAlloc: string(p.Alloc)}
+		rt.cur.LLM = &RuntimeLLM{Profile: p.Name, KVAlloc: string(p.Alloc)}
 	}
 	return rt
 }
@@ -155,18 +167,24 @@ func cmpPolicy(p admission.Policy) admission.Policy {
 }
 
 // Get implements httpapi.ConfigStore.
-func (rt *runtime) Get() any {
+func (rt *Runtime) Get() any { return rt.Config() }
+
+// Config returns the configuration in force.
+func (rt *Runtime) Config() RuntimeConfig {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.cur
 }
 
-// Stats returns the counters of the service's parts.
-func (rt *runtime) Stats() any {
+// Stats returns the counters of the service's parts (GET /admin/stats).
+func (rt *Runtime) Stats() RuntimeStats {
 	rt.mu.Lock()
 	v := rt.cur.Version
 	rt.mu.Unlock()
-	s := runtimeStats{ConfigVersion: v, Docs: rt.docs.Stats(), Admission: rt.pool.Stats(), Faults: rt.faults.Stats(), Pipeline: rt.pipe.Stats()}
+	s := RuntimeStats{ConfigVersion: v, Docs: rt.docs.Stats(), Admission: rt.pool.Stats(), Faults: rt.faults.Stats(), Pipeline: rt.pipe.Stats()}
+	for _, l := range rt.links.all() {
+		s.Links = append(s.Links, l.Stats())
+	}
 	if rt.engine != nil {
 		es := rt.engine.Current().Stats()
 		s.Engine = &es
@@ -179,17 +197,18 @@ func invalid(format string, args ...any) error {
 }
 
 // Apply implements httpapi.ConfigStore: merge, validate every field, then apply.
-func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
+func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	next := rt.cur
-	next.ShardLatency = append([]rag.Law(nil), rt.cur.ShardLatency...)
+	next.ShardLatency = append([]latency.Law(nil), rt.cur.ShardLatency...)
 	if rt.cur.LLM != nil {
 		llm := *rt.cur.LLM
 		next.LLM = &llm
 	}
-	// Arrays are replaced whole, as in a JSON merge patch: decode into fresh slices.
-	next.Faults, next.ShardLatency = nil, nil
+	// Arrays are replaced whole, as in a JSON merge patch: decode into fresh slices. Links are
+	// merged by name.
+	next.Faults, next.ShardLatency, next.Links = nil, nil, nil
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&next); err != nil {
@@ -208,6 +227,14 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	if next.Faults == nil {
 		next.Faults = []fault.Rule{}
+	}
+	changedLinks := next.Links
+	next.Links = rt.cur.Links
+	if len(changedLinks) > 0 {
+		next.Links = maps.Clone(rt.cur.Links)
+		for name, spec := range changedLinks {
+			next.Links[name] = spec
+		}
 	}
 	if rt.cur.LLM == nil && raw["llm"] != nil && string(raw["llm"]) != "null" {
 		return nil, invalid("llm: generation goes to a real LLM (--llm-url); profile and kv_alloc apply to the simulated engine only")
@@ -228,8 +255,8 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 		errs = append(errs, strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
 	}
 	switch {
-	case next.Shards < 1 || next.Shards > 256:
-		errs = append(errs, fmt.Sprintf("shards must be between 1 and 256, got %d", next.Shards))
+	case next.Shards < 1 || next.Shards > MaxShards:
+		errs = append(errs, fmt.Sprintf("shards must be between 1 and %d, got %d", MaxShards, next.Shards))
 	case rt.index == nil && next.Shards != rt.cur.Shards:
 		errs = append(errs, "shards: the retriever is not the in-memory index; its shard count is fixed")
 	case len(next.ShardLatency) != 1 && len(next.ShardLatency) != next.Shards:
@@ -266,6 +293,11 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 			alloc = prof.Alloc
 		} else if alloc, err = llmsim.ParseAllocMode(next.LLM.KVAlloc); err != nil {
 			errs = append(errs, "llm.kv_alloc: "+err.Error())
+		}
+	}
+	for name := range changedLinks {
+		if _, ok := rt.cur.Links[name]; !ok {
+			errs = append(errs, fmt.Sprintf("links.%s: no link runs in front of %s: start the service with --link %s=... to change it at run time", name, name, name))
 		}
 	}
 	if len(errs) > 0 {
@@ -313,6 +345,11 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.Faults == nil {
 		next.Faults = []fault.Rule{}
 	}
+	for name, spec := range changedLinks {
+		if err := rt.links.byName[name].Set(spec); err != nil {
+			return nil, fmt.Errorf("link %s: %w", name, err)
+		}
+	}
 	if next.LLM != nil && (next.LLM.Profile != rt.cur.LLM.Profile || alloc != llmsim.AllocMode(rt.cur.LLM.KVAlloc)) {
 		if err := rt.engine.Switch(prof, alloc); err != nil {
 			return nil, fmt.Errorf("switch engine: %w", err)
@@ -326,7 +363,7 @@ func (rt *runtime) Apply(_ context.Context, body []byte) (any, error) {
 	return rt.cur, nil
 }
 
-func lawsEqual(a, b []rag.Law) bool {
+func lawsEqual(a, b []latency.Law) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -336,135 +373,4 @@ func lawsEqual(a, b []rag.Law) bool {
 		}
 	}
 	return true
-}
-
-// faultHook adapts a fault.Injector to pipeline.FaultInjector. The pipeline serves one route, so
-// stage rules restricted to a route see it.
-type faultHook struct{ in *fault.Injector }
-
-var _ pipeline.FaultInjector = faultHook{}
-
-const chatRoute = "/v1/chat/completions"
-
-// Inject implements pipeline.FaultInjector.
-func (h faultHook) Inject(ctx context.Context, stage rag.Stage) (pipeline.FaultDecision, error) {
-	d, err := h.in.Apply(ctx, stage, chatRoute)
-	out := pipeline.FaultDecision{Delay: d.Delay, CutAfterTokens: d.CutAfterTokens, CutErr: d.CutError()}
-	for _, f := range d.Fired {
-		out.Rules = append(out.Rules, f.Rule)
-	}
-	return out, err
-}
-
-// Observe implements pipeline.FaultInjector.
-func (h faultHook) Observe(stage rag.Stage, d time.Duration) { h.in.Observe(stage, d) }
-
-// engineSwitch is the simulated engine behind a swappable pointer: a profile or KV-allocation
-// change builds a new engine that takes every new request, while the old one finishes the
-// generations it holds and is closed once idle. Its Prometheus collector follows the current
-// engine.
-type engineSwitch struct {
-	opts []llmsim.Option
-	log  *slog.Logger
-	cur  atomic.Pointer[trackedEngine]
-	mu   sync.Mutex // serializes Switch and Close
-	done bool
-}
-
-// trackedEngine counts the streams an engine has open, to close it once retired and idle.
-type trackedEngine struct {
-	*llmsim.Engine
-	coll    prometheus.Collector
-	open    atomic.Int64
-	retired atomic.Bool
-	closed  sync.Once
-}
-
-func (t *trackedEngine) closeIfIdle() {
-	if t.retired.Load() && t.open.Load() == 0 {
-		t.closed.Do(func() { _ = t.Engine.Close() })
-	}
-}
-
-var (
-	_ pipeline.Generator   = (*engineSwitch)(nil)
-	_ prometheus.Collector = (*engineSwitch)(nil)
-)
-
-func newEngineSwitch(e *llmsim.Engine, opts []llmsim.Option, log *slog.Logger) *engineSwitch {
-	s := &engineSwitch{opts: opts, log: log}
-	s.cur.Store(&trackedEngine{Engine: e, coll: e.Collector()})
-	return s
-}
-
-// Current returns the engine new requests go to.
-func (s *engineSwitch) Current() *llmsim.Engine { return s.cur.Load().Engine }
-
-// Models implements pipeline.Generator: the current engine's models.
-func (s *engineSwitch) Models() []string { return s.cur.Load().Models() }
-
-// Generate implements pipeline.Generator on the current engine.
-func (s *engineSwitch) Generate(ctx context.Context, req rag.GenRequest) (rag.TokenStream, error) {
-	t := s.cur.Load()
-	t.open.Add(1)
-	ts, err := t.Generate(ctx, req)
-	if err != nil {
-		t.open.Add(-1)
-		t.closeIfIdle()
-		return nil, err
-	}
-	return &trackedStream{TokenStream: ts, t: t}, nil
-}
-
-// Switch builds an engine with prof and alloc and sends every new request to it.
-func (s *engineSwitch) Switch(prof llmsim.Profile, alloc llmsim.AllocMode) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done {
-		return errors.New("engine switch is closed")
-	}
-	opts := append(append([]llmsim.Option(nil), s.opts...), llmsim.WithAlloc(alloc))
-	e, err := llmsim.New(prof, opts...)
-	if err != nil {
-		return err
-	}
-	old := s.cur.Swap(&trackedEngine{Engine: e, coll: e.Collector()})
-	old.retired.Store(true)
-	old.closeIfIdle()
-	s.log.Info("simulated engine switched", "profile", prof.Name, "kv_alloc", alloc)
-	return nil
-}
-
-// Close closes the current engine (retired ones close when idle).
-func (s *engineSwitch) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.done = true
-	t := s.cur.Load()
-	t.retired.Store(true)
-	var err error
-	t.closed.Do(func() { err = t.Engine.Close() })
-	return err
-}
-
-// Describe implements prometheus.Collector. It describes nothing: the collector is unchecked,
-// since the engine behind it changes.
-func (s *engineSwitch) Describe(chan<- *prometheus.Desc) {}
-
-// Collect implements prometheus.Collector with the current engine's metrics.
-func (s *engineSwitch) Collect(ch chan<- prometheus.Metric) { s.cur.Load().coll.Collect(ch) }
-
-type trackedStream struct {
-	rag.TokenStream
-	t    *trackedEngine
-	once sync.Once
-}
-
-func (s *trackedStream) Close() error {
-	err := s.TokenStream.Close()
-	s.once.Do(func() {
-		s.t.open.Add(-1)
-		s.t.closeIfIdle()
-	})
-	return err
 }

@@ -1,4 +1,9 @@
-package rag
+// Package openai is the OpenAI-compatible wire format of the ragtail service: the chat request and
+// its validation, streamed and non-streamed responses, the error body with the status each rag
+// error maps to, and SSE framing. It imports rag alone, so the HTTP API, the simulated engine and
+// the fault injector share one encoding of the protocol. (The official openai-go SDK, which the
+// LLM client uses, is a different package; import this one as wire where both are needed.)
+package openai
 
 import (
 	"bytes"
@@ -9,6 +14,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/ragtail/ragtail/rag"
 )
 
 // The OpenAI chat-completions wire format, shared by the RAG API (rag/httpapi) and the simulated
@@ -149,8 +156,8 @@ type WireUsage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-// ToWire converts u to OpenAI's usage object.
-func (u Usage) ToWire() WireUsage {
+// UsageOf converts u to OpenAI's usage object.
+func UsageOf(u rag.Usage) WireUsage {
 	return WireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
 }
 
@@ -205,17 +212,17 @@ func ToHTTPError(err error) *HTTPError {
 	}
 	e := &HTTPError{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error(), Err: err}
 	switch {
-	case errors.Is(err, ErrUnknownModel):
+	case errors.Is(err, rag.ErrUnknownModel):
 		e.Status, e.Type, e.Code, e.Param = http.StatusNotFound, "invalid_request_error", "model_not_found", "model"
-	case errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, rag.ErrInvalidRequest):
 		e.Status, e.Type = http.StatusBadRequest, "invalid_request_error"
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, rag.ErrNotFound):
 		e.Status, e.Type, e.Code = http.StatusNotFound, "not_found_error", "not_found"
-	case errors.Is(err, ErrOverloaded):
+	case errors.Is(err, rag.ErrOverloaded):
 		e.Status, e.Type, e.Code = http.StatusServiceUnavailable, "server_error", "overloaded"
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, rag.ErrUnavailable):
 		e.Status, e.Type, e.Code = http.StatusServiceUnavailable, "server_error", "backend_unavailable"
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, rag.ErrTimeout):
 		e.Status, e.Type, e.Code = http.StatusGatewayTimeout, "server_error", "timeout"
 	}
 	return e
@@ -237,7 +244,7 @@ func (e *HTTPError) Body() ErrorBody {
 // WriteError writes err as OpenAI error JSON with the status ToHTTPError gives it.
 func WriteError(w http.ResponseWriter, err error) {
 	he := ToHTTPError(err)
-	if he.Status == http.StatusServiceUnavailable && errors.Is(err, ErrOverloaded) && w.Header().Get("Retry-After") == "" {
+	if he.Status == http.StatusServiceUnavailable && errors.Is(err, rag.ErrOverloaded) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	WriteJSON(w, he.Status, he.Body())

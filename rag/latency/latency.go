@@ -1,4 +1,7 @@
-package rag
+// Package latency holds the latency laws that every simulated backend draws its service times
+// from (none, fixed, uniform, exponential, lognormal, Pareto, with an optional cap), their text
+// form used by flags and /admin/config, and context-aware waiting. It imports rag alone.
+package latency
 
 import (
 	"context"
@@ -9,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ragtail/ragtail/rag"
 )
 
 // LawKind names a latency distribution.
@@ -23,7 +28,7 @@ const (
 	LawPareto    LawKind = "pareto"    // minimum Scale (x_m), tail index Shape (alpha)
 )
 
-// Law is a latency distribution. Its text form, accepted by ParseLaw and produced by String, is
+// Law is a latency distribution. Its text form, accepted by Parse and produced by String, is
 // one of:
 //
 //	none
@@ -49,8 +54,8 @@ func Fixed(d time.Duration) Law {
 	return Law{Kind: LawFixed, Scale: d}
 }
 
-// ParseLaw parses the text form of a latency law (see Law).
-func ParseLaw(s string) (Law, error) {
+// Parse parses the text form of a latency law (see Law).
+func Parse(s string) (Law, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "none" || s == "0" {
 		return Law{Kind: LawNone}, nil
@@ -61,7 +66,7 @@ func ParseLaw(s string) (Law, error) {
 		fields[i] = strings.TrimSpace(fields[i])
 	}
 	bad := func(format string, a ...any) (Law, error) {
-		return Law{}, fmt.Errorf("%w: latency law %q: %s", ErrInvalidRequest, s, fmt.Sprintf(format, a...))
+		return Law{}, fmt.Errorf("%w: latency law %q: %s", rag.ErrInvalidRequest, s, fmt.Sprintf(format, a...))
 	}
 	dur := func(f string) (time.Duration, error) {
 		d, err := time.ParseDuration(f)
@@ -119,7 +124,7 @@ func ParseLaw(s string) (Law, error) {
 	return bad("unknown kind %q: want none, fixed, uniform, lognormal or pareto", kind)
 }
 
-// String returns the text form of the law, which ParseLaw accepts.
+// String returns the text form of the law, which Parse accepts.
 func (l Law) String() string {
 	switch l.Kind {
 	case LawFixed:
@@ -141,7 +146,7 @@ func (l Law) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (l *Law) UnmarshalText(b []byte) error {
-	v, err := ParseLaw(string(b))
+	v, err := Parse(string(b))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package rag_test
+package openai_test
 
 import (
 	"bufio"
@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 func TestChatStreamEvents(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
-	cs := rag.NewChatStream(rec, "chatcmpl-1", "m", true)
+	cs := openai.NewChatStream(rec, "chatcmpl-1", "m", true)
 	for _, tok := range []string{" Hello", " world"} {
 		if err := cs.Content(tok); err != nil {
 			t.Fatal(err)
@@ -68,7 +69,7 @@ func TestChatStreamEvents(t *testing.T) {
 func TestChatStreamFail(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
-	cs := rag.NewChatStream(rec, "chatcmpl-1", "m", false)
+	cs := openai.NewChatStream(rec, "chatcmpl-1", "m", false)
 	_ = cs.Content("x")
 	if err := cs.Fail(rag.AtStage(rag.StageGenerate, rag.ErrUnavailable)); err != nil {
 		t.Fatal(err)
@@ -91,7 +92,7 @@ func (w *discardWriter) Flush()                      {}
 // BenchmarkSSEContentChunk measures encoding and flushing one content chunk, the per-token cost of
 // streaming to a client.
 func BenchmarkSSEContentChunk(b *testing.B) {
-	cs := rag.NewChatStream(&discardWriter{h: http.Header{}}, rag.NewCompletionID(), "meta-llama/Meta-Llama-3-8B-Instruct", true)
+	cs := openai.NewChatStream(&discardWriter{h: http.Header{}}, openai.NewCompletionID(), "meta-llama/Meta-Llama-3-8B-Instruct", true)
 	_ = cs.Start()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,10 +1,12 @@
-package rag
+package openai
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
 	"time"
+
+	"github.com/ragtail/ragtail/rag"
 )
 
 // NewCompletionID returns a fresh id in OpenAI's form, "chatcmpl-" and 24 hex digits.
@@ -63,7 +65,7 @@ func (s *ChatStream) Content(text string) error {
 
 // Finish writes the finish chunk, the usage chunk when usage was asked for, and [DONE].
 // serverTiming, if not empty, is carried on the last chunk.
-func (s *ChatStream) Finish(reason string, usage Usage, serverTiming string) error {
+func (s *ChatStream) Finish(reason string, usage rag.Usage, serverTiming string) error {
 	if err := s.Start(); err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func (s *ChatStream) Finish(reason string, usage Usage, serverTiming string) err
 		return err
 	}
 	if s.includeUsage {
-		u := usage.ToWire()
+		u := UsageOf(usage)
 		last := ChatChunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
 			Choices: []ChunkChoice{}, Usage: &u, ServerTiming: serverTiming}
 		if err := s.sse.Data(last); err != nil {
@@ -95,10 +97,10 @@ func (s *ChatStream) Fail(err error) error {
 }
 
 // Completion builds a non-streamed response.
-func Completion(id, model, content, finishReason string, usage Usage) ChatCompletion {
+func Completion(id, model, content, finishReason string, usage rag.Usage) ChatCompletion {
 	return ChatCompletion{
 		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model,
 		Choices: []ChatChoice{{Index: 0, Message: ResponseMessage{Role: "assistant", Content: content}, FinishReason: finishReason}},
-		Usage:   usage.ToWire(),
+		Usage:   UsageOf(usage),
 	}
 }
