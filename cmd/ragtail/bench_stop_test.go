@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -88,12 +89,14 @@ func TestBenchGracefulStopDrainsInFlight(t *testing.T) {
 	dir := t.TempDir()
 	out, detailed := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.jsonl")
 	ctx, cancel := context.WithCancel(context.Background())
-	timer := time.AfterFunc(300*time.Millisecond, cancel)
-	defer timer.Stop()
+	defer cancel()
+	// The Ctrl-C comes 300 ms into the run: after the line bench prints once the preflight
+	// request succeeded.
 	var stderr bytes.Buffer
+	started := &lineWatch{w: &stderr, prefix: "ragtail bench:", seen: func() { time.AfterFunc(300*time.Millisecond, cancel) }}
 	start := time.Now()
 	err := run(ctx, []string{"bench", "--url", srv.URL, "--model", "m", "--request-rate", "40", "--duration", "30s",
-		"--json", out, "--save-detailed", detailed, "--quiet"}, io.Discard, &stderr)
+		"--json", out, "--save-detailed", detailed, "--quiet"}, io.Discard, started)
 	if err == nil || !strings.Contains(err.Error(), "interrupted") {
 		t.Fatalf("err = %v, want interrupted\n%s", err, stderr.String())
 	}
@@ -118,6 +121,21 @@ func TestBenchGracefulStopDrainsInFlight(t *testing.T) {
 	if !strings.Contains(stderr.String(), "Ctrl-C again to abort") {
 		t.Errorf("stderr does not say how to abort:\n%s", stderr.String())
 	}
+}
+
+// lineWatch passes writes through to w and calls seen once, when a write starts with prefix.
+type lineWatch struct {
+	w      io.Writer
+	prefix string
+	seen   func()
+	once   sync.Once
+}
+
+func (l *lineWatch) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, []byte(l.prefix)) {
+		l.once.Do(l.seen)
+	}
+	return l.w.Write(p)
 }
 
 func TestWatchInterrupts(t *testing.T) {
