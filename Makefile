@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test e2e bench lint fmt tidy deps demo clean jaeger
+.PHONY: all build test e2e bench bench-loadgen lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -25,9 +25,17 @@ e2e:
 	$(GO) test -count=1 -timeout 20m -tags e2e ./cmd/ragtail/
 
 ## bench: Go benchmarks of the hot paths (figures, not pass/fail), among them
-## BenchmarkPipelineTelemetry: pipeline throughput with telemetry fully on against off
+## BenchmarkPipelineTelemetry: pipeline throughput with telemetry fully on against off; then the
+## load generator side by side with vegeta (built from its Go module in tools/vegeta): CPU per
+## request at 10,000 req/s, top rate, send lag at 2,000 req/s, as ratios from one run
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(MAKE) bench-loadgen
+
+## bench-loadgen: ragtail bench against vegeta v12.13.0 on one trivial loopback endpoint
+bench-loadgen: build
+	cd tools/vegeta && $(GO) build -o ../../bin/vegeta github.com/tsenart/vegeta/v12 && $(GO) build -o ../../bin/sidebyside ./sidebyside
+	bin/sidebyside --ragtail $(BIN) --vegeta bin/vegeta
 
 ## lint: gofmt, go vet, and golangci-lint (pinned in tools/golangci-lint, built into bin/) with the
 ## depguard rules of the dependency direction (.golangci.yml)

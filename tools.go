@@ -11,7 +11,6 @@ import (
 	_ "github.com/grafana/otel-profiling-go"
 	_ "github.com/grafana/pyroscope-go"
 	_ "github.com/qdrant/go-client/qdrant"
-	_ "github.com/tsenart/vegeta/v12/lib"
 	_ "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	_ "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	_ "go.opentelemetry.io/otel"

@@ -82,6 +82,29 @@ type Config struct {
 	// still running then end with ErrKindDrain. 0 selects DefaultDrainTimeout; negative waits
 	// without limit.
 	DrainTimeout time.Duration
+	// Stop, when closed, stops the run gracefully: no item is sent any more, sessions still
+	// thinking send no further step, and the requests in flight (and those already due and
+	// queued for a slot) are waited for up to DrainTimeout, as at the end of Duration. The
+	// Result is marked Interrupted. Cancelling ctx instead aborts at once: requests in flight
+	// are cancelled. A command line maps the first Ctrl-C to Stop and a second one to ctx.
+	Stop <-chan struct{}
+	// Warmup sends this many items (requests, or sessions) first, before the NumItems measured
+	// ones; WarmupDuration sends the items intended in its first stretch as warmup, before the
+	// Duration measured (NumItems counts the items after it). Warmup items are sent and recorded like any other, with
+	// Record.Warmup set, and Result.MeasuredFrom says where the measured run begins; reports
+	// leave them out of every statistic.
+	Warmup         int
+	WarmupDuration time.Duration
+	// Stream, if set, receives the records of every item as soon as the item ended: one
+	// request's record, or every step of a session in step order. It is called from one
+	// goroutine at a time and must not keep the slice. Run then keeps no record (the run's
+	// memory stays constant however long it lasts), Result.Records is empty, and a record's
+	// Index is the order in which the run created it (the intended send order of lone
+	// requests). Without Stream, Run keeps every record and returns them sorted.
+	Stream func(records []Record)
+	// Start, if set, is the run's offset 0 (Result.Start): Run waits for it when it lies ahead,
+	// so that several generators can start on one instant. Zero starts when Run is called.
+	Start time.Time
 	// Info describes the run in the Result.
 	Info RunInfo
 	// Progress, if set, is called every ProgressInterval (default 1 s) while the run lasts and
@@ -113,6 +136,8 @@ var (
 	ErrNoClient   = errors.New("loadgen: no client")
 	// ErrClosedLoopNeedsUsers is returned for a closed loop without users (Concurrency < 1).
 	ErrClosedLoopNeedsUsers = errors.New("loadgen: a closed loop needs Concurrency >= 1 users")
+	// ErrNegativeWarmup is returned for a negative Warmup or WarmupDuration.
+	ErrNegativeWarmup = errors.New("loadgen: negative warmup")
 	// ErrUnbounded is returned for a closed loop with neither NumItems nor Duration: it would
 	// never end.
 	ErrUnbounded = errors.New("loadgen: a closed loop needs NumItems or Duration")

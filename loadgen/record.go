@@ -15,6 +15,14 @@ type Record struct {
 	Session string `json:"session,omitempty"` // session id when sessions are replayed
 	Step    int    `json:"step,omitempty"`    // step within the session, from 0
 	Key     string `json:"key,omitempty"`     // document key of a key-lookup request
+	// Warmup marks a request of the warmup (Config.Warmup, WarmupDuration): sent and
+	// recorded, but in no statistic.
+	Warmup bool `json:"warmup,omitempty"`
+	// NotSent marks a session step the run stopped before it was due: its user was still
+	// thinking when the drain timed out or the run was interrupted. It carries no measurement
+	// (Intended, Sent and End are when the run gave up on it; Err says when it was due) and only
+	// tells that its session was cut.
+	NotSent bool `json:"not_sent,omitempty"`
 
 	Intended   time.Duration `json:"intended_ns"`              // when the arrival process wanted it sent
 	Sent       time.Duration `json:"sent_ns"`                  // when it was actually written to the connection
@@ -98,9 +106,14 @@ func (r *Record) ITLs() []time.Duration {
 // Result is one run: its records in index order and how it was run.
 type Result struct {
 	Start    time.Time     `json:"start"`    // wall-clock time of offset 0
-	Duration time.Duration `json:"duration"` // from start to the last request's end (the measured window)
-	Records  []Record      `json:"-"`
-	Config   RunInfo       `json:"config"`
+	Duration time.Duration `json:"duration"` // from start to the last request's end
+	// MeasuredFrom is where the measured run begins, after the warmup: the warmup duration,
+	// or the intended send time of the first item after the warmup items; 0 without warmup.
+	MeasuredFrom time.Duration `json:"measured_from,omitempty"`
+	// Warmup counts the records of warmup requests.
+	Warmup  int      `json:"warmup,omitempty"`
+	Records []Record `json:"-"`
+	Config  RunInfo  `json:"config"`
 }
 
 // RunInfo describes the run for reports.
@@ -114,5 +127,12 @@ type RunInfo struct {
 	NumPrompts  int     `json:"num_prompts,omitempty"` // requests asked for
 	MaxTokens   int     `json:"max_tokens,omitempty"`  // max_tokens sent
 	Seed        uint64  `json:"seed"`
-	Interrupted bool    `json:"interrupted,omitempty"` // stopped by Ctrl-C
+	// Segment is the share of the schedule this generator sent, for one of several hosts that
+	// send a schedule together; nil for a whole schedule. RequestRate and NumPrompts are then
+	// those of the whole schedule.
+	Segment *SegmentOf `json:"segment,omitempty"`
+	// ScheduleHash identifies the schedule (arrivals, prompts, limits): the segments of one
+	// schedule share it.
+	ScheduleHash string `json:"schedule_hash,omitempty"`
+	Interrupted  bool   `json:"interrupted,omitempty"` // stopped by Ctrl-C
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -26,11 +27,14 @@ var errDrain = errors.New("drain timeout expired")
 // queueing counts into their latency. Closed loop (ClosedLoop): Concurrency users each send
 // their next item when the previous one ended.
 //
-// Sending stops after NumItems items, at Duration, when the workload ends, or when ctx is done.
-// Run then waits for the requests in flight up to DrainTimeout; those still running are
-// cancelled and recorded with ErrKindDrain. When ctx is done (Ctrl-C), requests in flight are
-// cancelled and recorded with ErrKindCanceled and the Result is marked Interrupted. Run always
-// returns what it measured; it fails only on a configuration it cannot run.
+// Sending stops after NumItems items, at Duration (both counted after the warmup), when the
+// workload ends, when Stop is closed, or when ctx is done. Run then waits for the requests in
+// flight up to DrainTimeout; those still running are cancelled and recorded with ErrKindDrain.
+// Closing Stop (a first Ctrl-C) stops sending and drains the same way, and marks the Result
+// Interrupted. When ctx is done (a second Ctrl-C), requests in flight are cancelled and recorded
+// with ErrKindCanceled and the Result is marked Interrupted. A session step still in its think
+// time when the run gives up on it is recorded with NotSent. Run always returns what it
+// measured; it fails only on a configuration it cannot run.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	switch {
 	case cfg.Workload == nil:
@@ -43,6 +47,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, ErrUnbounded
 	case cfg.Concurrency < 0:
 		return nil, errors.New("loadgen: negative concurrency")
+	case cfg.Warmup < 0 || cfg.WarmupDuration < 0:
+		return nil, ErrNegativeWarmup
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
@@ -53,11 +59,33 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r := newRunner(ctx, cfg)
 	defer r.cancel(nil)
 
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	if cfg.Stop != nil {
+		go func() {
+			select {
+			case <-cfg.Stop:
+				r.stopped.Store(true)
+				stopSending()
+			case <-sendCtx.Done():
+			}
+		}()
+	}
+	r.sendCtx = sendCtx
+	if wait := time.Until(r.start); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-sendCtx.Done():
+		}
+		t.Stop()
+	}
+
 	stopProgress := r.startProgress()
 	if cfg.ClosedLoop {
-		r.closedLoop(ctx)
+		r.closedLoop(sendCtx)
 	} else {
-		r.openLoop(ctx)
+		r.openLoop(sendCtx)
 	}
 	r.drain(ctx)
 	stopProgress()
@@ -66,12 +94,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // runner is the state of one Run.
 type runner struct {
-	cfg    Config
-	start  time.Time
-	reqCtx context.Context // requests run under it: cancelled by the parent or by the drain
-	cancel context.CancelCauseFunc
-	sem    chan struct{} // concurrency slots; nil without a cap
-	wg     sync.WaitGroup
+	cfg      Config
+	duration time.Duration // Duration plus the warmup duration; 0 for no limit
+	start    time.Time
+	reqCtx   context.Context // requests run under it: cancelled by the parent or by the drain
+	cancel   context.CancelCauseFunc
+	sendCtx  context.Context // done when sending stops early: ctx done or Stop closed
+	stopped  atomic.Bool     // Stop was closed
+	sem      chan struct{}   // concurrency slots; nil without a cap
+	wg       sync.WaitGroup
+
+	measuredFrom atomic.Int64 // intended time of the first measured item, in ns; -1 until one
+	warmups      atomic.Int64 // records of warmup requests
 
 	seq          atomic.Int64 // creation order of records, to break ties of intended times
 	sent, done   atomic.Int64
@@ -81,22 +115,34 @@ type runner struct {
 	sendingEnded time.Duration // when sending stopped; set before the drain
 	interrupted  atomic.Bool
 
-	progressMu       sync.Mutex // guards the fields below
-	records          [][]slot   // in chunks, so that growing never copies what is stored
-	nrecords         int
+	recordsMu sync.Mutex     // guards the fields below, and serialises Stream calls
+	records   [][]itemRecord // in chunks, so that growing never copies what is stored
+	nrecords  int
+	last      time.Duration // the latest end of a record
+	streamBuf []Record
+
+	progressMu       sync.Mutex              // guards the fields below
 	e2el             *hdrhistogram.Histogram // microseconds, for the running P99
 	lastProgressDone int64
 	lastProgressAt   time.Duration
 
 	closedMu       sync.Mutex // guards the closed loop's claims
-	claimed        int
+	claimed        int        // items handed out
+	measured       int        // of those, items that are not warmup
 	claimsOver     bool
 	claimsDone     chan struct{} // closed when the closed loop's users may claim no more
 	claimsDoneOnce sync.Once
 }
 
 func newRunner(ctx context.Context, cfg Config) *runner {
-	r := &runner{cfg: cfg, start: time.Now(), claimsDone: make(chan struct{})}
+	r := &runner{cfg: cfg, start: cfg.Start, claimsDone: make(chan struct{}), sendCtx: ctx}
+	if r.start.IsZero() {
+		r.start = time.Now()
+	}
+	if cfg.Duration > 0 {
+		r.duration = cfg.Duration + cfg.WarmupDuration
+	}
+	r.measuredFrom.Store(-1)
 	r.reqCtx, r.cancel = context.WithCancelCause(ctx)
 	if cfg.Concurrency > 0 && !cfg.ClosedLoop {
 		r.sem = make(chan struct{}, cfg.Concurrency)
@@ -104,12 +150,6 @@ func newRunner(ctx context.Context, cfg Config) *runner {
 	// 1 us to 1 h at 2 significant digits: ~1% resolution, enough for a progress line.
 	r.e2el = hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 2)
 	return r
-}
-
-// slot is a finished record and its creation order.
-type slot struct {
-	rec Record
-	seq int64
 }
 
 // chunkRecords is the size of a chunk of stored records: appending to one big slice would copy
@@ -125,18 +165,22 @@ func (r *runner) openLoop(ctx context.Context) {
 	defer unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for n := 0; r.cfg.NumItems <= 0 || n < r.cfg.NumItems; n++ {
+	for n, measured := 0, 0; r.cfg.NumItems <= 0 || measured < r.cfg.NumItems; n++ {
 		item, ok := r.cfg.Workload.Next()
-		if !ok || (r.cfg.Duration > 0 && item.At >= r.cfg.Duration) {
+		if !ok || (r.duration > 0 && item.At >= r.duration) {
 			break
 		}
 		if !waitUntil(ctx, timer, r.start.Add(item.At)) {
 			break
 		}
+		warm := r.isWarmup(n, item.At)
+		if !warm {
+			measured++
+		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			r.runItem(item, item.At)
+			r.runItem(item, item.At, warm)
 		}()
 	}
 	r.sendingEnded = r.since()
@@ -149,8 +193,8 @@ func (r *runner) closedLoop(ctx context.Context) {
 		go r.user()
 	}
 	var durationC <-chan time.Time
-	if r.cfg.Duration > 0 {
-		t := time.NewTimer(r.cfg.Duration)
+	if r.duration > 0 {
+		t := time.NewTimer(r.duration)
 		defer t.Stop()
 		durationC = t.C
 	}
@@ -171,31 +215,49 @@ func (r *runner) user() {
 	defer r.wg.Done()
 	intended := r.since()
 	for {
-		item, ok := r.claim(intended)
+		item, warm, ok := r.claim(intended)
 		if !ok {
 			return
 		}
-		intended = r.runItem(item, intended)
+		intended = r.runItem(item, intended, warm)
 	}
 }
 
+// isWarmup reports whether the n-th item (from 0), intended at intended, is a warmup item, and
+// notes where the measured run begins at the first one that is not.
+func (r *runner) isWarmup(n int, intended time.Duration) bool {
+	if n < r.cfg.Warmup || intended < r.cfg.WarmupDuration {
+		return true
+	}
+	from := intended
+	if r.cfg.Warmup == 0 {
+		from = r.cfg.WarmupDuration
+	}
+	r.measuredFrom.CompareAndSwap(-1, int64(from))
+	return false
+}
+
 // claim hands the next item to a closed-loop user whose slot freed at intended.
-func (r *runner) claim(intended time.Duration) (Item, bool) {
+func (r *runner) claim(intended time.Duration) (item Item, warm, ok bool) {
 	r.closedMu.Lock()
 	defer r.closedMu.Unlock()
-	if r.claimsOver || r.reqCtx.Err() != nil || (r.cfg.Duration > 0 && intended >= r.cfg.Duration) {
-		return Item{}, false
+	if r.claimsOver || r.sendCtx.Err() != nil || (r.duration > 0 && intended >= r.duration) {
+		return Item{}, false, false
 	}
-	item, ok := r.cfg.Workload.Next()
+	item, ok = r.cfg.Workload.Next()
 	if !ok {
 		r.endClaimsLocked()
-		return Item{}, false
+		return Item{}, false, false
 	}
+	warm = r.isWarmup(r.claimed, intended)
 	r.claimed++
-	if r.cfg.NumItems > 0 && r.claimed >= r.cfg.NumItems {
+	if !warm {
+		r.measured++
+	}
+	if r.cfg.NumItems > 0 && r.measured >= r.cfg.NumItems {
 		r.endClaimsLocked()
 	}
-	return item, true
+	return item, warm, true
 }
 
 func (r *runner) endClaims() {
@@ -210,9 +272,14 @@ func (r *runner) endClaimsLocked() {
 }
 
 // runItem sends an item's request, intended at intended, then the later steps of its session,
-// and returns when the last one it sent ended.
-func (r *runner) runItem(item Item, intended time.Duration) (end time.Duration) {
-	end, ok := r.send(&item.Request, item.Session, 0, intended)
+// hands the item's records over, and returns when the last request it sent ended.
+func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time.Duration) {
+	var one [1]itemRecord
+	recs := one[:0]
+	defer func() { r.deliver(recs) }()
+	rec, ok := r.send(&item.Request, item.Session, 0, intended, warm)
+	recs = append(recs, rec)
+	end = rec.rec.End
 	if len(item.Then) == 0 {
 		return end
 	}
@@ -225,27 +292,59 @@ func (r *runner) runItem(item Item, intended time.Duration) (end time.Duration) 
 		st := &item.Then[k]
 		due := end + st.Think
 		// Session steps wait on the Go timer alone: their lateness (up to about a millisecond)
-		// is measured as send lag like any other.
-		if d := time.Until(r.start.Add(due)); d > 0 {
+		// is measured as send lag like any other. A graceful stop ends the thinking too.
+		cut := r.reqCtx.Err() != nil || r.stopped.Load()
+		if d := time.Until(r.start.Add(due)); d > 0 && !cut {
 			timer.Reset(d)
 			select {
 			case <-timer.C:
 			case <-r.reqCtx.Done():
-				return end
+				cut = true
+			case <-r.sendCtx.Done():
+				cut = r.stopped.Load() || r.reqCtx.Err() != nil
+				if !cut { // sending ended by Duration: the session goes on
+					<-timer.C
+				}
 			}
-		} else if r.reqCtx.Err() != nil {
+		}
+		if cut {
+			recs = append(recs, r.notSent(item.Session, k+1, due, &st.Request, warm))
 			return end
 		}
-		end, ok = r.send(&st.Request, item.Session, k+1, due)
+		rec, ok = r.send(&st.Request, item.Session, k+1, due, warm)
+		recs = append(recs, rec)
+		end = rec.rec.End
 	}
 	return end
 }
 
-// send sends one request intended at intended and records it. It reports when the request
-// ended and whether it succeeded.
-func (r *runner) send(req *Request, session string, step int, intended time.Duration) (time.Duration, bool) {
+// itemRecord is a finished record and its creation order.
+type itemRecord struct {
+	rec Record
+	seq int64
+}
+
+// notSent records a session step the run gave up on while its user was thinking.
+func (r *runner) notSent(session string, step int, due time.Duration, req *Request, warm bool) itemRecord {
+	now := r.since()
+	kind := ErrKindCanceled
+	if errors.Is(context.Cause(r.reqCtx), errDrain) {
+		kind = ErrKindDrain
+	}
+	// Its times are all when the run gave up on it, so that no offset runs past the run's end.
+	return itemRecord{seq: r.seq.Add(1), rec: Record{Intended: now, Sent: now, End: now, Session: session, Step: step,
+		Key: req.Key, Warmup: warm, NotSent: true, ErrKind: kind,
+		Err: fmt.Sprintf("not sent: the run stopped while the user was thinking (the step was due at %.3f s)", due.Seconds())}}
+}
+
+// send sends one request intended at intended and records it. It reports whether it
+// succeeded.
+func (r *runner) send(req *Request, session string, step int, intended time.Duration, warm bool) (itemRecord, bool) {
 	seq := r.seq.Add(1)
-	rec := Record{Intended: intended, Session: session, Step: step, Key: req.Key}
+	rec := Record{Intended: intended, Session: session, Step: step, Key: req.Key, Warmup: warm}
+	if warm {
+		r.warmups.Add(1)
+	}
 	if r.sem != nil {
 		r.queued.Add(1)
 		select {
@@ -258,8 +357,8 @@ func (r *runner) send(req *Request, session string, step int, intended time.Dura
 			rec.ErrKind = r.stopKind()
 			rec.Err = "still waiting for a concurrency slot when the run stopped"
 			r.unsent.Add(1)
-			r.finish(rec, seq)
-			return now, false
+			r.finish(&rec)
+			return itemRecord{rec: rec, seq: seq}, false
 		}
 	}
 	r.sent.Add(1)
@@ -273,9 +372,8 @@ func (r *runner) send(req *Request, session string, step int, intended time.Dura
 	if rec.End < rec.Sent {
 		rec.End = rec.Sent
 	}
-	ok := rec.OK()
-	r.finish(rec, seq)
-	return rec.End, ok
+	r.finish(&rec)
+	return itemRecord{rec: rec, seq: seq}, rec.OK()
 }
 
 // stopKind is the error kind of a request the run stopped: drained or cancelled.
@@ -286,28 +384,52 @@ func (r *runner) stopKind() string {
 	return ErrKindCanceled
 }
 
-func (r *runner) finish(rec Record, seq int64) {
+// finish counts a finished request for the progress reports.
+func (r *runner) finish(rec *Record) {
 	r.done.Add(1)
-	if !rec.OK() {
+	ok := rec.OK()
+	if !ok {
 		r.failed.Add(1)
 	}
-	r.progressMu.Lock()
-	if n := len(r.records); n == 0 || len(r.records[n-1]) == chunkRecords {
-		r.records = append(r.records, make([]slot, 0, chunkRecords))
-	}
-	last := &r.records[len(r.records)-1]
-	*last = append(*last, slot{rec: rec, seq: seq})
-	r.nrecords++
-	if rec.OK() {
+	if ok && !rec.Warmup {
+		r.progressMu.Lock()
 		_ = r.e2el.RecordValue(max(1, int64(rec.E2EL()/time.Microsecond)))
+		r.progressMu.Unlock()
 	}
-	r.progressMu.Unlock()
+}
+
+// deliver hands an item's records to the Stream, or stores them.
+func (r *runner) deliver(recs []itemRecord) {
+	r.recordsMu.Lock()
+	defer r.recordsMu.Unlock()
+	for i := range recs {
+		r.last = max(r.last, recs[i].rec.End)
+	}
+	if r.cfg.Stream != nil {
+		r.streamBuf = r.streamBuf[:0]
+		for i := range recs {
+			rec := recs[i].rec
+			rec.Index = int(recs[i].seq - 1)
+			r.streamBuf = append(r.streamBuf, rec)
+		}
+		r.cfg.Stream(r.streamBuf)
+		clear(r.streamBuf)
+		return
+	}
+	for i := range recs {
+		if n := len(r.records); n == 0 || len(r.records[n-1]) == chunkRecords {
+			r.records = append(r.records, make([]itemRecord, 0, chunkRecords))
+		}
+		last := &r.records[len(r.records)-1]
+		*last = append(*last, recs[i])
+		r.nrecords++
+	}
 }
 
 // drain waits for the requests in flight, at most the drain timeout after sending stopped (or
 // after Duration, when sending stopped earlier), and cancels the rest.
 func (r *runner) drain(ctx context.Context) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || r.stopped.Load() {
 		r.interrupted.Store(true)
 	}
 	allDone := make(chan struct{})
@@ -315,8 +437,8 @@ func (r *runner) drain(ctx context.Context) {
 	var timeoutC <-chan time.Time
 	if r.cfg.DrainTimeout > 0 {
 		wait := r.cfg.DrainTimeout
-		if r.cfg.Duration > r.sendingEnded {
-			wait += r.cfg.Duration - r.sendingEnded
+		if r.duration > r.sendingEnded && !r.stopped.Load() {
+			wait += r.duration - r.sendingEnded
 		}
 		t := time.NewTimer(wait)
 		defer t.Stop()
@@ -335,8 +457,8 @@ func (r *runner) drain(ctx context.Context) {
 
 // result sorts the records by intended time and numbers them.
 func (r *runner) result() *Result {
-	r.progressMu.Lock()
-	defer r.progressMu.Unlock()
+	r.recordsMu.Lock()
+	defer r.recordsMu.Unlock()
 	type key struct {
 		intended time.Duration
 		seq      int64
@@ -351,15 +473,17 @@ func (r *runner) result() *Result {
 	slices.SortFunc(order, func(a, b key) int {
 		return cmp.Or(cmp.Compare(a.intended, b.intended), cmp.Compare(a.seq, b.seq))
 	})
-	recs := make([]Record, len(order))
-	var last time.Duration
+	var recs []Record
+	if len(order) > 0 {
+		recs = make([]Record, len(order))
+	}
 	for i, k := range order {
 		recs[i] = *k.at
 		recs[i].Index = i
-		last = max(last, recs[i].End)
 	}
 	r.records = nil
-	if len(recs) == 0 {
+	last := r.last
+	if r.seq.Load() == 0 {
 		last = r.since()
 	}
 	info := r.cfg.Info
@@ -373,7 +497,15 @@ func (r *runner) result() *Result {
 	if info.NumPrompts == 0 {
 		info.NumPrompts = r.cfg.NumItems
 	}
-	return &Result{Start: r.start, Duration: last, Records: recs, Config: info}
+	res := &Result{Start: r.start, Duration: last, Records: recs, Config: info, Warmup: int(r.warmups.Load())}
+	if r.cfg.Warmup > 0 || r.cfg.WarmupDuration > 0 {
+		// Without a measured item the measured run is empty: it begins where the run ended.
+		res.MeasuredFrom = max(last, r.cfg.WarmupDuration)
+		if from := r.measuredFrom.Load(); from >= 0 {
+			res.MeasuredFrom = time.Duration(from)
+		}
+	}
+	return res
 }
 
 // startProgress calls cfg.Progress every interval until the returned stop is called, which

@@ -356,3 +356,166 @@ func TestWaitUntil(t *testing.T) {
 		t.Error("waitUntil ignored a cancelled context")
 	}
 }
+
+func TestGracefulStopDrainsInFlight(t *testing.T) {
+	t.Parallel()
+	// Requests of 200 ms every 20 ms; Stop comes at 100 ms. Sending stops there, and every
+	// request sent before it completes (the drain allows 5 s), so the tail is not cut off.
+	doer := &fakeDoer{service: 200 * time.Millisecond}
+	stop := make(chan struct{})
+	timer := time.AfterFunc(100*time.Millisecond, func() { close(stop) })
+	defer timer.Stop()
+	start := time.Now()
+	res := run(t, context.Background(), Config{Workload: &evenly{gap: 20 * time.Millisecond, n: -1}, Client: doer,
+		Stop: stop, DrainTimeout: 5 * time.Second})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("run took %v", took)
+	}
+	if n := len(res.Records); !res.Config.Interrupted || n < 4 || n > 7 {
+		t.Fatalf("interrupted %v, %d records (want about 5, due at 0..80 ms)", res.Config.Interrupted, n)
+	}
+	for _, r := range res.Records {
+		if !r.OK() || r.E2EL() < 200*time.Millisecond {
+			t.Errorf("record %d: %q %s, e2el %v: want completed after its 200 ms", r.Index, r.ErrKind, r.Err, r.E2EL())
+		}
+		if r.Intended > 150*time.Millisecond {
+			t.Errorf("record %d intended at %v, after the stop", r.Index, r.Intended)
+		}
+	}
+}
+
+func TestGracefulStopThenAbort(t *testing.T) {
+	t.Parallel()
+	// Stop at 50 ms starts the drain of requests that never finish; cancelling ctx at 150 ms
+	// (the second Ctrl-C) aborts it long before the drain timeout.
+	doer := &fakeDoer{block: true}
+	stop := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t1 := time.AfterFunc(50*time.Millisecond, func() { close(stop) })
+	t2 := time.AfterFunc(150*time.Millisecond, cancel)
+	defer t1.Stop()
+	defer t2.Stop()
+	start := time.Now()
+	res := run(t, ctx, Config{Workload: &evenly{gap: 20 * time.Millisecond, n: -1}, Client: doer,
+		Stop: stop, DrainTimeout: time.Minute})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("run took %v: the abort did not end the drain", took)
+	}
+	if len(res.Records) == 0 || !res.Config.Interrupted {
+		t.Fatalf("%d records, interrupted %v", len(res.Records), res.Config.Interrupted)
+	}
+	for _, r := range res.Records {
+		if r.ErrKind != ErrKindCanceled || r.End < 140*time.Millisecond {
+			t.Errorf("record %d: %q at %v, want canceled by the abort", r.Index, r.ErrKind, r.End)
+		}
+	}
+}
+
+func TestSessionCutWhileThinking(t *testing.T) {
+	t.Parallel()
+	// One session: a 10 ms step, then 10 s of thinking. The stop at 100 ms comes while the user
+	// thinks: the next step is recorded as not sent, and the run ends at once.
+	tests := []struct {
+		name     string
+		stop     bool // graceful stop; else the drain times out
+		wantKind string
+	}{
+		{"graceful stop", true, ErrKindCanceled},
+		{"drain timeout", false, ErrKindDrain},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			doer := &fakeDoer{service: 10 * time.Millisecond}
+			cfg := Config{Workload: &evenly{gap: time.Millisecond, n: 1, then: []Step{{Think: 10 * time.Second}}}, Client: doer}
+			if tt.stop {
+				stop := make(chan struct{})
+				timer := time.AfterFunc(100*time.Millisecond, func() { close(stop) })
+				defer timer.Stop()
+				cfg.Stop = stop
+			} else {
+				cfg.Duration, cfg.DrainTimeout = 10*time.Millisecond, 100*time.Millisecond
+			}
+			start := time.Now()
+			res := run(t, context.Background(), cfg)
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("run took %v", took)
+			}
+			if len(res.Records) != 2 {
+				t.Fatalf("%d records, want the step sent and the one not sent", len(res.Records))
+			}
+			if r := res.Records[0]; !r.OK() || r.NotSent {
+				t.Errorf("first step %+v", r)
+			}
+			if r := res.Records[1]; !r.NotSent || r.Step != 1 || r.ErrKind != tt.wantKind || r.Session == "" {
+				t.Errorf("cut step %+v: want not sent, step 1, %s", r, tt.wantKind)
+			}
+			if doer.calls.Load() != 1 {
+				t.Errorf("%d requests sent, want 1", doer.calls.Load())
+			}
+		})
+	}
+}
+
+func TestWarmup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		cfg          Config
+		wantRecords  int
+		wantWarmup   int
+		measuredFrom time.Duration
+	}{
+		{"first items", Config{NumItems: 5, Warmup: 3}, 8, 3, 30 * time.Millisecond},
+		{"first stretch", Config{Duration: 50 * time.Millisecond, WarmupDuration: 25 * time.Millisecond}, 8, 3, 25 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tt.cfg
+			cfg.Workload, cfg.Client = &evenly{gap: 10 * time.Millisecond, n: -1}, &fakeDoer{service: time.Millisecond}
+			res := run(t, context.Background(), cfg)
+			if len(res.Records) != tt.wantRecords || res.Warmup != tt.wantWarmup || res.MeasuredFrom != tt.measuredFrom {
+				t.Fatalf("%d records, %d warmup, measured from %v; want %d, %d, %v", len(res.Records), res.Warmup,
+					res.MeasuredFrom, tt.wantRecords, tt.wantWarmup, tt.measuredFrom)
+			}
+			for i, r := range res.Records {
+				if r.Warmup != (i < tt.wantWarmup) {
+					t.Errorf("record %d intended at %v: warmup %v", i, r.Intended, r.Warmup)
+				}
+			}
+		})
+	}
+	if _, err := Run(context.Background(), Config{Workload: &evenly{n: 1}, Client: &fakeDoer{}, Warmup: -1}); !errors.Is(err, ErrNegativeWarmup) {
+		t.Errorf("negative warmup: %v", err)
+	}
+}
+
+func TestStream(t *testing.T) {
+	t.Parallel()
+	// With Stream, Run keeps no record: each item's records arrive once, a session's steps
+	// together and in order, numbered in creation order.
+	then := []Step{{Think: time.Millisecond}, {Think: time.Millisecond}}
+	var got [][]Record
+	res := run(t, context.Background(), Config{Workload: &evenly{gap: 5 * time.Millisecond, n: 4, then: then},
+		Client: &fakeDoer{service: time.Millisecond},
+		Stream: func(recs []Record) { got = append(got, slices.Clone(recs)) }})
+	if len(res.Records) != 0 || len(got) != 4 {
+		t.Fatalf("%d records kept, %d items streamed; want 0 and 4", len(res.Records), len(got))
+	}
+	seen := map[int]bool{}
+	for _, recs := range got {
+		if len(recs) != 3 {
+			t.Fatalf("item of %d records, want 3 steps", len(recs))
+		}
+		for k, r := range recs {
+			if r.Step != k || r.Session != recs[0].Session || seen[r.Index] {
+				t.Errorf("step %d: %+v", k, r)
+			}
+			seen[r.Index] = true
+		}
+	}
+	if len(seen) != 12 || res.Duration < got[len(got)-1][2].End {
+		t.Errorf("indices %v, duration %v", seen, res.Duration)
+	}
+}

@@ -2,17 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
@@ -44,6 +50,9 @@ type loadOptions struct {
 	keys    keyOptions
 
 	drainTimeout     time.Duration
+	warmup           int
+	warmupDuration   time.Duration
+	maxErrorRate     float64
 	goodput          string
 	percentileMetric string
 	percentiles      string
@@ -61,7 +70,7 @@ type keyOptions struct {
 }
 
 func (o *loadOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.url, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL")
+	fs.StringVar(&o.url, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL, or a base URL\n(http://host:8000/v1 or http://host:8000) that gets the chat-completions route appended")
 	fs.StringVar(&o.model, "model", "", "model name sent with each request (default: the first model of GET /v1/models)")
 	fs.StringVar(&o.apiKey, "api-key", "", "bearer token (default: $OPENAI_API_KEY)")
 	fs.IntVar(&o.maxTokens, "max-tokens", 256, "max_tokens of each request (a dataset's own output lengths are used unless this is given)")
@@ -94,7 +103,10 @@ func (o *loadOptions) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.keys.cold, "cold-keys", 0, "key lookups: fraction of lookups for keys outside the hot set (never cached)")
 	fs.Float64Var(&o.keys.invalid, "invalid-keys", 0, "key lookups: fraction of lookups for keys that do not exist (cache penetration)")
 
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", loadgen.DefaultDrainTimeout, "once sending stops, how long to wait for requests in flight before cancelling them (0: no limit)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", loadgen.DefaultDrainTimeout, "once sending stops (at the end, or at a first Ctrl-C), how long to wait for requests in flight\nbefore cancelling them (0: no limit); a second Ctrl-C cancels them at once")
+	fs.IntVar(&o.warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
+	fs.DurationVar(&o.warmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")
+	fs.Float64Var(&o.maxErrorRate, "max-error-rate", 0.5, "exit non-zero when more than this fraction of the measured requests failed (1: never)")
 	fs.StringVar(&o.goodput, "goodput", "", "request SLOs for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, tpot, itl, e2el)")
 	fs.StringVar(&o.percentileMetric, "percentile-metrics", "all", "metrics in the report: ttft,tpot,itl,e2el,service_e2el,send_lag or all")
 	fs.StringVar(&o.percentiles, "metric-percentiles", "50,90,95,99,99.9", "percentiles reported, each with its 95% interval")
@@ -185,11 +197,16 @@ func (o *loadOptions) newClient(ctx context.Context, extra ...client.Option) (*c
 	if err != nil {
 		return nil, fmt.Errorf("--url: %w", err)
 	}
+	o.url = c.URL()
 	if o.model == "" && !o.isKeyLookups() {
 		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		models, err := c.Models(lctx)
 		cancel()
-		if err != nil {
+		var ue *url.Error
+		switch {
+		case errors.As(err, &ue) && !errors.Is(err, context.Canceled):
+			return nil, fmt.Errorf("cannot reach %s: %w (is the server running, and is --url right?)", o.url, ue.Err)
+		case err != nil:
 			return nil, fmt.Errorf("%w; pass --model", err)
 		}
 		if len(models) == 0 {
@@ -204,6 +221,118 @@ func (o *loadOptions) newClient(ctx context.Context, extra ...client.Option) (*c
 		}
 	}
 	return c, nil
+}
+
+// preflight sends the first request of the workload once, before the run: a dead URL, a
+// wrong model or a bad key stops here with the server's whole message.
+func (o *loadOptions) preflight(ctx context.Context, c *client.Client) error {
+	p, err := o.plan(math.Inf(1), 1)
+	if err != nil {
+		return err
+	}
+	item, ok := p.workload.Next()
+	if !ok {
+		return errors.New("the workload has no request")
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(o.timeout, 0)+time.Minute)
+	defer cancel()
+	err = c.Preflight(pctx, &item.Request)
+	var pe *client.PreflightError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errors.New("interrupted during the preflight request")
+	case o.isKeyLookups() && errors.As(err, &pe) && pe.Status == http.StatusNotFound:
+		return nil // a key that does not exist is an answer (--invalid-keys asks for some)
+	}
+	return err
+}
+
+// measure runs cfg and summarises it as the records come: the run keeps none of them, so its
+// memory does not grow with its length. Each record also goes to detailed, when given.
+func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, detailed *report.DetailedWriter) (*loadgen.Result, *report.Bench, error) {
+	s := report.NewSummarizer(ropts)
+	cfg.Stream = func(recs []loadgen.Record) {
+		if detailed != nil {
+			detailed.Write(recs...)
+		}
+		s.Add(recs...)
+	}
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, s.Bench(res), nil
+}
+
+// checkErrorRate fails when more than max of the measured requests failed.
+func checkErrorRate(b *report.Bench, maxRate float64) error {
+	n := b.Completed + b.Failed
+	if n == 0 || float64(b.Failed) <= maxRate*float64(n) {
+		return nil
+	}
+	msg := fmt.Sprintf("%d of %d requests failed (%.1f%%), more than --max-error-rate %g allows", b.Failed, n,
+		100*float64(b.Failed)/float64(n), maxRate)
+	if len(b.Errors) > 0 {
+		e := b.Errors[0]
+		msg += fmt.Sprintf("; most were %s (%d): %s", e.Kind, e.Count, e.Example)
+	}
+	return errors.New(msg)
+}
+
+// interrupts maps the first Ctrl-C (SIGINT or SIGTERM, or ctx done) to a graceful stop and the
+// second to an abort. Run the load under runCtx with Stop set to stop; release ends the watch.
+func interrupts(ctx context.Context, stderr io.Writer, drain time.Duration) (runCtx context.Context, stop <-chan struct{}, release func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	return watchInterrupts(ctx, sigs, func() { signal.Stop(sigs) }, stderr, drain)
+}
+
+func watchInterrupts(ctx context.Context, sigs <-chan os.Signal, unwatch func(), stderr io.Writer, drain time.Duration) (context.Context, <-chan struct{}, func()) {
+	runCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	stopC := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		stopped := false
+		stopNow := func() {
+			if !stopped {
+				stopped = true
+				close(stopC)
+				limit := "as long as they take"
+				if drain > 0 {
+					limit = "up to " + drain.String()
+				}
+				fmt.Fprintf(stderr, "\nstopping: no more requests; waiting %s for those in flight (Ctrl-C again to abort)\n", limit)
+			}
+		}
+		ctxDone := ctx.Done()
+		n := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctxDone:
+				ctxDone = nil
+				stopNow()
+			case <-sigs:
+				if n++; n == 1 {
+					stopNow()
+					continue
+				}
+				fmt.Fprintln(stderr, "aborting: cancelling the requests in flight")
+				abort()
+				return
+			}
+		}
+	})
+	return runCtx, stopC, func() {
+		close(done)
+		wg.Wait()
+		unwatch()
+		abort()
+	}
 }
 
 func (o *loadOptions) isKeyLookups() bool {
@@ -427,6 +556,8 @@ type benchOptions struct {
 	jsonOut      string
 	htmlOut      string
 	saveDetailed string
+	segment      string
+	startAt      string
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -455,7 +586,9 @@ Example (the article's command, against ragtail llm-sim):
 	fs.DurationVar(&o.duration, "duration", 0, "stop sending after this long (0: no limit)")
 	fs.StringVar(&o.jsonOut, "json", "", "write the ragtail.bench/v1 JSON to this file ('-' for stdout)")
 	fs.StringVar(&o.htmlOut, "html", "", "write a self-contained HTML report to this file")
-	fs.StringVar(&o.saveDetailed, "save-detailed", "", "write every request's record as JSONL to this file")
+	fs.StringVar(&o.saveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
+	fs.StringVar(&o.segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
+	fs.StringVar(&o.startAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -479,28 +612,67 @@ Example (the article's command, against ragtail llm-sim):
 	if err != nil {
 		return err
 	}
+	seg, start, err := o.multiHost(p, stderr)
+	if err != nil {
+		return err
+	}
+	hash, err := o.load.scheduleHash(o.requestRate, o.concurrency, o.numPrompts, o.duration)
+	if err != nil {
+		return err
+	}
+	if err := o.load.preflight(ctx, c); err != nil {
+		return err
+	}
 
 	progress := newProgressPrinter(stderr, o.load.quiet)
 	cfg := loadgen.Config{
 		Workload: p.workload, Client: c, Concurrency: o.concurrency, ClosedLoop: p.closedLoop,
 		NumItems: o.numPrompts, Duration: o.duration, DrainTimeout: o.load.drain(),
+		Warmup: o.load.warmup, WarmupDuration: o.load.warmupDuration, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: loadgen.RunInfo{URL: o.load.url, Model: o.load.model, Shape: p.desc, RequestRate: p.rate,
-			Burstiness: p.burstiness, Concurrency: o.concurrency, NumPrompts: o.numPrompts, MaxTokens: o.load.maxTokens, Seed: o.load.seed},
+		Info: o.load.runInfo(p, o.concurrency, o.numPrompts),
+	}
+	cfg.Info.ScheduleHash = hash
+	if seg != nil {
+		// The share ends where the whole schedule would: the segment counts the prompts.
+		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *seg, o.numPrompts, o.load.warmupDuration), 0
+		cfg.Info.Segment = seg
+	}
+	var detailed *report.DetailedWriter
+	var detailedFile *outputFile
+	if o.saveDetailed != "" {
+		if detailedFile, err = createOutput(o.saveDetailed, stdout); err != nil {
+			return err
+		}
+		defer detailedFile.abort()
+		detailed = report.NewDetailedWriter(detailedFile, cfg.Start, cfg.Info)
 	}
 	fmt.Fprintf(stderr, "ragtail bench: %s, %s\n", o.load.url, describeStop(p, o.numPrompts, o.duration, o.concurrency))
-	res, err := loadgen.Run(ctx, cfg)
+	if seg != nil {
+		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, hash)
+	}
+	if wait := time.Until(start); wait > 10*time.Millisecond {
+		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), o.startAt)
+	}
+	runCtx, stop, release := interrupts(ctx, stderr, o.load.drainTimeout)
+	cfg.Stop = stop
+	res, bench, err := measure(runCtx, cfg, ropts, detailed)
+	release()
 	if err != nil {
 		return err
 	}
-	bench := report.Summarize(res, ropts)
-	if err := writeOutputs(stdout, bench, o.jsonOut, o.htmlOut); err != nil {
-		return err
-	}
-	if o.saveDetailed != "" {
-		if err := writeOutput(o.saveDetailed, stdout, func(w io.Writer) error { return report.WriteDetailedJSONL(w, res) }); err != nil {
+	// The files first: when stdout is a closed pipe (| tee and Ctrl-C), printing may fail or
+	// end the process, and the results must be on disk by then.
+	if detailed != nil {
+		if err := detailed.Close(); err != nil {
+			return fmt.Errorf("--save-detailed: %w", err)
+		}
+		if err := detailedFile.commit(); err != nil {
 			return err
 		}
+	}
+	if err := writeOutputs(stdout, bench, o.jsonOut, o.htmlOut); err != nil {
+		return err
 	}
 	if off, ok := c.ClockOffset(); ok {
 		fmt.Fprintf(stderr, "server clock: %+.3f ms from ours (+- %.3f ms, best of %d responses)\n",
@@ -509,7 +681,83 @@ Example (the article's command, against ragtail llm-sim):
 	if res.Config.Interrupted {
 		return errors.New("interrupted: the results above cover what completed")
 	}
-	return nil
+	return checkErrorRate(bench, o.load.maxErrorRate)
+}
+
+// runInfo describes a run of plan p for the reports.
+func (o *loadOptions) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
+	return loadgen.RunInfo{URL: o.url, Model: o.model, Shape: p.desc, RequestRate: p.rate, Burstiness: p.burstiness,
+		Concurrency: concurrency, NumPrompts: numPrompts, MaxTokens: o.maxTokens, Seed: o.seed}
+}
+
+// multiHost reads --segment and --start-at, and warns when several hosts would send the same
+// schedule.
+func (o *benchOptions) multiHost(p plan, stderr io.Writer) (*loadgen.SegmentOf, time.Time, error) {
+	start := time.Now()
+	if o.startAt != "" {
+		at, err := parseWallTime(o.startAt)
+		if err != nil {
+			return nil, start, fmt.Errorf("--start-at: %w", err)
+		}
+		wait := time.Until(at)
+		if wait < 0 {
+			return nil, start, fmt.Errorf("--start-at %s is %s in the past", o.startAt, (-wait).Round(time.Millisecond))
+		}
+		start = start.Add(wait) // on the monotonic clock, from now
+	}
+	if o.segment == "" {
+		if o.startAt != "" || os.Getenv("JOB_COMPLETION_INDEX") != "" {
+			fmt.Fprintln(stderr, "warning: every host started together without --segment sends the same seeded schedule, so their\n"+
+				"arrivals come in synchronised bursts; give each host --segment i/n (or its own --seed)")
+		}
+		return nil, start, nil
+	}
+	seg, err := loadgen.ParseSegment(o.segment)
+	if err != nil {
+		return nil, start, fmt.Errorf("--segment: %w", err)
+	}
+	switch {
+	case p.closedLoop:
+		return nil, start, errors.New("--segment shares out a schedule of arrivals: give a --request-rate (a closed loop has none)")
+	case o.load.warmup > 0:
+		return nil, start, errors.New("--segment: use --warmup-duration, the same stretch on every host, rather than --warmup")
+	}
+	return &seg, start, nil
+}
+
+// parseWallTime reads an RFC 3339 time or Unix seconds.
+func parseWallTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e11 {
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(frac*1e9)), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-05-01T12:00:00Z) or Unix seconds", s)
+}
+
+// scheduleHash identifies the schedule the flags make: the first items of its workload (their
+// intended times, sessions and requests) and its limits. Hosts that build the same schedule
+// get the same hash, whatever their URL.
+func (o *loadOptions) scheduleHash(rate float64, concurrency, numPrompts int, d time.Duration) (string, error) {
+	p, err := o.plan(rate, concurrency)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ragtail schedule v1\n%s\nprompts %d duration %d warmup %d %d\n", p.desc, numPrompts, d, o.warmup, o.warmupDuration)
+	enc := json.NewEncoder(h)
+	for range 1000 {
+		item, ok := p.workload.Next()
+		if !ok {
+			break
+		}
+		if err := enc.Encode(item); err != nil {
+			return "", fmt.Errorf("schedule hash: %w", err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
 }
 
 func (o *benchOptions) validate() error {
@@ -527,6 +775,19 @@ func (o *benchOptions) validate() error {
 		return errors.New("an infinite rate without --concurrency sends every request at once: give --num-prompts, a --request-rate or --concurrency")
 	case o.load.maxTokens < 1:
 		return errors.New("--max-tokens must be positive")
+	}
+	return o.load.validate()
+}
+
+// validate checks the flags bench and sweep share.
+func (o *loadOptions) validate() error {
+	switch {
+	case o.warmup < 0:
+		return errors.New("--warmup must not be negative")
+	case o.warmupDuration < 0:
+		return errors.New("--warmup-duration must not be negative")
+	case !(o.maxErrorRate >= 0 && o.maxErrorRate <= 1):
+		return errors.New("--max-error-rate must be between 0 and 1")
 	}
 	return nil
 }
@@ -552,23 +813,10 @@ func describeStop(p plan, n int, d time.Duration, concurrency int) string {
 	return strings.Join(parts, ", ")
 }
 
-// writeOutputs prints the text report and writes the JSON and HTML files asked for.
-func writeOutputs(stdout io.Writer, v any, jsonOut, htmlOut string) error {
-	var err error
-	switch x := v.(type) {
-	case *report.Bench:
-		if jsonOut != "-" {
-			err = report.WriteText(stdout, x)
-		}
-	case *report.Sweep:
-		if jsonOut != "-" {
-			err = report.WriteSweepText(stdout, x)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if jsonOut != "" {
+// writeOutputs writes the JSON and HTML files asked for, then prints the text report (or the
+// JSON, for --json -): files first, so that a closed stdout cannot lose them.
+func writeOutputs(stdout io.Writer, v report.Document, jsonOut, htmlOut string) error {
+	if jsonOut != "" && jsonOut != "-" {
 		if err := writeOutput(jsonOut, stdout, func(w io.Writer) error { return report.WriteJSON(w, v) }); err != nil {
 			return err
 		}
@@ -577,6 +825,15 @@ func writeOutputs(stdout io.Writer, v any, jsonOut, htmlOut string) error {
 		if err := writeOutput(htmlOut, stdout, func(w io.Writer) error { return report.WriteHTML(w, v) }); err != nil {
 			return err
 		}
+	}
+	if jsonOut == "-" {
+		return report.WriteJSON(stdout, v)
+	}
+	switch x := v.(type) {
+	case *report.Bench:
+		return report.WriteText(stdout, x)
+	case *report.Sweep:
+		return report.WriteSweepText(stdout, x)
 	}
 	return nil
 }

@@ -13,10 +13,11 @@ import (
 )
 
 type reportOptions struct {
-	html  string
-	json  string
-	quiet bool
-	files []string
+	html    string
+	json    string
+	quiet   bool
+	partial bool
+	files   []string
 }
 
 func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,16 +27,20 @@ terminal table (printed unless --quiet), as one self-contained HTML page that ne
 (--html), or as JSON again (--json). Given several bench files, for example from load generators
 on several hosts, it merges them exactly: the HDR histograms are added and every percentile,
 confidence interval and tail fit is recomputed from them; counts add up and throughputs are taken
-over the union of the runs' windows. Sweep files render but do not merge.
+over the union of the runs' windows. Sweep files render but do not merge. The segments of a
+multi-host run (bench --segment i/n) merge into the run they are parts of; report checks that
+all n are there, once each, and says so.
 Flags may come before or after the files; "-" as an output writes it to standard output.
 
 Examples:
   ragtail report r.json
   ragtail report r.json --html r.html
-  ragtail report host1.json host2.json --json merged.json --html merged.html`)
+  ragtail report host1.json host2.json --json merged.json --html merged.html
+  ragtail report seg-*.json --json run.json`)
 	fs.StringVar(&o.html, "html", "", "write the HTML report to this file")
 	fs.StringVar(&o.json, "json", "", "write the (merged) result JSON to this file")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print the terminal table")
+	fs.BoolVar(&o.partial, "partial", false, "merge the segments of a multi-host run even when some are missing")
 	files, err := parseFlagsAndArgs(fs, args, stdout, stderr)
 	if err != nil {
 		return err
@@ -53,7 +58,7 @@ Examples:
 		return errors.New("--html and --json cannot both go to standard output")
 	}
 
-	var doc any // *report.Bench or *report.Sweep
+	var doc report.Document // *report.Bench or *report.Sweep
 	if len(o.files) == 1 {
 		f, err := report.Read(o.files[0])
 		if err != nil {
@@ -77,6 +82,18 @@ Examples:
 				f.Bench.Sources = []string{path}
 			}
 			benches = append(benches, f.Bench)
+		}
+		note, err := report.CheckSegments(benches)
+		switch {
+		case err != nil && !o.partial || err != nil && note == "":
+			if note != "" {
+				return fmt.Errorf("%w (pass --partial to merge what is there)", err)
+			}
+			return err
+		case err != nil:
+			fmt.Fprintf(stderr, "ragtail report: warning: %v\n", err)
+		case note != "":
+			fmt.Fprintf(stderr, "ragtail report: %s\n", note)
 		}
 		merged, err := report.Merge(benches...)
 		if err != nil {
@@ -141,31 +158,63 @@ func parseFlagsAndArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 
 // writeOutput writes a file through a temporary file renamed into place, so a failed or
 // interrupted write never leaves half a report; "-" writes to stdout.
-func writeOutput(path string, stdout io.Writer, write func(io.Writer) error) (err error) {
+func writeOutput(path string, stdout io.Writer, write func(io.Writer) error) error {
+	f, err := createOutput(path, stdout)
+	if err != nil {
+		return err
+	}
+	defer f.abort()
+	if err := write(f); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.commit()
+}
+
+// outputFile is a result file being written: a temporary file beside it, renamed into place by
+// commit, or stdout for "-".
+type outputFile struct {
+	io.Writer
+	path string
+	tmp  *os.File // nil for stdout, and once committed or aborted
+}
+
+func createOutput(path string, stdout io.Writer) (*outputFile, error) {
 	if path == "-" {
-		return write(stdout)
+		return &outputFile{Writer: stdout, path: path}, nil
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
+		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if err := write(tmp); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	return &outputFile{Writer: tmp, path: path, tmp: tmp}, nil
+}
+
+// commit puts the file in place.
+func (f *outputFile) commit() error {
+	if f.tmp == nil {
+		return nil
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	tmp := f.tmp
+	f.tmp = nil
+	err := tmp.Chmod(0o644)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err == nil {
+		err = os.Rename(tmp.Name(), f.path)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", f.path, err)
 	}
 	return nil
+}
+
+// abort removes the temporary file unless it was committed.
+func (f *outputFile) abort() {
+	if f.tmp != nil {
+		_ = f.tmp.Close()
+		_ = os.Remove(f.tmp.Name())
+		f.tmp = nil
+	}
 }

@@ -87,6 +87,9 @@ Example:
 	if o.pointDuration <= 0 {
 		return errors.New("--point-duration must be positive")
 	}
+	if err := o.load.validate(); err != nil {
+		return err
+	}
 	ropts, err := o.load.reportOptions()
 	if err != nil {
 		return err
@@ -96,8 +99,14 @@ Example:
 		return err
 	}
 	defer c.CloseIdleConnections()
+	if err := o.load.preflight(ctx, c); err != nil {
+		return err
+	}
 
-	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo}
+	runCtx, stop, release := interrupts(ctx, stderr, o.load.drainTimeout)
+	defer release()
+	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop}
+	ctx = runCtx
 	var benches []*report.Bench
 	interrupted := false
 	points := max(len(rates), len(users))
@@ -109,12 +118,20 @@ Example:
 			n = users[i]
 		}
 		b, err := s.point(ctx, rate, n, fmt.Sprintf("point %d/%d", i+1, points))
+		if errors.Is(err, errInterrupted) {
+			interrupted = true
+			break
+		}
 		if err != nil {
 			return err
 		}
 		benches = append(benches, b)
 		if b.Config.Interrupted {
 			interrupted = true
+			break
+		}
+		if i == 0 && checkErrorRate(b, o.load.maxErrorRate) != nil {
+			fmt.Fprintln(stderr, "the first point failed too often: the sweep stops here")
 			break
 		}
 		if err := s.rest(ctx); err != nil {
@@ -131,7 +148,7 @@ Example:
 			fmt.Fprintf(stderr, "the SLO %s is not met even at %g req/s: no max rate\n", slo, benches[0].Config.RequestRate)
 		case errors.Is(err, stats.ErrSLOAlwaysMet):
 			fmt.Fprintf(stderr, "the SLO %s still held at the highest rate tried: the max rate is at least that\n", slo)
-		case err != nil && ctx.Err() != nil:
+		case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
 			interrupted = true
 		case err != nil:
 			return err
@@ -145,10 +162,39 @@ Example:
 	if err := writeOutputs(stdout, sw, o.jsonOut, o.htmlOut); err != nil {
 		return err
 	}
+	if err := sweepErrorRate(benches, o.load.maxErrorRate); err != nil {
+		return err
+	}
 	if interrupted {
 		return errors.New("interrupted: the results above cover the points that ran")
 	}
 	return nil
+}
+
+// errInterrupted ends a sweep that a first Ctrl-C stopped.
+var errInterrupted = errors.New("interrupted")
+
+// sweepErrorRate fails when more than max of the sweep's measured requests failed, over all its
+// points (overload failures at the top of a ladder are data, a broken target fails them all).
+func sweepErrorRate(benches []*report.Bench, maxRate float64) error {
+	total := &report.Bench{}
+	errs := map[string]*report.ErrorCount{}
+	for _, b := range benches {
+		total.Completed += b.Completed
+		total.Failed += b.Failed
+		for _, e := range b.Errors {
+			if errs[e.Kind] == nil {
+				errs[e.Kind] = &report.ErrorCount{Kind: e.Kind, Example: e.Example}
+			}
+			errs[e.Kind].Count += e.Count
+		}
+	}
+	for _, e := range errs {
+		if len(total.Errors) == 0 || e.Count > total.Errors[0].Count {
+			total.Errors = []report.ErrorCount{*e}
+		}
+	}
+	return checkErrorRate(total, maxRate)
 }
 
 // ladder returns the rates or the user counts of the ladder.
@@ -227,6 +273,7 @@ type sweeper struct {
 	ropts  report.Options
 	stderr io.Writer
 	slo    *report.PercentileSLO
+	stop   <-chan struct{} // closed by a first Ctrl-C: the point drains and the sweep ends
 }
 
 // point runs one point of the sweep and summarises it.
@@ -241,18 +288,21 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 	}
 	progress := newProgressPrinter(s.stderr, s.o.load.quiet)
 	fmt.Fprintf(s.stderr, "%s: %s for %s\n", label, desc, s.o.pointDuration)
-	res, err := loadgen.Run(ctx, loadgen.Config{
+	select {
+	case <-s.stop:
+		return nil, errInterrupted
+	default:
+	}
+	_, b, err := measure(ctx, loadgen.Config{
 		Workload: p.workload, Client: s.c, Concurrency: concurrency, ClosedLoop: p.closedLoop,
 		NumItems: s.o.pointPrompts, Duration: s.o.pointDuration, DrainTimeout: s.o.load.drain(),
+		Warmup: s.o.load.warmup, WarmupDuration: s.o.load.warmupDuration, Stop: s.stop,
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: loadgen.RunInfo{URL: s.o.load.url, Model: s.o.load.model, Shape: p.desc, RequestRate: p.rate,
-			Burstiness: p.burstiness, Concurrency: concurrency, NumPrompts: s.o.pointPrompts,
-			MaxTokens: s.o.load.maxTokens, Seed: s.o.load.seed},
-	})
+		Info: s.o.load.runInfo(p, concurrency, s.o.pointPrompts),
+	}, s.ropts, nil)
 	if err != nil {
 		return nil, err
 	}
-	b := report.Summarize(res, s.ropts)
 	line := fmt.Sprintf("  achieved %.2f req/s, %d done, %d failed", b.RequestThroughput, b.Completed, b.Failed)
 	if h := b.Histograms[report.MetricE2EL]; h != nil && h.Count() > 0 {
 		line += fmt.Sprintf(", e2el p50 %.0f ms, p99 %.0f ms", msf(h.Quantile(0.5)), msf(h.Quantile(0.99)))
@@ -282,6 +332,8 @@ func (s *sweeper) rest(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.stop:
+		return errInterrupted
 	}
 }
 
@@ -326,7 +378,7 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 			return false, err
 		}
 		if b.Config.Interrupted {
-			return false, ctx.Err()
+			return false, errInterrupted
 		}
 		byRate[rate] = b
 		met, _ := s.slo.Met(b)

@@ -143,16 +143,39 @@ func WithClockHeaders(names ...string) Option {
 // nanoseconds, told apart by size), a decimal number of seconds, or an RFC 3339 time.
 var DefaultClockHeaders = []string{"X-Ragtail-Time", "X-Server-Time"}
 
-// New returns a client of the endpoint at rawURL: a chat-completions URL
-// (http://host:8000/v1/chat/completions) or a legacy completions one (/v1/completions).
-// Requests with a Path go to the same scheme and host.
-func New(rawURL string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(rawURL)
+// ResolveURL returns the endpoint a URL names: a chat-completions URL
+// (http://host:8000/v1/chat/completions) or a legacy completions one (/v1/completions) as it
+// is; a base URL gets the route appended as OpenAI clients do: http://host:8000/v1 becomes
+// http://host:8000/v1/chat/completions, and a URL without a path (http://host:8000) gets
+// /v1/chat/completions.
+func ResolveURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(rawURL))
 	if err != nil {
 		return nil, fmt.Errorf("parse url: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("url %q: want http:// or https:// with a host", rawURL)
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	switch {
+	case p == "":
+		u.Path = "/v1/chat/completions"
+	case strings.HasSuffix(p, "/completions"):
+		u.Path = p
+	default:
+		u.Path = p + "/chat/completions"
+	}
+	u.RawPath = ""
+	return u, nil
+}
+
+// New returns a client of the endpoint at rawURL (see ResolveURL): a chat-completions URL, a
+// legacy completions one, or a base URL the chat-completions route is appended to. Requests
+// with a Path go to the same scheme and host.
+func New(rawURL string, opts ...Option) (*Client, error) {
+	u, err := ResolveURL(rawURL)
+	if err != nil {
+		return nil, err
 	}
 	cfg := config{stream: true, streamUsage: true, header: http.Header{}, clockHeaders: DefaultClockHeaders}
 	for _, o := range opts {
@@ -165,7 +188,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		cfg:         cfg,
 		url:         u.String(),
 		origin:      u.Scheme + "://" + u.Host,
-		completions: strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/completions") && !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/chat/completions"),
+		completions: !strings.HasSuffix(u.Path, "/chat/completions"),
 		// Redirects are not followed: a load generator should measure the endpoint it was given.
 		hc: &http.Client{Transport: cfg.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	}
@@ -468,8 +491,13 @@ func (c *Client) readError(ctx context.Context, resp *http.Response, body io.Rea
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	_ = ctx
-	fail(rec, kind, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg))
+	limit := maxErrText
+	if fullErrors(ctx) {
+		limit = maxPreflightError
+	}
+	if rec.ErrKind == "" {
+		rec.ErrKind, rec.Err = kind, truncateTo(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg), limit)
+	}
 }
 
 // errText returns the chunk's error message if it is an error event.
@@ -477,7 +505,7 @@ func (ch *chunkInfo) errText() (string, bool) {
 	if !ch.isError {
 		return "", false
 	}
-	return rawMessage(ch.errRaw), true
+	return truncate(rawMessage(ch.errRaw)), true
 }
 
 // rawMessage turns a raw JSON error value into a message: the "message" of an object, the
@@ -490,13 +518,13 @@ func rawMessage(raw []byte) string {
 		Message string `json:"message"`
 	}
 	if raw[0] == '{' && json.Unmarshal(raw, &obj) == nil && obj.Message != "" {
-		return truncate(obj.Message)
+		return obj.Message
 	}
 	var str string
 	if raw[0] == '"' && json.Unmarshal(raw, &str) == nil {
-		return truncate(str)
+		return str
 	}
-	return truncate(string(raw))
+	return string(raw)
 }
 
 // serverTimingText unquotes the raw "server_timing" string of a chunk.
@@ -671,7 +699,8 @@ func classifyRead(ctx context.Context, err error) string {
 }
 
 // errorMessage extracts a human message from an error body: OpenAI's {"error":{"message"}},
-// {"error":"..."}, vLLM's {"message"}, FastAPI's {"detail"}, or the text itself.
+// {"error":"..."}, vLLM's {"message"}, FastAPI's {"detail"}, or the text itself. It is as
+// long as the body (bounded by maxErrorBody); callers truncate it.
 func errorMessage(b []byte) string {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
@@ -687,27 +716,33 @@ func errorMessage(b []byte) string {
 			return msg
 		}
 		if obj.Message != "" {
-			return truncate(obj.Message)
+			return obj.Message
 		}
 		if len(obj.Detail) > 0 {
 			var s string
 			if json.Unmarshal(obj.Detail, &s) == nil {
-				return truncate(s)
+				return s
 			}
-			return truncate(string(obj.Detail))
+			return string(obj.Detail)
 		}
 	}
-	return truncate(strings.Join(strings.Fields(string(b)), " "))
+	return strings.Join(strings.Fields(string(b)), " ")
 }
 
 // maxErrText bounds error strings kept in records.
 const maxErrText = 300
 
-func truncate(s string) string {
-	if len(s) <= maxErrText {
+// maxPreflightError bounds the error message of a preflight request: the server's whole
+// message, such as a list of the models it serves, up to this.
+const maxPreflightError = 4096
+
+func truncate(s string) string { return truncateTo(s, maxErrText) }
+
+func truncateTo(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	cut := maxErrText
+	cut := limit
 	for cut > 0 && s[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
 		cut--
 	}
@@ -723,17 +758,18 @@ func isJSON(ct string) bool {
 	return strings.Contains(ct, "/json") || strings.Contains(ct, "+json")
 }
 
-// Models lists the model ids the server serves (GET /v1/models next to the endpoint).
+// Models lists the model ids the server serves: GET models beside the endpoint, as OpenAI
+// clients do (/v1/chat/completions: /v1/models).
 func (c *Client) Models(ctx context.Context) ([]string, error) {
 	u, err := url.Parse(c.url)
 	if err != nil {
 		return nil, err
 	}
-	if i := strings.Index(u.Path, "/v1/"); i >= 0 {
-		u.Path = u.Path[:i] + "/v1/models"
-	} else {
-		u.Path = "/v1/models"
+	base := strings.TrimSuffix(u.Path, "/chat/completions")
+	if base == u.Path {
+		base = strings.TrimSuffix(u.Path, "/completions")
 	}
+	u.Path = base + "/models"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -749,7 +785,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list models: HTTP %d: %s", resp.StatusCode, errorMessage(b))
+		return nil, fmt.Errorf("list models: HTTP %d: %s", resp.StatusCode, truncateTo(errorMessage(b), maxPreflightError))
 	}
 	var list struct {
 		Data []struct {
@@ -766,6 +802,53 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// fullErrorsKey marks a request context whose error record keeps the server's whole message.
+type fullErrorsKey struct{}
+
+func fullErrors(ctx context.Context) bool { return ctx.Value(fullErrorsKey{}) != nil }
+
+// PreflightError is the failure of a preflight request.
+type PreflightError struct {
+	URL    string
+	Kind   string // a loadgen.ErrKind
+	Status int    // HTTP status; 0 without a response
+	Msg    string // what failed: the server's message (up to 4 KB) or the connection error
+}
+
+func (e *PreflightError) Error() string {
+	var hint string
+	switch {
+	case e.Kind == loadgen.ErrKindConnect:
+		hint = " (is the server running, and is --url right?)"
+	case e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed:
+		hint = " (is --url the server's OpenAI API? a base URL such as http://host:8000/v1 gets /chat/completions appended)"
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
+		hint = " (pass --api-key or set OPENAI_API_KEY)"
+	}
+	return fmt.Sprintf("preflight request to %s failed: %s%s", e.URL, e.Msg, hint)
+}
+
+// Preflight sends req once and returns nil when it completed, or a *PreflightError carrying
+// the server's whole error message (up to 4 KB, where a request record keeps 300 bytes): a
+// run whose every request would fail, against a dead URL or with a wrong model, stops before
+// it starts.
+func (c *Client) Preflight(ctx context.Context, req *loadgen.Request) error {
+	var rec loadgen.Record
+	c.Do(context.WithValue(ctx, fullErrorsKey{}, true), req, time.Now(), &rec)
+	if rec.OK() {
+		return nil
+	}
+	msg := rec.Err
+	if msg == "" {
+		msg = fmt.Sprintf("HTTP %d", rec.Status)
+	}
+	kind := rec.ErrKind
+	if kind == "" {
+		kind = loadgen.ErrKindProtocol
+	}
+	return &PreflightError{URL: c.url, Kind: kind, Status: rec.Status, Msg: msg}
 }
 
 // ClockOffset is the estimated offset of the server's clock: server time minus client time,

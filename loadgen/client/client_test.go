@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -703,5 +704,105 @@ func TestParseTraceparent(t *testing.T) {
 		if got, ok := parseTraceparent(h); !ok || got != tid {
 			t.Fatalf("newTraceparent gave %q, which parses as %q, %v", h, got, ok)
 		}
+	}
+}
+
+func TestResolveURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want, models string }{
+		{"http://h:8000", "http://h:8000/v1/chat/completions", "/v1/models"},
+		{"http://h:8000/", "http://h:8000/v1/chat/completions", "/v1/models"},
+		{"http://h:8000/v1", "http://h:8000/v1/chat/completions", "/v1/models"},
+		{"http://h:8000/v1/", "http://h:8000/v1/chat/completions", "/v1/models"},
+		{"https://h/openai/v1", "https://h/openai/v1/chat/completions", "/openai/v1/models"},
+		{"http://h:8000/v1/chat/completions", "http://h:8000/v1/chat/completions", "/v1/models"},
+		{"http://h:8000/v1/chat/completions/", "http://h:8000/v1/chat/completions", "/v1/models"},
+		{"http://h:8000/v1/completions", "http://h:8000/v1/completions", "/v1/models"},
+	}
+	for _, tt := range tests {
+		u, err := ResolveURL(tt.in)
+		if err != nil || u.String() != tt.want {
+			t.Errorf("ResolveURL(%q) = %v, %v; want %s", tt.in, u, err, tt.want)
+			continue
+		}
+		// Models asks beside the endpoint, as OpenAI clients do.
+		var asked string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			asked = r.URL.Path
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"data":[{"id":"m"}]}`)
+		}))
+		c, err := New(srv.URL + u.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Models(context.Background()); err != nil || asked != tt.models {
+			t.Errorf("%s: models asked at %q (%v), want %s", tt.in, asked, err, tt.models)
+		}
+		srv.Close()
+	}
+	for _, bad := range []string{"127.0.0.1:8000", "ftp://h/v1", "http:///v1"} {
+		if _, err := ResolveURL(bad); err == nil {
+			t.Errorf("ResolveURL(%q): no error", bad)
+		}
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	t.Parallel()
+	long := "The model `nope` does not exist. Valid models: " + strings.Repeat("model-with-a-long-name, ", 40) + "last"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Model string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if body.Model != "good" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": long, "type": "invalid_request_error"}})
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, streamOf([]string{"a", "b"}, `"usage":{"prompt_tokens":1,"completion_tokens":2}`))
+	}))
+	defer srv.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	deadURL := closed.URL
+	closed.Close()
+	req := &loadgen.Request{Messages: []loadgen.Message{{Role: "user", Content: "hi"}}}
+
+	tests := []struct {
+		name, url, model string
+		want             []string // in the error; none: no error
+		kind             string
+	}{
+		{"ok", srv.URL + "/v1", "good", nil, ""},
+		{"wrong model: the whole message", srv.URL + "/v1", "nope", []string{"HTTP 404", long}, loadgen.ErrKindHTTP4xx},
+		{"nothing listening", deadURL, "good", []string{"connection refused", "is the server running"}, loadgen.ErrKindConnect},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.url, WithModel(tt.model))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Preflight(context.Background(), req)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("preflight: %v", err)
+				}
+				return
+			}
+			var pe *PreflightError
+			if !errors.As(err, &pe) || pe.Kind != tt.kind {
+				t.Fatalf("preflight: %v, want a %s PreflightError", err, tt.kind)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+		})
 	}
 }

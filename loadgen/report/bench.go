@@ -26,6 +26,10 @@ type Bench struct {
 	MergedFrom int      // runs merged into this one; 0 or 1 for a single run
 	Sources    []string // files merged, when known
 
+	// Warmup counts the warmup requests: sent and recorded, and left out of every figure here.
+	// Start is then the start of the measured run, after the warmup.
+	Warmup int64
+
 	Completed, Failed int64
 	Duration          time.Duration // the measured window: start to the last request's end
 	InputTokens       int64         // prompt tokens of completed requests
@@ -172,83 +176,6 @@ func newBench(o Options) *Bench {
 	return b
 }
 
-// Summarize computes the bench of a run. It never fails: a run without records gives zeros.
-func Summarize(res *loadgen.Result, opts Options) *Bench {
-	o := opts.withDefaults()
-	b := newBench(o)
-	b.Start, b.Config, b.Duration = res.Start, res.Config, res.Duration
-	for i := range res.Records {
-		b.Duration = max(b.Duration, res.Records[i].End)
-	}
-	width := timelineWidth(o.TimelineBin, b.Duration)
-	tl := newTimelineAcc(width, b.Duration)
-	errs := map[string]*ErrorCount{}
-	sessions := map[string][]*loadgen.Record{}
-	var sessionOrder []string
-
-	for i := range res.Records {
-		r := &res.Records[i]
-		tl.at(r.Sent).Sent++
-		if r.Session != "" {
-			if _, ok := sessions[r.Session]; !ok {
-				sessionOrder = append(sessionOrder, r.Session)
-			}
-			sessions[r.Session] = append(sessions[r.Session], r)
-		}
-		if !r.OK() {
-			b.Failed++
-			tl.at(r.End).Failed++
-			kind := errKind(r)
-			e := errs[kind]
-			if e == nil {
-				e = &ErrorCount{Kind: kind, Example: r.Err}
-				errs[kind] = e
-			}
-			e.Count++
-			continue
-		}
-		b.Completed++
-		tl.at(r.End).Completed++
-		out := outputTokens(r)
-		b.InputTokens += int64(r.PromptTokens)
-		b.OutputTokens += int64(out)
-		lat := latencies(r, out)
-		b.Histograms[MetricE2EL].Record(lat.E2EL)
-		b.Histograms[MetricServiceE2EL].Record(r.ServiceE2EL())
-		b.Histograms[MetricSendLag].Record(r.SendLag())
-		if lat.HasTTFT {
-			b.Histograms[MetricTTFT].Record(lat.TTFT)
-		}
-		if lat.HasTPOT {
-			b.Histograms[MetricTPOT].Record(lat.TPOT)
-		}
-		for _, gap := range r.ITLs() {
-			b.Histograms[MetricITL].Record(gap)
-		}
-		for stage, ms := range r.ServerTiming {
-			h := b.StageHistograms[stage]
-			if h == nil {
-				h = stats.NewHistogram()
-				b.StageHistograms[stage] = h
-			}
-			h.Record(msDuration(ms))
-		}
-		if len(o.Goodput) > 0 && o.Goodput.Meets(lat) {
-			b.GoodRequests++
-		}
-		tl.latency(r.Intended, lat)
-	}
-
-	b.Timeline = tl.finish(b.Duration)
-	b.Errors = sortErrors(errs)
-	b.Slowest = slowest(res.Records, o.Slowest)
-	if len(sessionOrder) > 0 {
-		b.Sessions = summarizeSessions(sessions, sessionOrder, o.SessionStepLimit)
-	}
-	b.finish()
-	return b
-}
-
 // errKind classifies a failed record: its ErrKind, else its HTTP status class.
 func errKind(r *loadgen.Record) string {
 	switch {
@@ -300,81 +227,6 @@ func sortErrors(errs map[string]*ErrorCount) []ErrorCount {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Kind, b.Kind))
 	})
 	return out
-}
-
-// slowest lists the n records with the largest e2el, failed ones included (a timeout is often
-// the slowest request of all).
-func slowest(recs []loadgen.Record, n int) []SlowRequest {
-	idx := make([]int, len(recs))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		return cmp.Or(cmp.Compare(recs[b].E2EL(), recs[a].E2EL()), cmp.Compare(a, b))
-	})
-	out := make([]SlowRequest, 0, min(n, len(idx)))
-	for _, i := range idx[:min(n, len(idx))] {
-		r := &recs[i]
-		s := SlowRequest{Index: r.Index, TraceID: r.TraceID, Session: r.Session, Intended: r.Intended,
-			E2EL: r.E2EL(), Status: r.Status}
-		if ttft, ok := r.TTFT(); ok {
-			s.TTFT = ttft
-		}
-		if !r.OK() {
-			s.ErrKind = errKind(r)
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-func sortSlowest(s []SlowRequest) {
-	slices.SortStableFunc(s, func(a, b SlowRequest) int { return cmp.Compare(b.E2EL, a.E2EL) })
-}
-
-func summarizeSessions(byID map[string][]*loadgen.Record, order []string, limit time.Duration) *Sessions {
-	s := &Sessions{Count: int64(len(order)), StepLimit: limit}
-	const (
-		good = iota
-		bad
-		cut
-	)
-	class := func(r *loadgen.Record) int {
-		switch {
-		case r.ErrKind == loadgen.ErrKindCanceled || r.ErrKind == loadgen.ErrKindDrain:
-			return cut
-		case !r.OK(), limit > 0 && r.E2EL() > limit:
-			return bad
-		}
-		return good
-	}
-	for _, id := range order {
-		steps := byID[id]
-		slices.SortStableFunc(steps, func(a, b *loadgen.Record) int { return cmp.Compare(a.Step, b.Step) })
-		switch c := class(steps[0]); c {
-		case good:
-			s.FirstSteps++
-			s.FirstStepsGood++
-		case bad:
-			s.FirstSteps++
-		}
-		outcome := good
-		for _, r := range steps {
-			if c := class(r); c != good {
-				outcome = c
-				break
-			}
-		}
-		switch outcome {
-		case good:
-			s.Completed++
-		case bad:
-			s.Interrupted++
-		default:
-			s.Truncated++
-		}
-	}
-	return s
 }
 
 // finish computes everything that derives from the counts and the histograms.
@@ -463,86 +315,4 @@ func (b *Bench) Tail(m string) (stats.Tail, bool) {
 		}
 	}
 	return stats.Tail{}, false
-}
-
-// timelineWidth is the bin width: the asked one, or 1 s widened to whole seconds so that at
-// most maxTimelineBins bins cover d.
-func timelineWidth(asked, d time.Duration) time.Duration {
-	if asked > 0 {
-		return asked
-	}
-	w := time.Second
-	if n := (d + w - 1) / w; n > maxTimelineBins {
-		w = time.Duration((int64(n)+maxTimelineBins-1)/maxTimelineBins) * time.Second
-	}
-	return w
-}
-
-// timelineAcc accumulates the timeline of one run.
-type timelineAcc struct {
-	width time.Duration
-	last  time.Duration // the last offset inside the window: later ones count in its bin
-	bins  []*binAcc
-}
-
-type binAcc struct {
-	TimelineBin
-	e2el, ttft []time.Duration
-}
-
-func newTimelineAcc(width, window time.Duration) *timelineAcc {
-	return &timelineAcc{width: width, last: max(window-1, 0)}
-}
-
-func (t *timelineAcc) at(off time.Duration) *binAcc {
-	i := max(int(min(off, t.last)/t.width), 0)
-	for len(t.bins) <= i {
-		t.bins = append(t.bins, &binAcc{TimelineBin: TimelineBin{T: time.Duration(len(t.bins)) * t.width, Width: t.width}})
-	}
-	return t.bins[i]
-}
-
-func (t *timelineAcc) latency(intended time.Duration, l stats.RequestLatencies) {
-	b := t.at(intended)
-	b.e2el = append(b.e2el, l.E2EL)
-	if l.HasTTFT {
-		b.ttft = append(b.ttft, l.TTFT)
-	}
-}
-
-// finish finishes the bins, covering at least [0, d).
-func (t *timelineAcc) finish(d time.Duration) []TimelineBin {
-	if d > 0 {
-		t.at(d - 1)
-	}
-	out := make([]TimelineBin, len(t.bins))
-	for i, b := range t.bins {
-		bin := b.TimelineBin
-		bin.N, bin.MeanE2EL, bin.MaxE2EL, bin.P50E2EL, bin.P99E2EL = binStats(b.e2el)
-		bin.NTTFT, bin.MeanTTFT, bin.MaxTTFT, bin.P50TTFT, bin.P99TTFT = binStats(b.ttft)
-		out[i] = bin
-	}
-	return out
-}
-
-// binStats summarises one bin's samples; a percentile is nil unless the bin holds enough
-// samples for a 95% interval around it.
-func binStats(xs []time.Duration) (n int64, mean, maxV time.Duration, p50, p99 *time.Duration) {
-	if len(xs) == 0 {
-		return 0, 0, 0, nil, nil
-	}
-	slices.Sort(xs)
-	var sum float64
-	for _, x := range xs {
-		sum += float64(x)
-	}
-	n = int64(len(xs))
-	pick := func(q float64) *time.Duration {
-		if _, _, ok := stats.QuantileRanks(n, q, DefaultConfidence); !ok {
-			return nil
-		}
-		v := xs[stats.NearestRank(n, q)-1]
-		return &v
-	}
-	return n, time.Duration(sum / float64(n)), xs[n-1], pick(0.5), pick(0.99)
 }

@@ -23,45 +23,86 @@ type detailedRecord struct {
 	ITLMS         []float64 `json:"itl_ms,omitempty"`
 }
 
-// WriteDetailedJSONL writes one JSON object per request (for --save-detailed): a first line
-// {"schema":"ragtail.requests/v1","start":...,"config":...} describes the run, and each line
-// after it is a loadgen.Record with its derived latencies (ttft_ms, tpot_ms, e2el_ms,
-// service_e2el_ms, send_lag_ms, itl_ms) by the definitions of the bench JSON.
-func WriteDetailedJSONL(w io.Writer, res *loadgen.Result) error {
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	head := object{
-		{"schema", "ragtail.requests/v1"},
-		{"start", res.Start.UTC().Format(time.RFC3339Nano)},
-		{"duration_s", roundTo(res.Duration.Seconds(), 6)},
-		{"config", configObject(res.Config)},
+// DetailedWriter writes the per-request JSONL (for --save-detailed) as a run goes: a first
+// line {"schema":"ragtail.requests/v1","start":...,"config":...} describes the run, and each
+// line after it is a loadgen.Record with its derived latencies (ttft_ms, tpot_ms, e2el_ms,
+// service_e2el_ms, send_lag_ms, itl_ms) by the definitions of the bench JSON. Warmup requests
+// are there, marked "warmup": true, and session steps the run never sent "not_sent": true.
+// Lines come in the order the requests ended; "i" numbers them.
+type DetailedWriter struct {
+	bw  *bufio.Writer
+	enc *json.Encoder
+	itl []float64
+	err error
+}
+
+// NewDetailedWriter writes the first line, for a run starting at start, and returns the
+// writer of the records. Close flushes it.
+func NewDetailedWriter(w io.Writer, start time.Time, info loadgen.RunInfo) *DetailedWriter {
+	return newDetailedWriter(w, start, info, nil)
+}
+
+func newDetailedWriter(w io.Writer, start time.Time, info loadgen.RunInfo, duration *time.Duration) *DetailedWriter {
+	d := &DetailedWriter{bw: bufio.NewWriterSize(w, 64<<10)}
+	d.enc = json.NewEncoder(d.bw)
+	d.enc.SetEscapeHTML(false)
+	head := object{{"schema", "ragtail.requests/v1"}, {"start", start.UTC().Format(time.RFC3339Nano)}}
+	if duration != nil {
+		head = append(head, field{"duration_s", roundTo(duration.Seconds(), 6)})
 	}
-	if err := enc.Encode(head); err != nil {
-		return fmt.Errorf("write detailed: %w", err)
+	head = append(head, field{"config", configObject(info)})
+	if err := d.enc.Encode(head); err != nil {
+		d.err = fmt.Errorf("write detailed: %w", err)
 	}
-	for i := range res.Records {
-		r := &res.Records[i]
-		d := detailedRecord{Record: r, OK: r.OK(), E2ELMS: msv(r.E2EL()), ServiceE2ELMS: msv(r.ServiceE2EL()),
+	return d
+}
+
+// Write writes records, one line each. The first error is kept and returned by Close.
+func (d *DetailedWriter) Write(records ...loadgen.Record) {
+	for i := range records {
+		if d.err != nil {
+			return
+		}
+		r := &records[i]
+		rec := detailedRecord{Record: r, OK: r.OK(), E2ELMS: msv(r.E2EL()), ServiceE2ELMS: msv(r.ServiceE2EL()),
 			SendLagMS: msv(r.SendLag())}
 		lat := latencies(r, outputTokens(r))
 		if lat.HasTTFT {
 			v := msv(lat.TTFT)
-			d.TTFTMS = &v
+			rec.TTFTMS = &v
 		}
 		if lat.HasTPOT {
 			v := msv(lat.TPOT)
-			d.TPOTMS = &v
+			rec.TPOTMS = &v
 		}
-		for _, g := range r.ITLs() {
-			d.ITLMS = append(d.ITLMS, msv(g))
+		d.itl = d.itl[:0]
+		for k := 1; k < len(r.Chunks); k++ {
+			d.itl = append(d.itl, msv(r.Chunks[k].At-r.Chunks[k-1].At))
 		}
-		if err := enc.Encode(d); err != nil {
-			return fmt.Errorf("write detailed: request %d: %w", r.Index, err)
+		if len(d.itl) > 0 {
+			rec.ITLMS = d.itl
+		}
+		if err := d.enc.Encode(rec); err != nil {
+			d.err = fmt.Errorf("write detailed: request %d: %w", r.Index, err)
 		}
 	}
-	if err := bw.Flush(); err != nil {
+}
+
+// Close flushes what is buffered and returns the first error.
+func (d *DetailedWriter) Close() error {
+	if d.err != nil {
+		return d.err
+	}
+	if err := d.bw.Flush(); err != nil {
 		return fmt.Errorf("write detailed: %w", err)
 	}
 	return nil
+}
+
+// WriteDetailedJSONL writes the per-request JSONL of a run whose records are kept (see
+// DetailedWriter), in index order; its first line also has "duration_s".
+func WriteDetailedJSONL(w io.Writer, res *loadgen.Result) error {
+	d := newDetailedWriter(w, res.Start, res.Config, &res.Duration)
+	d.Write(res.Records...)
+	return d.Close()
 }

@@ -14,9 +14,9 @@ import (
 // WriteHTML writes one self-contained HTML page (inline CSS and SVG, no script, no network)
 // for a *Bench (a single or merged run), a *Sweep, or a *File holding either. The page is
 // well-formed XML as well as HTML.
-func WriteHTML(w io.Writer, v any) error {
+func WriteHTML(w io.Writer, d Document) error {
 	var p page
-	switch x := v.(type) {
+	switch x := d.(type) {
 	case *Bench:
 		p = benchPage(x)
 	case *Sweep:
@@ -30,7 +30,7 @@ func WriteHTML(w io.Writer, v any) error {
 		}
 		return fmt.Errorf("write html: empty file")
 	default:
-		return fmt.Errorf("write html: cannot render %T", v)
+		return fmt.Errorf("write html: cannot render %T", d)
 	}
 	if err := pageTemplate.Execute(w, p); err != nil {
 		return fmt.Errorf("write html: %w", err)

@@ -89,7 +89,7 @@ func TestHTML(t *testing.T) {
 		"sessions", "errors", "slowest", "config"}
 	tests := []struct {
 		name     string
-		v        any
+		v        Document
 		sections []string
 		words    []string
 	}{
@@ -112,7 +112,7 @@ func TestHTML(t *testing.T) {
 			}
 		})
 	}
-	if err := WriteHTML(io.Discard, 42); err == nil {
-		t.Error("rendered an int")
+	if err := WriteHTML(io.Discard, &File{}); err == nil {
+		t.Error("rendered an empty file")
 	}
 }

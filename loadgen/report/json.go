@@ -148,6 +148,12 @@ func configObject(c loadgen.RunInfo) object {
 		{"max_tokens", c.MaxTokens},
 		{"seed", c.Seed},
 	}
+	if c.Segment != nil {
+		o = append(o, field{"segment", object{{"index", c.Segment.Index}, {"count", c.Segment.Count}}})
+	}
+	if c.ScheduleHash != "" {
+		o = append(o, field{"schedule_hash", c.ScheduleHash})
+	}
 	if c.Interrupted {
 		o = append(o, field{"interrupted", true})
 	}
@@ -214,9 +220,11 @@ func (b *Bench) fields() object {
 	if b.GoodputRate != nil {
 		goodputRate = sig(*b.GoodputRate)
 	}
+	o = append(o, field{"completed", b.Completed}, field{"failed", b.Failed})
+	if b.Warmup > 0 {
+		o = append(o, field{"warmup", b.Warmup})
+	}
 	o = append(o,
-		field{"completed", b.Completed},
-		field{"failed", b.Failed},
 		field{"duration_s", roundTo(b.Duration.Seconds(), 6)},
 		field{"total_input_tokens", b.InputTokens},
 		field{"total_output_tokens", b.OutputTokens},
@@ -568,6 +576,23 @@ func decodeConfig(d *decodeError, o jobj) loadgen.RunInfo {
 			d.fail(o.sub("interrupted"), "want true or false")
 		}
 	}
+	if raw, ok := o.m["segment"]; ok && !isNull(raw) {
+		so := d.object(o.sub("segment"), raw)
+		var i, n int64
+		d.count(so, "index", &i)
+		d.count(so, "count", &n)
+		seg := loadgen.SegmentOf{Index: int(min(i, 1<<30)), Count: int(min(n, 1<<30))}
+		if err := seg.Validate(); err != nil {
+			d.failErr(o.sub("segment"), err)
+		} else {
+			c.Segment = &seg
+		}
+	}
+	d.str(o, "schedule_hash", &c.ScheduleHash)
+	if len(c.ScheduleHash) > 64 {
+		d.fail(o.sub("schedule_hash"), "longer than 64 characters")
+		c.ScheduleHash = ""
+	}
 	return c
 }
 
@@ -699,6 +724,7 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	}
 	d.count(o, "completed", &b.Completed)
 	d.count(o, "failed", &b.Failed)
+	d.count(o, "warmup", &b.Warmup)
 	var secs float64
 	if d.nonNeg(o, "duration_s", &secs) {
 		if secs > 1e9 {
@@ -908,6 +934,14 @@ func decodeTail(d *decodeError, o jobj) stats.Tail {
 	d.str(o, "best", &t.Best)
 	return t
 }
+
+// Document is what WriteHTML renders and Decode reads: a *Bench, a *Sweep, or a *File that
+// holds one of them.
+type Document interface{ isDocument() }
+
+func (*Bench) isDocument() {}
+func (*Sweep) isDocument() {}
+func (*File) isDocument()  {}
 
 // File is a decoded result file: exactly one of Bench and Sweep is set.
 type File struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
@@ -19,7 +20,7 @@ var ErrNoHistograms = errors.New("bench has no histograms to merge")
 // other) as if one generator had measured every request:
 //   - histograms are merged exactly, and every percentile, interval and tail fit is recomputed
 //     from them (the intervals are those of the pooled samples, to HDR precision);
-//   - counts, tokens, good requests, errors and sessions are summed (sessions of different
+//   - counts (warmup requests included), tokens, good requests, errors and sessions are summed (sessions of different
 //     generators are taken to be different sessions);
 //   - the window runs from the earliest start to the latest end, and throughputs are over it, so
 //     generators that ran at the same time add their rates, and runs one after another give the
@@ -28,7 +29,9 @@ var ErrNoHistograms = errors.New("bench has no histograms to merge")
 //     and maxima add up exactly, its per-bin percentiles are dropped (they cannot be merged);
 //   - the slowest requests are the slowest of all;
 //   - the config sums request rates, concurrencies and prompts; URL, model and shape are kept
-//     when all agree and read "(mixed)" otherwise.
+//     when all agree and read "(mixed)" otherwise. Segments of one schedule (see
+//     CheckSegments) are the parts of one run: their rate and prompts are the schedule's, and
+//     the merge is that of the whole schedule, without a segment.
 //
 // The percentiles, metrics and confidence of the first bench are used. Benches must agree on
 // the goodput SLOs and the session step limit, or their counts would not mean the same thing.
@@ -74,6 +77,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		m.MergedFrom += max(b.MergedFrom, 1)
 		m.Completed += b.Completed
 		m.Failed += b.Failed
+		m.Warmup += b.Warmup
 		m.InputTokens += b.InputTokens
 		m.OutputTokens += b.OutputTokens
 		m.GoodRequests += b.GoodRequests
@@ -127,6 +131,16 @@ func Merge(benches ...*Bench) (*Bench, error) {
 
 func mergeConfig(benches []*Bench) loadgen.RunInfo {
 	c := benches[0].Config
+	if _, err := CheckSegments(benches); err == nil && c.Segment != nil {
+		// The parts of one schedule: its rate and prompts, everyone's users.
+		c.Segment = nil
+		c.Concurrency = 0
+		for _, b := range benches {
+			c.Concurrency += b.Config.Concurrency
+			c.Interrupted = c.Interrupted || b.Config.Interrupted
+		}
+		return c
+	}
 	for _, b := range benches[1:] {
 		o := b.Config
 		if o.URL != c.URL {
@@ -144,12 +158,67 @@ func mergeConfig(benches []*Bench) loadgen.RunInfo {
 		if o.MaxTokens != c.MaxTokens {
 			c.MaxTokens = 0
 		}
+		if o.ScheduleHash != c.ScheduleHash {
+			c.ScheduleHash = ""
+		}
+		if o.Segment == nil || c.Segment == nil || *o.Segment != *c.Segment {
+			c.Segment = nil
+		}
 		c.RequestRate += o.RequestRate // +Inf when any is a closed loop
 		c.Concurrency += o.Concurrency
 		c.NumPrompts += o.NumPrompts
 		c.Interrupted = c.Interrupted || o.Interrupted
 	}
 	return c
+}
+
+// CheckSegments checks that benches which are segments of a multi-host run (Config.Segment
+// set) are every segment of one schedule, once each: all share a schedule hash and a segment
+// count, and the indices 0..n-1 are all there. It returns a sentence saying what it found (""
+// when no bench is a segment), and an error naming what is missing, doubled or mixed.
+func CheckSegments(benches []*Bench) (string, error) {
+	var segs []*Bench
+	for _, b := range benches {
+		if b.Config.Segment != nil {
+			segs = append(segs, b)
+		}
+	}
+	if len(segs) == 0 {
+		return "", nil
+	}
+	if len(segs) != len(benches) {
+		return "", fmt.Errorf("segments: %d of the %d files are segments of a multi-host run and the others are not", len(segs), len(benches))
+	}
+	first := segs[0].Config
+	seen := make([]int, first.Segment.Count)
+	for _, b := range segs {
+		c := b.Config
+		switch {
+		case c.ScheduleHash != first.ScheduleHash:
+			return "", fmt.Errorf("segments: schedules %q and %q differ: these are not parts of one run", first.ScheduleHash, c.ScheduleHash)
+		case c.Segment.Count != first.Segment.Count:
+			return "", fmt.Errorf("segments: one file is of %d segments, another of %d", first.Segment.Count, c.Segment.Count)
+		}
+		seen[c.Segment.Index]++
+	}
+	var missing, doubled []string
+	for i, n := range seen {
+		switch {
+		case n == 0:
+			missing = append(missing, fmt.Sprint(i))
+		case n > 1:
+			doubled = append(doubled, fmt.Sprint(i))
+		}
+	}
+	n := first.Segment.Count
+	switch {
+	case len(doubled) > 0:
+		return "", fmt.Errorf("segments %s of %d of schedule %s are given more than once", strings.Join(doubled, ", "), n, first.ScheduleHash)
+	case len(missing) > 0:
+		return fmt.Sprintf("%d of %d segments of schedule %s", len(segs), n, first.ScheduleHash),
+			fmt.Errorf("segments %s of %d of schedule %s are missing: the merge would cover part of the run", strings.Join(missing, ", "), n, first.ScheduleHash)
+	}
+	return fmt.Sprintf("all %d segments of schedule %s are present", n, first.ScheduleHash), nil
 }
 
 // mergeTimelines re-bins every bench's timeline on the wall clock, at the widest bin width (or

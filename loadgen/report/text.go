@@ -98,6 +98,9 @@ func writeBenchText(t *textWriter, b *Bench) {
 	}
 	t.row("Successful requests", "%d", b.Completed)
 	t.row("Failed requests", "%d", b.Failed)
+	if b.Warmup > 0 {
+		t.row("Warmup requests", "%d (sent before the measured run; in no figure here)", b.Warmup)
+	}
 	t.row("Benchmark duration (s)", "%.2f", b.Duration.Seconds())
 	t.row("Total input tokens", "%d", b.InputTokens)
 	t.row("Total generated tokens", "%d", b.OutputTokens)
