@@ -242,28 +242,6 @@ func (r *Ring) release(t *Trace) {
 	}
 }
 
-// forget removes t from both lists.
-func (r *Ring) forget(t *Trace) {
-	if t.inRecent {
-		for i, x := range r.recent {
-			if x == t {
-				r.recent[i] = nil
-			}
-		}
-		t.inRecent = false
-	}
-	if t.inSlow {
-		for i, x := range r.slow {
-			if x == t {
-				heap.Remove(&r.slow, i)
-				break
-			}
-		}
-		t.inSlow = false
-	}
-	delete(r.kept, t.ID)
-}
-
 // Recent returns up to n of the most recent complete traces, newest first.
 func (r *Ring) Recent(n int) []*Trace {
 	r.mu.Lock()

@@ -227,7 +227,7 @@ func (e *env) admin(ctx context.Context, method, path string, body any, out any)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
 		return fmt.Errorf("%s %s: read: %w", method, path, err)
@@ -300,14 +300,14 @@ func (e *env) model(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("list models: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var body struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Data) == 0 {
-		return "", fmt.Errorf("list models: %s: no model in the answer (%v)", resp.Status, err)
+		return "", fmt.Errorf("list models: %s: no model in the answer (%w)", resp.Status, err)
 	}
 	return body.Data[0].ID, nil
 }

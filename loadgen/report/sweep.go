@@ -286,7 +286,7 @@ func Read(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open result: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	rf, err := Decode(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

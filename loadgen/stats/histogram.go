@@ -279,7 +279,7 @@ func checkEncodedGeometry(s string) error {
 	if err != nil {
 		return fmt.Errorf("zlib: %w", err)
 	}
-	defer z.Close()
+	defer func() { _ = z.Close() }()
 	var hdr [40]byte
 	if _, err := io.ReadFull(z, hdr[:]); err != nil {
 		return fmt.Errorf("header: %w", err)

@@ -146,7 +146,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts ...PostgresOption) (*Pos
 	}
 	pc, err := pgxpool.ParseConfig(dsn) // its errors redact the password
 	if err != nil {
-		return nil, fmt.Errorf("%w: postgres dsn: %v (want postgres://user@host:5432/db)", rag.ErrInvalidRequest, err)
+		return nil, fmt.Errorf("%w: postgres dsn: %w (want postgres://user@host:5432/db)", rag.ErrInvalidRequest, err)
 	}
 	if cfg.poolSize > 0 {
 		pc.MaxConns = cfg.poolSize
@@ -157,7 +157,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts ...PostgresOption) (*Pos
 	pc.ConnConfig.Tracer = newPGTracer(cfg.tp, cfg.mp, pc.ConnConfig.Host, port, pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: postgres pool: %v", rag.ErrInvalidRequest, err)
+		return nil, fmt.Errorf("%w: postgres pool: %w", rag.ErrInvalidRequest, err)
 	}
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	p := &Postgres{

@@ -187,7 +187,7 @@ func OpenRedis(url string, opts ...RedisOption) (*Redis, error) {
 			redisotel.WithCallerEnabled(false), redisotel.WithAttributes(semconv.DBSystemNameRedis)),
 		redisotel.InstrumentMetrics(client, redisotel.WithMeterProvider(mp)))
 	if err != nil {
-		client.Close()
+		_ = client.Close()
 		return nil, fmt.Errorf("redis instrumentation: %w", err)
 	}
 	return &Redis{client: client, ttl: cfg.ttl, prefix: cfg.prefix}, nil

@@ -257,7 +257,7 @@ func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error
 		}
 		return nil, fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"reflect"
@@ -372,41 +371,6 @@ func TestAbortMessageAndOrder(t *testing.T) {
 	if st["down"].Aborted != 1 || st["later"].Evaluated != 0 {
 		t.Fatalf("stats %+v: an aborted call must not evaluate later rules", st)
 	}
-}
-
-// tokens is a TokenStream of n one-token deltas, the last one finishing.
-type tokens struct {
-	n, sent int
-	closed  bool
-}
-
-func (s *tokens) Recv() (rag.Delta, error) {
-	if s.sent == s.n {
-		return rag.Delta{}, io.EOF
-	}
-	s.sent++
-	d := rag.Delta{Text: "t ", Tokens: 1}
-	if s.sent == s.n {
-		d.FinishReason = "stop"
-	}
-	return d, nil
-}
-
-func (s *tokens) Close() error { s.closed = true; return nil }
-
-// drain reads ts to its end and returns the tokens delivered and the error that ended it.
-func drain(tb testing.TB, ts rag.TokenStream) (int, error) {
-	tb.Helper()
-	n := 0
-	for range 1000 {
-		d, err := ts.Recv()
-		if err != nil {
-			return n, err
-		}
-		n += d.Tokens
-	}
-	tb.Fatal("stream did not end")
-	return n, nil
 }
 
 func TestCutAfterTokens(t *testing.T) {

@@ -221,7 +221,7 @@ func TestStreamedRequestIsTracedStageByStage(t *testing.T) {
 				attribute.StringSlice("gen_ai.response.finish_reasons", []string{"length"}),
 			} {
 				if v, ok := attrOf(chat, kv.Key); !ok || v != kv.Value {
-					t.Errorf("chat %s = %v, want %v", kv.Key, v.Emit(), kv.Value.Emit())
+					t.Errorf("chat %s = %v, want %v", kv.Key, v.String(), kv.Value.String())
 				}
 			}
 			for _, sp := range spans {
@@ -239,7 +239,7 @@ func TestStreamedRequestIsTracedStageByStage(t *testing.T) {
 			for _, sp := range spans {
 				for _, kv := range sp.Attributes() {
 					for what, text := range secrets {
-						if text != "" && strings.Contains(kv.Value.Emit(), text) {
+						if text != "" && strings.Contains(kv.Value.String(), text) {
 							leaked[what] = true
 						}
 					}

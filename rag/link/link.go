@@ -116,7 +116,8 @@ func New(name, upstream string, spec Spec, opts ...Option) (*Link, error) {
 	if _, _, err := net.SplitHostPort(upstream); err != nil {
 		return nil, fmt.Errorf("%w: link %s: upstream %.100q: want host:port", rag.ErrInvalidRequest, name, upstream)
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", cfg.listen)
 	if err != nil {
 		return nil, fmt.Errorf("link %s: listen on %s: %w", name, cfg.listen, err)
 	}
@@ -129,14 +130,14 @@ func New(name, upstream string, spec Spec, opts ...Option) (*Link, error) {
 		w, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(
 			fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1}`, meterType+"_"+dir, meterType, dir)))
 		if err != nil {
-			ln.Close()
+			_ = ln.Close()
 			return nil, fmt.Errorf("link %s: meter: %w", name, err)
 		}
 		m := w.Toxic.(*meterToxic)
 		m.link, m.downstream = l, dir == "downstream"
 	}
 	if err := l.Set(spec); err != nil {
-		ln.Close()
+		_ = ln.Close()
 		return nil, err
 	}
 	l.accepting.Add(1)
@@ -184,14 +185,14 @@ func (l *Link) connect(dialer *net.Dialer, client net.Conn) {
 	backend, err := dialer.DialContext(ctx, "tcp", l.upstream)
 	if err != nil {
 		l.dialErrors.Add(1)
-		client.Close()
+		_ = client.Close()
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		client.Close()
-		backend.Close()
+		_ = client.Close()
+		_ = backend.Close()
 		return
 	}
 	l.nextConn++
@@ -311,8 +312,8 @@ func (l *Link) Close() error {
 	l.closed = true
 	err := l.ln.Close()
 	for id, pair := range l.conns {
-		pair[0].Close()
-		pair[1].Close()
+		_ = pair[0].Close()
+		_ = pair[1].Close()
 		delete(l.conns, id)
 		l.active.Add(-1)
 	}

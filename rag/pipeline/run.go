@@ -721,7 +721,7 @@ func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err err
 	}
 	// Close frees what the engine holds for this generation (its KV-cache blocks) at once,
 	// whether the stream ended, failed or the client left.
-	defer stream.Close()
+	defer func() { _ = stream.Close() }()
 
 	completionTokens := 0
 	for {

@@ -113,7 +113,7 @@ func TestSpansOfOneRun(t *testing.T) {
 				pipeline.AttrFaultInjectedMS.Float64(0),
 			} {
 				if v, ok := spanAttr(root, kv.Key); !ok || v != kv.Value {
-					t.Errorf("rag.pipeline %s = %v, want %v", kv.Key, v.Emit(), kv.Value.Emit())
+					t.Errorf("rag.pipeline %s = %v, want %v", kv.Key, v.String(), kv.Value.String())
 				}
 			}
 
@@ -164,7 +164,7 @@ func TestSpansOfOneRun(t *testing.T) {
 					attribute.Int("db.response.returned_rows", 3),
 				} {
 					if v, ok := spanAttr(s, kv.Key); !ok || v != kv.Value {
-						t.Errorf("Query span %s = %v, want %v", kv.Key, v.Emit(), kv.Value.Emit())
+						t.Errorf("Query span %s = %v, want %v", kv.Key, v.String(), kv.Value.String())
 					}
 				}
 				v, _ := spanAttr(s, pipeline.AttrShard)
@@ -187,11 +187,11 @@ func TestSpansOfOneRun(t *testing.T) {
 				attribute.StringSlice("gen_ai.response.finish_reasons", []string{"stop"}),
 			} {
 				if v, ok := spanAttr(chat, kv.Key); !ok || v != kv.Value {
-					t.Errorf("chat %s = %v, want %v", kv.Key, v.Emit(), kv.Value.Emit())
+					t.Errorf("chat %s = %v, want %v", kv.Key, v.String(), kv.Value.String())
 				}
 			}
 			if v, ok := spanAttr(chat, "gen_ai.response.time_to_first_chunk"); !ok || v.AsFloat64() <= 0 {
-				t.Errorf("chat gen_ai.response.time_to_first_chunk = %v", v.Emit())
+				t.Errorf("chat gen_ai.response.time_to_first_chunk = %v", v.String())
 			}
 			if evs := chat.Events(); len(evs) != 1 || evs[0].Name != pipeline.EventFirstToken ||
 				evs[0].Time.Before(chat.StartTime()) || evs[0].Time.After(chat.EndTime()) {
@@ -238,7 +238,7 @@ func TestLateShardsAreSpanEvents(t *testing.T) {
 		t.Errorf("late-shard events for shards %v, want [2]", late)
 	}
 	if v, _ := spanAttr(retrieval, pipeline.AttrShardsLate); v.AsInt64() != 1 {
-		t.Errorf("rag.shards.late = %v, want 1", v.Emit())
+		t.Errorf("rag.shards.late = %v, want 1", v.String())
 	}
 	// The late search is cancelled when Run returns: its span ends with the cancellation.
 	for _, s := range byName(spans, "Query test") {
@@ -325,11 +325,11 @@ func TestContentCapture(t *testing.T) {
 			for _, s := range sr.Ended() {
 				var values []string
 				for _, kv := range s.Attributes() {
-					values = append(values, kv.Value.Emit())
+					values = append(values, kv.Value.String())
 				}
 				for _, e := range s.Events() {
 					for _, kv := range e.Attributes {
-						values = append(values, kv.Value.Emit())
+						values = append(values, kv.Value.String())
 					}
 				}
 				for _, v := range values {

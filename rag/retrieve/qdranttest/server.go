@@ -158,7 +158,8 @@ func (s *Server) listen(addr string) error {
 	if s.running {
 		return errors.New("qdranttest: server is already running")
 	}
-	lis, err := net.Listen("tcp", addr)
+	var lc net.ListenConfig
+	lis, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("qdranttest: listen on %s: %w", addr, err)
 	}
