@@ -151,7 +151,7 @@ func TestHandlerErrors(t *testing.T) {
 		{"long span id", "GET", "span_id=" + traceA, 400, "16 hex digits"},
 		{"stage with a space", "GET", "stage=gen%20erate", 400, "stage"},
 		{"long stage", "GET", "stage=" + strings.Repeat("s", 65), 400, "stage"},
-		{"unknown type", "GET", "type=wall", 400, "alloc_space"},
+		{"unknown type", "GET", "type=itimer", 400, "alloc_space"},
 		{"unknown format", "GET", "format=svg", 400, "json or pprof"},
 		{"top zero", "GET", "top=0", 400, "top"},
 		{"top not a number", "GET", "top=ten", 400, "top"},

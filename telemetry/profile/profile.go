@@ -90,6 +90,9 @@ type Config struct {
 	// pyroscope.profile.id on every span. By default, as in otel-profiling-go, only the local
 	// root span (the server span) does, which costs less; rag_stage still tells the stages apart.
 	AllSpans bool
+	// WallRate is the wall sampler's rate in Hz (default DefaultWallRate, at most MaxWallRate;
+	// negative turns the wall-clock view off). Each tick takes a labelled goroutine snapshot.
+	WallRate float64
 }
 
 // Profiler is a running continuous profiler. Its methods are safe for concurrent use, and a nil
@@ -101,6 +104,7 @@ type Profiler struct {
 	session  *pyroscope.Session
 	store    *Store
 	tee      *tee
+	wall     *wallSampler
 	stopOnce sync.Once
 }
 
@@ -155,11 +159,19 @@ func start(cfg Config) (*Profiler, error) {
 		return nil, fmt.Errorf("start profiling session: %w", err)
 	}
 	p.session = session
+	if cfg.WallRate > 0 {
+		now := cfg.Now
+		if now == nil {
+			now = time.Now
+		}
+		p.wall = newWallSampler(p.store, now, cfg.WallRate, DefaultStoreWindow)
+		p.wall.start()
+	}
 	push := "off"
 	if p.tee.push != nil {
 		push = p.tee.push.address
 	}
-	p.log.Info("continuous profiler started", "window", cfg.Window, "keep", cfg.Keep,
+	p.log.Info("continuous profiler started", "window", cfg.Window, "keep", cfg.Keep, "wall_rate_hz", cfg.WallRate,
 		"types", cfg.ProfileTypes, "pyroscope", push)
 	return p, nil
 }
@@ -192,10 +204,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	switch {
+	case c.WallRate == 0:
+		c.WallRate = DefaultWallRate
+	case c.WallRate > MaxWallRate:
+		return c, fmt.Errorf("wall sampler rate %g Hz: want at most %d (or negative for off)", c.WallRate, MaxWallRate)
+	}
 	if len(c.ProfileTypes) == 0 {
 		c.ProfileTypes = DefaultProfileTypes
 	}
 	for _, t := range c.ProfileTypes {
+		if t == ProfileWall {
+			return c, fmt.Errorf("profile type %q is the wall sampler's, not pyroscope-go's: set WallRate instead", t)
+		}
 		if _, ok := profileTypes[t]; !ok {
 			return c, fmt.Errorf("profile type %q: want one of %v", t, typeNames())
 		}
@@ -211,6 +232,9 @@ func (p *Profiler) Stop() error {
 		return nil
 	}
 	p.stopOnce.Do(func() {
+		if p.wall != nil {
+			p.wall.stopAndFlush()
+		}
 		p.session.Stop()
 		if p.tee.push != nil {
 			p.tee.push.stop(p.cfg.PushTimeout)
@@ -228,6 +252,14 @@ func (p *Profiler) Store() *Store {
 		return nil
 	}
 	return p.store
+}
+
+// WallStats returns the wall sampler's counters (zero when it is off).
+func (p *Profiler) WallStats() WallStats {
+	if p == nil || p.wall == nil {
+		return WallStats{}
+	}
+	return p.wall.stats()
 }
 
 // PushStats returns the counters of the push to Pyroscope (zero when there is no push).

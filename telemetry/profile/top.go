@@ -30,6 +30,42 @@ type Summary struct {
 	Windows   int            `json:"windows"`
 	Samples   int64          `json:"samples"`
 	Functions []FunctionStat `json:"functions"`
+	// Stages is the time per rag_stage, longest first: CPU seconds in the CPU view; in the
+	// wall-clock view the seconds the stage had at least one goroutine (fanned-out goroutines
+	// count once). Stage "" holds labelled samples outside any stage.
+	Stages []StageStat `json:"stages,omitempty"`
+	// Empty says why the view holds no sample, in an answer carrying both views.
+	Empty string `json:"empty,omitempty"`
+}
+
+// StageStat is one stage's time in a Summary and its share of the summary's stage time.
+type StageStat struct {
+	Stage   string  `json:"stage"`
+	Seconds float64 `json:"seconds"`
+	Share   float64 `json:"share"`
+}
+
+// stageStats orders per-stage nanoseconds, longest first, with their shares.
+func stageStats(nanos map[string]int64) []StageStat {
+	var sum int64
+	for _, n := range nanos {
+		sum += n
+	}
+	out := make([]StageStat, 0, len(nanos))
+	for stage, n := range nanos {
+		share := 0.0
+		if sum > 0 {
+			share = math.Round(float64(n)/float64(sum)*1e4) / 1e4
+		}
+		out = append(out, StageStat{Stage: stage, Seconds: float64(n) / 1e9, Share: share})
+	}
+	slices.SortFunc(out, func(a, b StageStat) int {
+		if c := cmp.Compare(b.Seconds, a.Seconds); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Stage, b.Stage)
+	})
+	return out
 }
 
 // topFunctions ranks the functions of p by self value of the sample type named sampleType
