@@ -40,6 +40,7 @@ type telemetryOptions struct {
 	profiling     bool
 	profileWindow time.Duration
 	profileKeep   int
+	wallRate      float64
 }
 
 func (o *telemetryOptions) register(fs *flag.FlagSet) {
@@ -47,6 +48,7 @@ func (o *telemetryOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.profiling, "profiling", true, "run the built-in continuous profiler (profiles on /debug/profiles; pushed to\nPYROSCOPE_SERVER_ADDRESS when set)")
 	fs.DurationVar(&o.profileWindow, "profile-window", profile.DefaultWindow, "length of each profile window")
 	fs.IntVar(&o.profileKeep, "profile-keep", profile.DefaultKeep, "profile windows of each kind kept in memory")
+	fs.Float64Var(&o.wallRate, "profile-wall-rate", profile.DefaultWallRate, "labelled goroutine snapshots per second for the wall-clock view (where requests waited);\nnegative turns it off")
 }
 
 func (o *serviceOptions) register(fs *flag.FlagSet) {
@@ -159,6 +161,7 @@ func buildService(ctx context.Context, cfg service.Config, to telemetryOptions, 
 			AppName:           cmp.Or(os.Getenv("PYROSCOPE_APPLICATION_NAME"), profile.DefaultAppName),
 			Window:            to.profileWindow,
 			Keep:              to.profileKeep,
+			WallRate:          to.wallRate,
 			ServerAddress:     os.Getenv("PYROSCOPE_SERVER_ADDRESS"),
 			BasicAuthUser:     os.Getenv("PYROSCOPE_BASIC_AUTH_USER"),
 			BasicAuthPassword: os.Getenv("PYROSCOPE_BASIC_AUTH_PASSWORD"),

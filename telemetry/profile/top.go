@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/google/pprof/profile"
 )
@@ -21,7 +22,10 @@ type FunctionStat struct {
 }
 
 // Summary is what GET /debug/profiles answers in JSON: the sum of the sample type over the
-// matching samples and the top functions by self value.
+// matching samples and the top functions by self value. In the wall view (type wall) a
+// function's self value is the time goroutines spent with it as their innermost frame outside
+// the runtime, sync and internal packages (the wait site), not their leaf, which is
+// runtime.gopark for every parked goroutine.
 type Summary struct {
 	Type      string         `json:"type"`
 	Unit      string         `json:"unit"`
@@ -91,6 +95,10 @@ func topFunctions(p *profile.Profile, sampleType string, n int) (fns []FunctionS
 		}
 		return f
 	}
+	// In the wall view nearly every goroutine is parked, its leaf runtime.gopark: self goes to
+	// the wait site, the innermost frame outside the runtime (chan receive in the engine client,
+	// a shard's response, a write to the client).
+	waitSite := sampleType == ProfileWall
 	var onStack []string
 	for _, s := range p.Sample {
 		if idx >= len(s.Value) || len(s.Location) == 0 {
@@ -99,9 +107,24 @@ func topFunctions(p *profile.Profile, sampleType string, n int) (fns []FunctionS
 		v := s.Value[idx]
 		sum += v
 		onStack = onStack[:0]
+		selfDone := false
 		for li, loc := range s.Location {
 			names := frameNames(loc)
-			if li == 0 {
+			if !selfDone && waitSite {
+				for _, name := range names {
+					if !strings.HasPrefix(name, "runtime.") && !strings.HasPrefix(name, "internal/") &&
+						!strings.HasPrefix(name, "sync.") {
+						stat(name).Self += v
+						selfDone = true
+						break
+					}
+				}
+				if !selfDone && li == len(s.Location)-1 {
+					stat(frameNames(s.Location[0])[0]).Self += v
+					selfDone = true
+				}
+			}
+			if li == 0 && !waitSite {
 				// Line[0] is the innermost of the functions inlined at the leaf location.
 				stat(names[0]).Self += v
 			}
