@@ -352,6 +352,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown profile type", Config{ProfileTypes: []pyroscope.ProfileType{"itimer"}}, `"itimer"`},
 		{"wall as a pyroscope type", Config{ProfileTypes: []pyroscope.ProfileType{ProfileWall}}, "WallRate"},
 		{"wall rate too high", Config{WallRate: 5000}, "at most 1000"},
+		{"store window over the push window", Config{Window: 2 * time.Second, StoreWindow: 5 * time.Second}, "store window 5s"},
 		{"bad address", Config{ServerAddress: "pyroscope:4040"}, "http://host:port"},
 		{"invalid tag name", Config{Tags: map[string]string{"bad tag": "x"}}, "profiling session"},
 	}
