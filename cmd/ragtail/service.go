@@ -46,7 +46,7 @@ type telemetryOptions struct {
 func (o *telemetryOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.traceFile, "trace-file", "", "append every span as a JSON line to this file (for offline analysis)")
 	fs.BoolVar(&o.profiling, "profiling", true, "run the built-in continuous profiler (profiles on /debug/profiles; pushed to\nPYROSCOPE_SERVER_ADDRESS when set)")
-	fs.DurationVar(&o.profileWindow, "profile-window", profile.DefaultWindow, "length of each profile window")
+	fs.DurationVar(&o.profileWindow, "profile-window", profile.DefaultWindow, "length of the profile windows pushed to PYROSCOPE_SERVER_ADDRESS (the in-process store keeps\n1 s windows)")
 	fs.IntVar(&o.profileKeep, "profile-keep", profile.DefaultKeep, "profile windows of each kind kept in memory")
 	fs.Float64Var(&o.wallRate, "profile-wall-rate", profile.DefaultWallRate, "labelled goroutine snapshots per second for the wall-clock view (where requests waited);\nnegative turns it off")
 }

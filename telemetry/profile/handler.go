@@ -40,7 +40,8 @@ type request struct {
 // Handler serves GET /debug/profiles from s:
 //
 //   - with no parameter, the stored windows as JSON: {"windows":[{"id","type","profile_types",
-//     "from","until","bytes"}...],"stats":{...}};
+//     "from","until","bytes"}...],"stats":{...},"wall_sampler":{...}} (the wall sampler's
+//     rate, cost and resolution, WallStats, while it runs);
 //   - with any of from, until (RFC 3339 with optional fraction, or unix nanoseconds), trace_id (32
 //     hex digits), span_id (16 hex digits), stage (a rag_stage value), type (a pyroscope profile
 //     type, default cpu), the windows overlapping [from, until] merged and filtered by the labels:
@@ -77,10 +78,15 @@ func Handler(s *Store) http.Handler {
 			return
 		}
 		if req.list {
-			writeJSON(w, http.StatusOK, struct {
+			list := struct {
 				Windows []WindowInfo `json:"windows"`
 				Stats   StoreStats   `json:"stats"`
-			}{s.Windows(), s.Stats()})
+				Wall    *WallStats   `json:"wall_sampler,omitempty"`
+			}{Windows: s.Windows(), Stats: s.Stats()}
+			if ws, ok := s.WallStats(); ok {
+				list.Wall = &ws
+			}
+			writeJSON(w, http.StatusOK, list)
 			return
 		}
 		if req.both {

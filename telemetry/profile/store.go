@@ -155,6 +155,8 @@ type Store struct {
 	// open returns, per kind, the window still being filled (nil when there is none), so that
 	// queries include the last second.
 	open map[Kind]func() *window
+	// wallStats reports the wall sampler's counters while one runs.
+	wallStats func() WallStats
 }
 
 type window struct {
@@ -187,6 +189,23 @@ func (s *Store) setOpen(k Kind, open func() *window) {
 		return
 	}
 	s.open[k] = open
+}
+
+func (s *Store) setWallStats(f func() WallStats) {
+	s.mu.Lock()
+	s.wallStats = f
+	s.mu.Unlock()
+}
+
+// WallStats returns the counters of the wall sampler filling s, and false when none runs.
+func (s *Store) WallStats() (WallStats, bool) {
+	s.mu.Lock()
+	f := s.wallStats
+	s.mu.Unlock()
+	if f == nil {
+		return WallStats{}, false
+	}
+	return f(), true
 }
 
 // addWall stores a closed wall window with its presence counts.

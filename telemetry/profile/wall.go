@@ -27,9 +27,10 @@ const (
 	// maxWallCoreShare is the share of one core the wall sampler may take: past it, it skips
 	// ticks (and weights each snapshot by the time since the previous one, so none is lost).
 	maxWallCoreShare = 0.05
-	// maxWallInterval is the longest the budget may stretch the interval between snapshots:
-	// the coarsest resolution of the wall-clock view.
-	maxWallInterval = 100 * time.Millisecond
+	// MaxWallInterval is the longest the budget may stretch the interval between snapshots:
+	// the coarsest resolution of the wall-clock view while the sampler gets a core when due (on a
+	// saturated machine its goroutine waits for the CPU like any other: WallStats.MaxIntervalSec).
+	MaxWallInterval = 100 * time.Millisecond
 	// MaxWallRate bounds Config.WallRate: above it the snapshots' cost dominates what they show.
 	MaxWallRate = 1000
 	// DefaultStoreWindow is the length of the store's windows: about the life of one request.
@@ -69,6 +70,8 @@ type wallSampler struct {
 	// maxHalfCollect is the largest half-length of a snapshot's collection: the uncertainty of
 	// the time a snapshot is stamped with.
 	maxHalfCollect atomic.Int64
+	// maxInterval is the longest interval a snapshot stood for: the worst resolution seen.
+	maxInterval atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -110,6 +113,7 @@ func (w *wallSampler) start() {
 	w.open = w.newWindow(w.now())
 	w.mu.Unlock()
 	w.store.setOpen(KindWall, w.openWindow)
+	w.store.setWallStats(w.stats)
 	go w.run()
 }
 
@@ -128,8 +132,8 @@ func (w *wallSampler) run() {
 		buf    bytes.Buffer
 		skip   int
 		budget = time.Duration(maxWallCoreShare * float64(w.period))
-		// maxSkip keeps a snapshot at least every maxWallInterval, whatever it costs.
-		maxSkip = max(int(maxWallInterval/w.period)-1, 0)
+		// maxSkip keeps a snapshot at least every MaxWallInterval, whatever it costs.
+		maxSkip = max(int(MaxWallInterval/w.period)-1, 0)
 	)
 	for {
 		select {
@@ -154,6 +158,7 @@ func (w *wallSampler) run() {
 // stopAndFlush stops the sampler and closes its last window into the store.
 func (w *wallSampler) stopAndFlush() {
 	w.store.setOpen(KindWall, nil)
+	w.store.setWallStats(nil)
 	close(w.stop)
 	<-w.done
 }
@@ -211,6 +216,9 @@ func (w *wallSampler) add(text []byte, at time.Time) {
 	interval := w.period
 	if !w.prev.IsZero() {
 		interval = min(max(at.Sub(w.prev), 0), w.window)
+	}
+	if int64(interval) > w.maxInterval.Load() {
+		w.maxInterval.Store(int64(interval)) // written under w.mu only
 	}
 	w.prev = at
 	present := make(map[labelSet]bool)
@@ -445,12 +453,16 @@ type WallStats struct {
 	// StampUncertaintySec is the largest half-length of a snapshot's collection: a snapshot's
 	// time stamp is within it of the instant each goroutine's stack was recorded.
 	StampUncertaintySec float64 `json:"stamp_uncertainty_seconds"`
+	// MaxIntervalSec is the longest interval between two snapshots: a stage's wall time is
+	// within it at each of the stage's ends.
+	MaxIntervalSec float64 `json:"max_interval_seconds"`
 }
 
 func (w *wallSampler) stats() WallStats {
 	n := w.snapshots.Load()
 	st := WallStats{RateHz: float64(time.Second) / float64(w.period), Snapshots: n,
-		StampUncertaintySec: time.Duration(w.maxHalfCollect.Load()).Seconds()}
+		StampUncertaintySec: time.Duration(w.maxHalfCollect.Load()).Seconds(),
+		MaxIntervalSec:      time.Duration(w.maxInterval.Load()).Seconds()}
 	if n > 0 {
 		st.MeanCostSec = float64(w.costNanos.Load()) / float64(n) / 1e9
 		if elapsed := time.Since(w.started); !w.started.IsZero() && elapsed > 0 {

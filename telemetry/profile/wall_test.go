@@ -163,8 +163,8 @@ func TestAlignment(t *testing.T) {
 	u := time.Duration(st.StampUncertaintySec * float64(time.Second))
 	period := time.Duration(float64(time.Second) / wallRate)
 	// Past its budget the sampler skips ticks; each snapshot then stands for a longer interval,
-	// up to maxWallInterval, which widens the granularity term from one period to that.
-	granularity := float64(maxWallInterval) / float64(period)
+	// up to MaxWallInterval, which widens the granularity term from one period to that.
+	granularity := float64(MaxWallInterval) / float64(period)
 	for _, name := range []string{"generate", "retrieve"} {
 		t.Run("wall samples of "+name, func(t *testing.T) {
 			sp := spans[name]
@@ -190,7 +190,7 @@ func TestAlignment(t *testing.T) {
 			if lead < -u || trail < -u {
 				t.Errorf("%s: a snapshot outside the span carries its label: lead %v, trail %v, uncertainty %v", name, lead, trail, u)
 			}
-			if edge := maxWallInterval + u; lead > edge || trail > edge {
+			if edge := MaxWallInterval + u; lead > edge || trail > edge {
 				t.Errorf("%s: span edges %v and %v from the nearest snapshot seeing it, want at most the longest interval plus the stamp uncertainty, %v", name, lead, trail, edge)
 			}
 		})
