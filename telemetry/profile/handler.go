@@ -149,6 +149,8 @@ func summarize(typ pyroscope.ProfileType, res queryResult, err error, top int) S
 		Samples:   sum,
 		Functions: fns,
 		Stages:    stageStats(res.stageNanos),
+		// A wall view's resolution; zero, and so omitted, in the other views.
+		MaxIntervalSec: res.maxInterval.Seconds(),
 	}
 }
 

@@ -162,10 +162,10 @@ type Store struct {
 type window struct {
 	info WindowInfo
 	data []byte
-	// presence and period are set for wall windows: per label set, the snapshots that saw at
-	// least one goroutine carrying it, one every period.
-	presence map[labelSet]seen
-	period   time.Duration
+	// presence and maxInterval are set for wall windows: per label set, the snapshots that saw
+	// at least one goroutine carrying it, and the longest interval a snapshot stood for.
+	presence    map[labelSet]seen
+	maxInterval time.Duration
 }
 
 // NewStore returns a store keeping at most keep windows of each kind and maxBytes of profile data
@@ -209,8 +209,8 @@ func (s *Store) WallStats() (WallStats, bool) {
 }
 
 // addWall stores a closed wall window with its presence counts.
-func (s *Store) addWall(from, until time.Time, data []byte, presence map[labelSet]seen, period time.Duration) error {
-	return s.add(KindWall, from, until, data, func(w *window) { w.presence, w.period = presence, period })
+func (s *Store) addWall(from, until time.Time, data []byte, presence map[labelSet]seen, maxInterval time.Duration) error {
+	return s.add(KindWall, from, until, data, func(w *window) { w.presence, w.maxInterval = presence, maxInterval })
 }
 
 // Add stores a window of kind k covering [from, until] whose profile is data, a pprof profile
@@ -327,6 +327,9 @@ type queryResult struct {
 	// at least one of its goroutines, times the period), so a stage fanned out to several
 	// goroutines counts its wall time once.
 	stageNanos map[string]int64
+	// maxInterval is the longest interval between snapshots in the wall windows merged: the
+	// resolution of the wall view's stage times (zero for other views).
+	maxInterval time.Duration
 }
 
 func (s *Store) query(q Query) (queryResult, error) {
@@ -364,6 +367,7 @@ func (s *Store) query(q Query) (queryResult, error) {
 			continue
 		}
 		if w.presence != nil {
+			res.maxInterval = max(res.maxInterval, w.maxInterval)
 			for ls, sn := range w.presence {
 				if q.matchesSet(ls) {
 					res.stageNanos[ls.stage] += sn.nanos

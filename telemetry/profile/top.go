@@ -38,6 +38,9 @@ type Summary struct {
 	// wall-clock view the seconds the stage had at least one goroutine (fanned-out goroutines
 	// count once). Stage "" holds labelled samples outside any stage.
 	Stages []StageStat `json:"stages,omitempty"`
+	// MaxIntervalSec, in the wall view, is the longest interval between the snapshots merged:
+	// each stage's time is within it at each of the stage's ends.
+	MaxIntervalSec float64 `json:"max_interval_seconds,omitempty"`
 	// Empty says why the view holds no sample, in an answer carrying both views.
 	Empty string `json:"empty,omitempty"`
 }

@@ -83,6 +83,8 @@ type wallWindow struct {
 	last      time.Time
 	snapshots int64
 	counts    map[stackKey]wallCount // per stack and label set, summed over snapshots
+	// maxInterval is the longest interval a snapshot of the window stood for.
+	maxInterval time.Duration
 	presence  map[labelSet]seen
 }
 
@@ -217,6 +219,7 @@ func (w *wallSampler) add(text []byte, at time.Time) {
 	if !w.prev.IsZero() {
 		interval = min(max(at.Sub(w.prev), 0), w.window)
 	}
+	win.maxInterval = max(win.maxInterval, interval)
 	if int64(interval) > w.maxInterval.Load() {
 		w.maxInterval.Store(int64(interval)) // written under w.mu only
 	}
@@ -333,7 +336,7 @@ func (w *wallSampler) closeLocked(until time.Time) {
 	if err != nil {
 		return
 	}
-	_ = w.store.addWall(win.from, until.Round(0), data, win.presence, w.period)
+	_ = w.store.addWall(win.from, until.Round(0), data, win.presence, win.maxInterval)
 }
 
 // encode writes a window as a pprof profile with sample types samples (goroutines seen, one per
@@ -436,7 +439,7 @@ func (w *wallSampler) openWindow() *window {
 	return &window{
 		info: WindowInfo{Kind: KindWall, ProfileTypes: KindWall.ProfileTypes(), From: win.from,
 			Until: win.last, Bytes: len(data), Open: true},
-		data: data, presence: presence, period: w.period,
+		data: data, presence: presence, maxInterval: win.maxInterval,
 	}
 }
 
