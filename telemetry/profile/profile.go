@@ -1,7 +1,8 @@
 // Package profile is ragtail's built-in continuous profiler. It runs a pyroscope-go session whose
 // upstream tees every profile window to an in-process Store (a bounded ring of windows on the
 // service's clock) and, when a server address is configured, to Pyroscope. The store keeps
-// short windows (Config.StoreWindow, 1 s: about one request's life); the pushed windows
+// short windows (Config.StoreWindow, 1 s: about one request's life; pyroscope-go v1.5.0's CPU
+// collector skips every other tick, so its CPU windows last two periods); the pushed windows
 // (Config.Window, 10 s) merge them. WrapTracerProvider links spans to profiles with
 // grafana/otel-profiling-go: samples taken inside a span carry the pprof labels span_id and
 // trace_id, and the span gets the pyroscope.profile.id attribute; the pipeline adds a rag_stage

@@ -85,7 +85,7 @@ type wallWindow struct {
 	counts    map[stackKey]wallCount // per stack and label set, summed over snapshots
 	// maxInterval is the longest interval a snapshot of the window stood for.
 	maxInterval time.Duration
-	presence  map[labelSet]seen
+	presence    map[labelSet]seen
 }
 
 // wallCount is how many goroutines a window's snapshots saw on a stack, and those goroutines
