@@ -847,6 +847,103 @@ def profile_top(src: Sources, what: str, **params) -> Optional[dict]:
     return body
 
 
+def _profile_summary(body: dict) -> dict:
+    """One view of a /debug/profiles JSON answer, its functions and stages as DataFrames."""
+    out = dict(body)
+    out["functions"] = pd.DataFrame(body.get("functions") or [],
+                                    columns=["name", "self", "total", "self_pct", "total_pct"])
+    out["stages"] = pd.DataFrame(body.get("stages") or [], columns=["stage", "seconds", "share"])
+    out.setdefault("samples", 0)
+    return out
+
+
+def profile_views(src: Sources, trace: dict, top: int = 12) -> Optional[dict]:
+    """Both profile views of one trace over its own time range, from GET /debug/profiles?trace_id=…
+    (which answers the CPU view at the top level and the wall-clock view under "wall"): {"cpu":
+    summary, "wall": summary}, each with "functions" and "stages" DataFrames and, when empty,
+    "empty" (why). None, with the reason as a note, when neither view has samples."""
+    tid = trace["trace_id"]
+    start, end = trace_window(trace)
+    body = src.get_json(src.admin, "/debug/profiles", f"profile views of {tid[:16]}", headers=admin_headers(src),
+                        params={"trace_id": tid, "from": start, "until": end, "top": top}, not_found_ok=True)
+    if body is None:
+        return None
+    wall = body.pop("wall", None) or {"type": "wall", "samples": 0,
+                                      "empty": "this ragtail answers no wall-clock view (before --profile-wall-rate)"}
+    return {"cpu": _profile_summary(body), "wall": _profile_summary(wall)}
+
+
+def request_breakdown(traces: Sequence[dict], views: Sequence[Optional[dict]],
+                      requests: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """One row per (slow trace, stage) joining what the client measured (e2el_ms, ttft_ms from
+    the bench's per-request records, when there are any), what the server's trace says
+    (server_ms: the stage's Server-Timing; trace_ms: the whole trace), and what each profile view
+    saw of the request in that stage: wall_ms (the time the stage had a goroutine, running or
+    parked) and cpu_ms (the CPU time it computed, 10 ms per sample at 100 Hz). Stage "" holds
+    the request's goroutines outside any stage (the connection's reader)."""
+    rows = []
+    for tr, v in zip(traces, views):
+        tid = tr["trace_id"]
+        client = {"e2el_ms": math.nan, "ttft_ms": math.nan}
+        if requests is not None and len(requests) and "trace_id" in requests:
+            hit = requests[requests["trace_id"] == tid]
+            if len(hit):
+                client = {"e2el_ms": float(hit["e2el_ms"].iloc[0]), "ttft_ms": float(hit["ttft_ms"].iloc[0])}
+        stage_s = {}
+        for view in ("wall", "cpu"):
+            st = (v or {}).get(view, {}).get("stages")
+            stage_s[view] = dict(zip(st["stage"], st["seconds"])) if st is not None and len(st) else {}
+        server = tr.get("stages") or {}
+        names = [s for s in STAGES if s in server or s in stage_s["wall"] or s in stage_s["cpu"]]
+        names += sorted(s for s in set(stage_s["wall"]) | set(stage_s["cpu"]) if s not in names)
+        for stage in names:
+            rows.append({
+                "trace": tid[:16], "stage": stage, **client, "trace_ms": float(tr.get("duration_ms", math.nan)),
+                "server_ms": float(server.get(stage, math.nan)) if stage else math.nan,
+                "wall_ms": stage_s["wall"].get(stage, 0.0) * 1e3, "cpu_ms": stage_s["cpu"].get(stage, 0.0) * 1e3,
+            })
+    return pd.DataFrame(rows, columns=["trace", "stage", "e2el_ms", "ttft_ms", "trace_ms", "server_ms", "wall_ms",
+                                       "cpu_ms"])
+
+
+def plot_request_profile(axes, breakdown: pd.DataFrame, trace_id: str, views: Optional[dict], n: int = 8) -> None:
+    """One slow request on three axes: its stages as the trace, the wall-clock view and the CPU
+    view timed them; its top functions by CPU (what it computed); its top wait sites by
+    wall-clock time (where it waited)."""
+    ax_st, ax_cpu, ax_wall = axes
+    b = breakdown[(breakdown["trace"] == trace_id[:16]) & (breakdown["stage"] != "")]
+    y = np.arange(len(b))
+    for k, (col, label, color) in enumerate((("server_ms", "trace (Server-Timing)", "C0"),
+                                             ("wall_ms", "wall-clock view", "C2"), ("cpu_ms", "CPU view", "C3"))):
+        ax_st.barh(y + (k - 1) * 0.27, b[col].fillna(0), height=0.27, label=label, color=color)
+    ax_st.set_yticks(y, b["stage"])
+    ax_st.invert_yaxis()
+    ax_st.set_xlabel("ms")
+    e2el = b["e2el_ms"].iloc[0] if len(b) else math.nan
+    client = f"client {e2el:.0f} ms, " if not math.isnan(e2el) else ""
+    ax_st.set_title(f"{trace_id[:16]}…: {client}trace {b['trace_ms'].iloc[0]:.0f} ms" if len(b) else trace_id[:16])
+    ax_st.legend(fontsize=7)
+    for ax, view, title, color in ((ax_cpu, "cpu", "CPU: what it computed", "C3"),
+                                   (ax_wall, "wall", "wall clock: where it waited", "C2")):
+        v = (views or {}).get(view) or {}
+        fns = v.get("functions")
+        if fns is None or not len(fns):
+            ax.text(0.5, 0.5, "no samples" + (f":\n{v['empty'][:60]}" if v.get("empty") else ""),
+                    ha="center", va="center", fontsize=8, transform=ax.transAxes)
+            ax.set_axis_off()
+            ax.set_title(title)
+            continue
+        fns = fns[fns["self"] > 0].head(n)
+        ax.barh(fns["name"].str.rsplit("/", n=1).str[-1].str[:48], fns["self_pct"], color=color)
+        ax.invert_yaxis()
+        ax.set_xlabel("% self")
+        n_s = v.get("samples", 0)
+        amount = (f"{n_s / 1e9:.1f} goroutine-s" if v.get("unit") == "nanoseconds"
+                  else f"{n_s} samples, {n_s * 10} ms")
+        ax.set_title(f"{title} ({amount})", fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+
+
 def pyroscope_top(src: Sources, start: pd.Timestamp, end: pd.Timestamp, n: int = 10) -> Optional[pd.DataFrame]:
     """The top functions by self CPU time in Pyroscope for the app over [start, end], from its
     render API (times in Unix milliseconds, as Grafana sends them; flamebearer format: per

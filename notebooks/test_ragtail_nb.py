@@ -375,6 +375,47 @@ class SourcesTest(unittest.TestCase):
         self.assertEqual(t["duration_ms"], 900.0)
         self.assertEqual(t["waterfall"][1]["start_offset_ms"], 10.0)
 
+    def test_request_breakdown(self):
+        # A trace of 1 s: retrieve 300 ms (CPU-heavy), generate 650 ms (waiting on the engine).
+        tid = "ab" * 16
+        trace = {"trace_id": tid, "start_unix_nano": 10**18, "duration_ms": 1000.0,
+                 "stages": {"retrieve": 300.0, "generate": 650.0, "stream": 1.0}}
+        body = {"type": "cpu", "unit": "count", "samples": 25,
+                "functions": [{"name": "github.com/ragtail/ragtail/rag/retrieve.dot", "self": 20, "total": 25,
+                               "self_pct": 80.0, "total_pct": 100.0}],
+                "stages": [{"stage": "retrieve", "seconds": 0.25, "share": 1.0}],
+                "wall": {"type": "wall", "unit": "nanoseconds", "samples": 2_000_000_000,
+                         "functions": [{"name": "github.com/ragtail/ragtail/rag/llmsim.(*Stream).Recv",
+                                        "self": 640_000_000, "total": 640_000_000, "self_pct": 32.0, "total_pct": 32.0}],
+                         "stages": [{"stage": "", "seconds": 1.0, "share": 0.5},
+                                    {"stage": "generate", "seconds": 0.64, "share": 0.32},
+                                    {"stage": "retrieve", "seconds": 0.32, "share": 0.16}]}}
+        src = nb.Sources(results=[], admin="http://admin")
+        asked = {}
+
+        def get_json(base, path, what, params=None, **kw):
+            asked.update(params)
+            return json.loads(json.dumps(body))
+        src.get_json = get_json
+        views = nb.profile_views(src, trace)
+        self.assertEqual(asked["trace_id"], tid)
+        self.assertEqual((asked["from"], asked["until"]), (10**18, 10**18 + 1_000_000_000))
+        self.assertEqual(views["cpu"]["samples"], 25)
+        self.assertEqual(list(views["wall"]["stages"]["stage"]), ["", "generate", "retrieve"])
+        req = pd.DataFrame({"trace_id": [tid, "cd" * 16], "e2el_ms": [1012.0, 50.0], "ttft_ms": [400.0, 20.0]})
+        b = nb.request_breakdown([trace], [views], req).set_index("stage")
+        self.assertEqual(list(b.index), ["retrieve", "generate", "stream", ""])
+        self.assertEqual(b.loc["generate", "e2el_ms"], 1012.0)
+        self.assertEqual(b.loc["generate", "server_ms"], 650.0)
+        self.assertAlmostEqual(b.loc["generate", "wall_ms"], 640.0)
+        self.assertAlmostEqual(b.loc["retrieve", "cpu_ms"], 250.0)
+        self.assertEqual(b.loc["stream", "wall_ms"], 0.0)
+        self.assertTrue(math.isnan(b.loc["", "server_ms"]))
+        # No records, no views: the server's stages alone.
+        b = nb.request_breakdown([trace], [None])
+        self.assertTrue(b["e2el_ms"].isna().all())
+        self.assertEqual(b["wall_ms"].sum(), 0.0)
+
     def test_pyroscope_flamebearer(self):
         # Two levels: root (total 10, self 0), then f (total 6, self 6) and g (total 4, self 1).
         body = {"flamebearer": {"names": ["total", "f", "g"], "levels": [[0, 10, 0, 0], [0, 6, 6, 1, 0, 4, 1, 2]],

@@ -41,13 +41,15 @@ type telemetryOptions struct {
 	profiling     bool
 	profileWindow time.Duration
 	profileKeep   int
+	wallRate      float64
 }
 
 func (o *telemetryOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.traceFile, "trace-file", "", "append every span as a JSON line to this file (for offline analysis)")
 	fs.BoolVar(&o.profiling, "profiling", true, "run the built-in continuous profiler (profiles on /debug/profiles; pushed to\nPYROSCOPE_SERVER_ADDRESS when set)")
-	fs.DurationVar(&o.profileWindow, "profile-window", profile.DefaultWindow, "length of each profile window")
+	fs.DurationVar(&o.profileWindow, "profile-window", profile.DefaultWindow, "length of the profile windows pushed to PYROSCOPE_SERVER_ADDRESS (the in-process store keeps\n1 s windows)")
 	fs.IntVar(&o.profileKeep, "profile-keep", profile.DefaultKeep, "profile windows of each kind kept in memory")
+	fs.Float64Var(&o.wallRate, "profile-wall-rate", profile.DefaultWallRate, "labelled goroutine snapshots per second for the wall-clock view (where requests waited);\nnegative turns it off")
 }
 
 func (o *serviceOptions) register(fs *flag.FlagSet) {
@@ -178,6 +180,7 @@ func buildService(ctx context.Context, cfg service.Config, to telemetryOptions, 
 			AppName:           cmp.Or(os.Getenv("PYROSCOPE_APPLICATION_NAME"), profile.DefaultAppName),
 			Window:            to.profileWindow,
 			Keep:              to.profileKeep,
+			WallRate:          to.wallRate,
 			ServerAddress:     os.Getenv("PYROSCOPE_SERVER_ADDRESS"),
 			BasicAuthUser:     os.Getenv("PYROSCOPE_BASIC_AUTH_USER"),
 			BasicAuthPassword: os.Getenv("PYROSCOPE_BASIC_AUTH_PASSWORD"),

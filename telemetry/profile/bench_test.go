@@ -1,8 +1,11 @@
 package profile
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime/pprof"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,5 +65,78 @@ func BenchmarkStoreQuery(b *testing.B) {
 		if _, err := s.Query(q); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// parkLabelled starts n goroutines parked on a channel under trace, span and stage labels, as
+// requests waiting on shards or the engine are; the returned func releases them.
+func parkLabelled(tb testing.TB, n int) (release func()) {
+	tb.Helper()
+	ch := make(chan struct{})
+	var wg, parked sync.WaitGroup
+	parked.Add(n)
+	for i := range n {
+		ctx := pprof.WithLabels(context.Background(), pprof.Labels(
+			LabelTraceID, fmt.Sprintf("%032x", i/4+1), LabelSpanID, fmt.Sprintf("%016x", i/4+1), LabelStage, "retrieve"))
+		wg.Go(func() {
+			pprof.Do(ctx, pprof.Labels(), func(context.Context) {
+				parked.Done()
+				<-ch
+			})
+		})
+	}
+	parked.Wait()
+	return func() { close(ch); wg.Wait() }
+}
+
+// BenchmarkWallSnapshot measures one wall-sampler tick (goroutine profile, parse, filter,
+// merge into the open window) with n labelled goroutines parked, and reports the share of one
+// core it costs at DefaultWallRate.
+func BenchmarkWallSnapshot(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			release := parkLabelled(b, n)
+			defer release()
+			w := newWallSampler(NewStore(0, 0), time.Now, DefaultWallRate, DefaultStoreWindow)
+			w.open = w.newWindow(time.Now())
+			var buf bytes.Buffer
+			b.ReportAllocs()
+			for b.Loop() {
+				w.sample(&buf)
+			}
+			perSnapshot := float64(w.costNanos.Load()) / float64(w.snapshots.Load())
+			b.ReportMetric(perSnapshot/1e3, "us/snapshot")
+			b.ReportMetric(perSnapshot*DefaultWallRate/1e9*100, "%core@50Hz")
+		})
+	}
+}
+
+// BenchmarkWallOverhead measures what the sampler costs the work it watches: the time of a fixed
+// amount of labelled CPU-bound work with 100 labelled goroutines parked beside it, sampler off
+// and at 20, 50 and 100 Hz (each snapshot briefly stops the world and suspends running
+// goroutines to record their stacks).
+func BenchmarkWallOverhead(b *testing.B) {
+	release := parkLabelled(b, 100)
+	defer release()
+	for _, rate := range []float64{0, 20, 50, 100} {
+		b.Run(fmt.Sprintf("rate=%gHz", rate), func(b *testing.B) {
+			if rate > 0 {
+				w := newWallSampler(NewStore(0, 0), time.Now, rate, DefaultStoreWindow)
+				w.start()
+				defer w.stopAndFlush()
+			}
+			ctx := pprof.WithLabels(context.Background(), pprof.Labels(LabelStage, "generate"))
+			pprof.Do(ctx, pprof.Labels(), func(context.Context) {
+				x := uint64(88172645463325252)
+				for b.Loop() {
+					for range 1_000_000 {
+						x ^= x << 13
+						x ^= x >> 7
+						x ^= x << 17
+					}
+				}
+				burnSink = x
+			})
+		})
 	}
 }

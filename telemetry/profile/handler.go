@@ -26,12 +26,13 @@ const (
 )
 
 // queryParams are the parameters GET /debug/profiles understands.
-var queryParams = []string{"from", "until", "trace_id", "span_id", "stage", "type", "format", "top"}
+var queryParams = []string{"from", "until", "trace_id", "span_id", "stage", "type", "view", "format", "top"}
 
 // request is a parsed GET /debug/profiles request.
 type request struct {
 	list   bool // no parameter: list the windows
 	query  Query
+	both   bool   // answer the CPU and the wall-clock view together
 	format string // "json" or "pprof"
 	top    int
 }
@@ -39,14 +40,20 @@ type request struct {
 // Handler serves GET /debug/profiles from s:
 //
 //   - with no parameter, the stored windows as JSON: {"windows":[{"id","type","profile_types",
-//     "from","until","bytes"}...],"stats":{...}};
+//     "from","until","bytes"}...],"stats":{...},"wall_sampler":{...}} (the wall sampler's
+//     rate, cost and resolution, WallStats, while it runs);
 //   - with any of from, until (RFC 3339 with optional fraction, or unix nanoseconds), trace_id (32
 //     hex digits), span_id (16 hex digits), stage (a rag_stage value), type (a pyroscope profile
 //     type, default cpu), the windows overlapping [from, until] merged and filtered by the labels:
 //     format=pprof answers the gzipped pprof (application/octet-stream, for `go tool pprof`);
 //     the default format=json answers {"type","unit","from","until","windows","samples",
-//     "functions":[{"name","self","total","self_pct","total_pct"}...]} with the top=N functions by
-//     self value (default 20).
+//     "functions":[{"name","self","total","self_pct","total_pct"}...],"stages":[{"stage",
+//     "seconds","share"}...]} with the top=N functions by self value (default 20);
+//   - view=cpu or view=wall picks the CPU view (type=cpu) or the wall-clock view (type=wall:
+//     where the labelled goroutines were, running or parked, from the wall sampler); with no type
+//     and no view, format=json answers both views (Views): the CPU summary at the top level and
+//     the wall-clock summary under "wall", either empty (samples 0, "empty": why) as long as
+//     the other has samples; format=pprof answers the CPU view.
 //
 // Every window a query selects is parsed, about 2.4 ms for a 10 s CPU window of 500 stacks, so
 // give a trace's start and end as from and until rather than scanning the whole store.
@@ -71,19 +78,41 @@ func Handler(s *Store) http.Handler {
 			return
 		}
 		if req.list {
-			writeJSON(w, http.StatusOK, struct {
+			list := struct {
 				Windows []WindowInfo `json:"windows"`
 				Stats   StoreStats   `json:"stats"`
-			}{s.Windows(), s.Stats()})
+				Wall    *WallStats   `json:"wall_sampler,omitempty"`
+			}{Windows: s.Windows(), Stats: s.Stats()}
+			if ws, ok := s.WallStats(); ok {
+				list.Wall = &ws
+			}
+			writeJSON(w, http.StatusOK, list)
+			return
+		}
+		if req.both {
+			cpu, cpuErr := s.query(req.query)
+			wq := req.query
+			wq.Type = ProfileWall
+			wall, wallErr := s.query(wq)
+			if cpuErr != nil && wallErr != nil {
+				writeQueryError(w, errors.Join(cpuErr, wallErr))
+				return
+			}
+			for _, err := range []error{cpuErr, wallErr} {
+				if err != nil && !errors.Is(err, ErrNoWindows) && !errors.Is(err, ErrNoSamples) {
+					writeQueryError(w, err)
+					return
+				}
+			}
+			views := Views{Summary: summarize(pyroscope.ProfileCPU, cpu, cpuErr, req.top)}
+			ws := summarize(ProfileWall, wall, wallErr, req.top)
+			views.Wall = &ws
+			writeJSON(w, http.StatusOK, views)
 			return
 		}
 		res, err := s.query(req.query)
-		switch {
-		case errors.Is(err, ErrNoWindows), errors.Is(err, ErrNoSamples):
-			writeError(w, http.StatusNotFound, "not_found", err.Error())
-			return
-		case err != nil:
-			writeError(w, http.StatusInternalServerError, "profile_error", err.Error())
+		if err != nil {
+			writeQueryError(w, err)
 			return
 		}
 		if req.format == "pprof" {
@@ -93,17 +122,44 @@ func Handler(s *Store) http.Handler {
 			_ = res.profile.Write(w) // the client went away; nothing left to tell it
 			return
 		}
-		fns, sum, unit := topFunctions(res.profile, res.sampleType, req.top)
-		writeJSON(w, http.StatusOK, Summary{
-			Type:      string(req.query.Type),
-			Unit:      unit,
-			From:      res.from.Format(time.RFC3339Nano),
-			Until:     res.until.Format(time.RFC3339Nano),
-			Windows:   res.windows,
-			Samples:   sum,
-			Functions: fns,
-		})
+		writeJSON(w, http.StatusOK, summarize(req.query.Type, res, nil, req.top))
 	})
+}
+
+// Views is the JSON answer of a query naming no type or view: the CPU view's summary at the top
+// level, as a query for type=cpu answers it, and the wall-clock view's under "wall". A view with
+// no matching sample has zero samples and says why in "empty".
+type Views struct {
+	Summary
+	Wall *Summary `json:"wall,omitempty"`
+}
+
+// summarize builds the JSON summary of a query result; err, when set, is why the view is empty.
+func summarize(typ pyroscope.ProfileType, res queryResult, err error, top int) Summary {
+	if err != nil {
+		return Summary{Type: string(typ), Functions: []FunctionStat{}, Empty: err.Error()}
+	}
+	fns, sum, unit := topFunctions(res.profile, res.sampleType, top)
+	return Summary{
+		Type:      string(typ),
+		Unit:      unit,
+		From:      res.from.Format(time.RFC3339Nano),
+		Until:     res.until.Format(time.RFC3339Nano),
+		Windows:   res.windows,
+		Samples:   sum,
+		Functions: fns,
+		Stages:    stageStats(res.stageNanos),
+		// A wall view's resolution; zero, and so omitted, in the other views.
+		MaxIntervalSec: res.maxInterval.Seconds(),
+	}
+}
+
+func writeQueryError(w http.ResponseWriter, err error) {
+	if errors.Is(err, ErrNoWindows) || errors.Is(err, ErrNoSamples) {
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "profile_error", err.Error())
 }
 
 // parseRequest validates the query parameters of GET /debug/profiles.
@@ -155,6 +211,27 @@ func parseRequest(v url.Values) (request, error) {
 		req.format = f
 	default:
 		return req, fmt.Errorf("format %q: want json or pprof", f)
+	}
+	switch view := v.Get("view"); view {
+	case "":
+		req.both = !v.Has("type") && req.format == "json"
+	case "cpu", ProfileWall, "both":
+		if v.Has("type") {
+			return req, errors.New("give view (cpu, wall or both) or type, not both")
+		}
+		switch view {
+		case "both":
+			if req.format == "pprof" {
+				return req, errors.New("view=both answers JSON; a pprof profile holds one view: give view=cpu or view=wall")
+			}
+			req.both = true
+		case "cpu":
+			req.query.Type = pyroscope.ProfileCPU
+		default:
+			req.query.Type = ProfileWall
+		}
+	default:
+		return req, fmt.Errorf("view %q: want cpu (what requests computed), wall (where their goroutines were, waiting included) or both", view)
 	}
 	if t := v.Get("top"); t != "" {
 		n, err := strconv.Atoi(t)

@@ -2,10 +2,13 @@ package profile
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -151,7 +154,7 @@ func TestHandlerErrors(t *testing.T) {
 		{"long span id", "GET", "span_id=" + traceA, 400, "16 hex digits"},
 		{"stage with a space", "GET", "stage=gen%20erate", 400, "stage"},
 		{"long stage", "GET", "stage=" + strings.Repeat("s", 65), 400, "stage"},
-		{"unknown type", "GET", "type=wall", 400, "alloc_space"},
+		{"unknown type", "GET", "type=itimer", 400, "alloc_space"},
 		{"unknown format", "GET", "format=svg", 400, "json or pprof"},
 		{"top zero", "GET", "top=0", 400, "top"},
 		{"top not a number", "GET", "top=ten", 400, "top"},
@@ -219,4 +222,114 @@ func TestPprofHandlerRoutes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHandlerViews checks the wall-clock view beside the CPU view: a trace that computed little
+// and waited long answers both, the CPU view empty and saying why, the wall view with its stages.
+func TestHandlerViews(t *testing.T) {
+	const traceA, traceB = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+	s := NewStore(0, 0)
+	cpu := cpuProfile(t, synthSample{stack: stack("embed", "handler"), labels: labels(LabelTraceID, traceA, LabelStage, "embed"), count: 3})
+	if err := s.Add(KindCPU, t0, t0.Add(time.Second), cpu); err != nil {
+		t.Fatal(err)
+	}
+	// A wall sampler's window, filled from a hand-written goroutine profile in its text form.
+	w := newWallSampler(s, time.Now, 100, time.Minute)
+	w.open = w.newWindow(t0)
+	text := func(stage, trace string, n int) []byte {
+		return []byte(fmt.Sprintf("%d @ 0x%x\n# labels: {\"rag_stage\":%q, \"trace_id\":%q}\n\n", n, pcOf(t), stage, trace))
+	}
+	for i := range 30 {
+		at := t0.Add(time.Duration(i+1) * 10 * time.Millisecond)
+		switch {
+		case i < 10:
+			w.add(text("retrieve", traceB, 4), at) // four shard goroutines, 100 ms
+		default:
+			w.add(text("generate", traceB, 1), at) // 200 ms
+		}
+	}
+	w.mu.Lock()
+	w.closeLocked(t0.Add(time.Second))
+	w.mu.Unlock()
+
+	h := Handler(s)
+	tests := []struct {
+		name, query string
+		status      int
+		check       func(t *testing.T, body []byte)
+	}{
+		{"both views, cpu empty", "trace_id=" + traceB, 200, func(t *testing.T, body []byte) {
+			var v Views
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Type != "cpu" || v.Samples != 0 || !strings.Contains(v.Empty, "no samples match") {
+				t.Errorf("cpu view %+v, want empty with a reason", v.Summary)
+			}
+			if v.Wall == nil || v.Wall.Unit != "nanoseconds" || len(v.Wall.Stages) != 2 {
+				t.Fatalf("wall view %+v", v.Wall)
+			}
+			// Presence counts the fanned-out stage once per snapshot: 100 ms, not 400.
+			want := map[string]float64{"generate": 0.2, "retrieve": 0.1}
+			for _, st := range v.Wall.Stages {
+				if math.Abs(st.Seconds-want[st.Stage]) > 1e-9 {
+					t.Errorf("stage %s: %v s, want %v", st.Stage, st.Seconds, want[st.Stage])
+				}
+			}
+			if v.Wall.Samples != int64(600*time.Millisecond) {
+				t.Errorf("wall samples %d ns, want 600 ms of goroutine time", v.Wall.Samples)
+			}
+		}},
+		{"both views, wall empty", "trace_id=" + traceA, 200, func(t *testing.T, body []byte) {
+			var v Views
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Samples != 3 || v.Wall == nil || v.Wall.Empty == "" {
+				t.Errorf("views %+v / %+v", v.Summary, v.Wall)
+			}
+		}},
+		{"wall view alone", "view=wall&trace_id=" + traceB + "&stage=retrieve", 200, func(t *testing.T, body []byte) {
+			var v Views
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Type != "wall" || v.Wall != nil || len(v.Stages) != 1 || v.Stages[0].Stage != "retrieve" {
+				t.Errorf("answer %s", body)
+			}
+		}},
+		{"wall pprof", "view=wall&format=pprof&trace_id=" + traceB, 200, func(t *testing.T, body []byte) {
+			p, err := profile.ParseData(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.SampleType[1].Type != "wall" || len(p.Sample) != 2 {
+				t.Errorf("profile types %v, %d samples", p.SampleType, len(p.Sample))
+			}
+		}},
+		{"type=wall", "type=wall&trace_id=" + traceB, 200, nil},
+		{"neither view has samples", "trace_id=" + strings.Repeat("1", 32), 404, nil},
+		{"both as pprof", "view=both&format=pprof", 400, nil},
+		{"view and type", "view=wall&type=cpu", 400, nil},
+		{"unknown view", "view=offcpu", 400, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := get(t, h, "GET", "/debug/profiles?"+tt.query)
+			if rec.Code != tt.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tt.status, rec.Body)
+			}
+			if tt.check != nil {
+				tt.check(t, rec.Body.Bytes())
+			}
+		})
+	}
+}
+
+// pcOf returns a return address inside the test binary, for a stack the symbolizer can name.
+func pcOf(tb testing.TB) uintptr {
+	tb.Helper()
+	pcs := make([]uintptr, 1)
+	runtime.Callers(1, pcs)
+	return pcs[0]
 }

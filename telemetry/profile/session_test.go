@@ -349,7 +349,10 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"window too short", Config{Window: 100 * time.Millisecond}, "at least 1s"},
 		{"negative keep", Config{Keep: -1}, "negative"},
-		{"unknown profile type", Config{ProfileTypes: []pyroscope.ProfileType{"wall"}}, `"wall"`},
+		{"unknown profile type", Config{ProfileTypes: []pyroscope.ProfileType{"itimer"}}, `"itimer"`},
+		{"wall as a pyroscope type", Config{ProfileTypes: []pyroscope.ProfileType{ProfileWall}}, "WallRate"},
+		{"wall rate too high", Config{WallRate: 5000}, "at most 1000"},
+		{"store window over the push window", Config{Window: 2 * time.Second, StoreWindow: 5 * time.Second}, "store window 5s"},
 		{"bad address", Config{ServerAddress: "pyroscope:4040"}, "http://host:port"},
 		{"invalid tag name", Config{Tags: map[string]string{"bad tag": "x"}}, "profiling session"},
 	}

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,6 +25,9 @@ const (
 	KindMutex         Kind = "mutex"
 	KindBlock         Kind = "block"
 	KindGoroutineLeak Kind = "goroutine_leak"
+	// KindWall windows come from the package's own wall sampler, not from pyroscope-go: the
+	// labelled goroutines of each snapshot, by stack and labels, with their presence counts.
+	KindWall Kind = "wall"
 )
 
 // Labels the store filters samples by. otel-profiling-go sets trace_id and span_id; the pipeline
@@ -36,7 +40,7 @@ const (
 
 // Defaults of the store's bounds.
 const (
-	DefaultKeep     = 60
+	DefaultKeep     = 600 // ten minutes of 1 s windows
 	DefaultMaxBytes = 64 << 20
 )
 
@@ -71,6 +75,7 @@ var profileTypes = map[pyroscope.ProfileType]sampleSource{
 	pyroscope.ProfileBlockCount:    {KindBlock, "contentions"},
 	pyroscope.ProfileBlockDuration: {KindBlock, "delay"},
 	pyroscope.ProfileGoroutineLeak: {KindGoroutineLeak, "goroutineleak"},
+	ProfileWall:                    {KindWall, ProfileWall},
 }
 
 // ProfileTypes returns the profile types a window of kind k holds, in a fixed order.
@@ -104,6 +109,8 @@ type WindowInfo struct {
 	From         time.Time               `json:"from"`
 	Until        time.Time               `json:"until"`
 	Bytes        int                     `json:"bytes"`
+	// Open marks the window still being filled (the wall sampler's current window).
+	Open bool `json:"open,omitempty"`
 }
 
 // StoreStats are the store's counters and bounds.
@@ -145,11 +152,20 @@ type Store struct {
 	added    uint64
 	evicted  uint64
 	rejected uint64
+	// open returns, per kind, the window still being filled (nil when there is none), so that
+	// queries include the last second.
+	open map[Kind]func() *window
+	// wallStats reports the wall sampler's counters while one runs.
+	wallStats func() WallStats
 }
 
 type window struct {
 	info WindowInfo
 	data []byte
+	// presence and maxInterval are set for wall windows: per label set, the snapshots that saw
+	// at least one goroutine carrying it, and the longest interval a snapshot stood for.
+	presence    map[labelSet]seen
+	maxInterval time.Duration
 }
 
 // NewStore returns a store keeping at most keep windows of each kind and maxBytes of profile data
@@ -161,7 +177,40 @@ func NewStore(keep int, maxBytes int64) *Store {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
-	return &Store{keep: keep, maxBytes: maxBytes, perKind: make(map[Kind]int)}
+	return &Store{keep: keep, maxBytes: maxBytes, perKind: make(map[Kind]int), open: make(map[Kind]func() *window)}
+}
+
+// setOpen registers (or, with nil, removes) the source of kind k's open window.
+func (s *Store) setOpen(k Kind, open func() *window) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if open == nil {
+		delete(s.open, k)
+		return
+	}
+	s.open[k] = open
+}
+
+func (s *Store) setWallStats(f func() WallStats) {
+	s.mu.Lock()
+	s.wallStats = f
+	s.mu.Unlock()
+}
+
+// WallStats returns the counters of the wall sampler filling s, and false when none runs.
+func (s *Store) WallStats() (WallStats, bool) {
+	s.mu.Lock()
+	f := s.wallStats
+	s.mu.Unlock()
+	if f == nil {
+		return WallStats{}, false
+	}
+	return f(), true
+}
+
+// addWall stores a closed wall window with its presence counts.
+func (s *Store) addWall(from, until time.Time, data []byte, presence map[labelSet]seen, maxInterval time.Duration) error {
+	return s.add(KindWall, from, until, data, func(w *window) { w.presence, w.maxInterval = presence, maxInterval })
 }
 
 // Add stores a window of kind k covering [from, until] whose profile is data, a pprof profile
@@ -169,6 +218,10 @@ func NewStore(keep int, maxBytes int64) *Store {
 // does not parse data: a corrupt window is reported by the queries that read it. A window larger
 // than the store's byte cap is rejected.
 func (s *Store) Add(k Kind, from, until time.Time, data []byte) error {
+	return s.add(k, from, until, data, nil)
+}
+
+func (s *Store) add(k Kind, from, until time.Time, data []byte, fill func(*window)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
@@ -198,6 +251,9 @@ func (s *Store) Add(k Kind, from, until time.Time, data []byte) error {
 			Bytes:        len(data),
 		},
 		data: data,
+	}
+	if fill != nil {
+		fill(w)
 	}
 	s.windows = append(s.windows, w)
 	s.perKind[k]++
@@ -266,6 +322,14 @@ type queryResult struct {
 	sampleType  string
 	windows     int
 	from, until time.Time
+	// stageNanos is the time per rag_stage ("" for labelled samples outside a stage): CPU time
+	// for the CPU view, and for the wall view the time the stage was present (snapshots that saw
+	// at least one of its goroutines, times the period), so a stage fanned out to several
+	// goroutines counts its wall time once.
+	stageNanos map[string]int64
+	// maxInterval is the longest interval between snapshots in the wall windows merged: the
+	// resolution of the wall view's stage times (zero for other views).
+	maxInterval time.Duration
 }
 
 func (s *Store) query(q Query) (queryResult, error) {
@@ -290,7 +354,7 @@ func (s *Store) query(q Query) (queryResult, error) {
 	var (
 		matched   []*profile.Profile
 		parseErrs []error
-		res       = queryResult{sampleType: src.sampleType}
+		res       = queryResult{sampleType: src.sampleType, stageNanos: make(map[string]int64)}
 	)
 	for _, w := range selected {
 		p, err := profile.ParseData(w.data)
@@ -301,6 +365,16 @@ func (s *Store) query(q Query) (queryResult, error) {
 		p.Sample = slices.DeleteFunc(p.Sample, func(smp *profile.Sample) bool { return !q.matches(smp) })
 		if len(p.Sample) == 0 {
 			continue
+		}
+		if w.presence != nil {
+			res.maxInterval = max(res.maxInterval, w.maxInterval)
+			for ls, sn := range w.presence {
+				if q.matchesSet(ls) {
+					res.stageNanos[ls.stage] += sn.nanos
+				}
+			}
+		} else {
+			addStageNanos(res.stageNanos, p)
 		}
 		matched = append(matched, p)
 		res.windows++
@@ -328,12 +402,46 @@ func (s *Store) query(q Query) (queryResult, error) {
 	return res, nil
 }
 
+// addStageNanos adds the CPU nanoseconds of p's samples to their rag_stage; a profile without a
+// nanoseconds sample type counts samples times its period.
+func addStageNanos(stages map[string]int64, p *profile.Profile) {
+	idx, scale := -1, int64(1)
+	for i, st := range p.SampleType {
+		if st.Unit == "nanoseconds" {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		idx, scale = 0, max(p.Period, 1)
+	}
+	for _, smp := range p.Sample {
+		if idx >= len(smp.Value) {
+			continue
+		}
+		stage := ""
+		if v := smp.Label[LabelStage]; len(v) > 0 {
+			stage = v[0]
+		}
+		stages[stage] += smp.Value[idx] * scale
+	}
+}
+
 // overlapping returns the windows of kind k overlapping [from, until]; a zero bound is open.
 func (s *Store) overlapping(k Kind, from, until time.Time) []*window {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	windows := slices.Clone(s.windows)
+	open := s.open[k]
+	s.mu.Unlock()
+	// The open window's source takes its own lock, under which it may add to the store: call it
+	// without s.mu held.
+	if open != nil {
+		if w := open(); w != nil {
+			windows = append(windows, w)
+		}
+	}
 	var out []*window
-	for _, w := range s.windows {
+	for _, w := range windows {
 		if w.info.Kind != k {
 			continue
 		}
@@ -352,6 +460,14 @@ func (q Query) matches(s *profile.Sample) bool {
 	return (q.TraceID == "" || s.HasLabel(LabelTraceID, q.TraceID)) &&
 		(q.SpanID == "" || s.HasLabel(LabelSpanID, q.SpanID)) &&
 		(q.Stage == "" || s.HasLabel(LabelStage, q.Stage))
+}
+
+// matchesSet tells whether a wall window's presence count is the one to add for q: the exact
+// span's when q names one, else the count over all spans of the trace and stage.
+func (q Query) matchesSet(ls labelSet) bool {
+	span := cmp.Or(q.SpanID, anySpan)
+	return (q.TraceID == "" || ls.traceID == q.TraceID) && ls.spanID == span &&
+		(q.Stage == "" || ls.stage == q.Stage)
 }
 
 func (q Query) describeLabels() string {

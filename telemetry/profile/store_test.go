@@ -75,7 +75,7 @@ func TestStoreQuery(t *testing.T) {
 		{name: "range before every window", q: Query{From: t0.Add(-time.Hour), Until: t0.Add(-time.Minute)}, err: ErrNoWindows},
 		{name: "unknown trace", q: Query{TraceID: traceC}, err: ErrNoSamples},
 		{name: "no memory window", q: Query{Type: pyroscope.ProfileAllocSpace}, err: ErrNoWindows},
-		{name: "unknown type", q: Query{Type: "wall"}, err: ErrUnknownType},
+		{name: "unknown type", q: Query{Type: "itimer"}, err: ErrUnknownType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestStoreAddErrors(t *testing.T) {
 		from, until time.Time
 		data        []byte
 	}{
-		{"unknown kind", "wall", t0, t0, prof},
+		{"unknown kind", "itimer", t0, t0, prof},
 		{"empty", KindCPU, t0, t0, nil},
 		{"until before from", KindCPU, t0, t0.Add(-time.Nanosecond), prof},
 	}
