@@ -8,7 +8,11 @@
 // prefill tokens all count. Requests beyond the running-sequence cap wait in a FCFS queue, the
 // KV cache is a finite number of blocks handed out paged (on demand, preempting the most
 // recently admitted sequence when they run out) or contiguous (reserved up front), and time to
-// first token, time per output token and throughput emerge from these mechanisms.
+// first token, time per output token and throughput emerge from these mechanisms. With prefix
+// caching (Profile.PrefixCaching) full prompt blocks are named by a hash chain and shared:
+// a request whose prompt starts with cached blocks skips their prefill, and cached blocks no
+// request holds are kept until their memory is needed. A request may reason (produce reasoning
+// tokens) before its answer.
 //
 // In real time the loop sleeps each step's duration, so tokens pace like a real server's. In
 // virtual time (WithVirtualTime) steps only advance the engine clock: runs are deterministic

@@ -54,10 +54,10 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 //	                           vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //	                           vllm:request_success_total{finished_reason},
 //	                           vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
-//	                           vllm:e2e_request_latency_seconds, all labelled model_name
-//
-// plus vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens) and the
-// simulated device memory in use as dcgm-exporter's DCGM_FI_DEV_FB_USED (MiB).
+//	                           vllm:e2e_request_latency_seconds,
+//	                           vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total
+//	                           (tokens), all labelled model_name; and the simulated device
+//	                           memory in use as dcgm-exporter's DCGM_FI_DEV_FB_USED (MiB)
 //
 // A request may set vLLM's thinking_token_budget: the simulated model then reasons exactly that
 // many tokens (0: none) before answering, instead of the engine's WithReasoningTokens. Reasoning
