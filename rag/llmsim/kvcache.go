@@ -1,8 +1,6 @@
 package llmsim
 
 import (
-	"encoding/binary"
-	"hash/fnv"
 	"unicode/utf8"
 
 	"github.com/ragtail/ragtail/rag"
@@ -177,26 +175,22 @@ const (
 // turn; a content token is a word, or a piece of at most six runes of a longer word, or a
 // punctuation mark (rag.CountTokens), identified by the hash of its text.
 func promptBlockHashes(msgs []rag.Message, blockSize int) []uint64 {
-	hashes := make([]uint64, 0, rag.PromptTokens(msgs)/blockSize)
-	block := make([]byte, 0, 8*(blockSize+1))
+	var hashes []uint64
 	var parent uint64
-	n := 0
+	h, n := uint64(fnvOffset), 0
 	add := func(token uint64) {
-		block = binary.LittleEndian.AppendUint64(block, token)
+		h = fnvUint64(h, token)
 		if n++; n < blockSize {
 			return
 		}
-		block = binary.LittleEndian.AppendUint64(block, parent)
-		h := fnv.New64a()
-		_, _ = h.Write(block)
-		parent = h.Sum64()
+		parent = fnvUint64(h, parent)
 		hashes = append(hashes, parent)
-		block, n = block[:0], 0
+		h, n = fnvOffset, 0
 	}
 	add(tokenBOS)
 	for _, m := range msgs {
 		add(tokenStartHeader)
-		add(textToken("role:" + m.Role))
+		add(fnvString(fnvString(fnvOffset, "role:"), m.Role))
 		add(tokenEndHeader)
 		for _, w := range rag.Words(m.Content) {
 			for w != "" {
@@ -206,7 +200,7 @@ func promptBlockHashes(msgs []rag.Message, blockSize int) []uint64 {
 					i += size
 					runes++
 				}
-				add(textToken(w[:i]))
+				add(fnvString(fnvOffset, w[:i]))
 				w = w[i:]
 			}
 		}
@@ -215,8 +209,26 @@ func promptBlockHashes(msgs []rag.Message, blockSize int) []uint64 {
 	return hashes
 }
 
-func textToken(text string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(text))
-	return h.Sum64()
+// 64-bit FNV-1a, inlined so that hashing a prompt allocates nothing per token: a token's id is
+// the hash of its text, a block's the hash of its tokens' ids and then of its parent's hash.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+func fnvUint64(h, v uint64) uint64 {
+	for range 8 {
+		h ^= v & 0xff
+		h *= fnvPrime
+		v >>= 8
+	}
+	return h
 }
