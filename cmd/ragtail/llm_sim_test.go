@@ -148,3 +148,28 @@ func TestLLMSimHelpExplainsEngineFlags(t *testing.T) {
 		}
 	}
 }
+
+// `ragtail serve` on its embedded engine shows the simulated memory on its admin /metrics too,
+// through the engine's collector.
+func TestLLMSimMemoryGaugeOnServe(t *testing.T) {
+	t.Parallel()
+	addr, _, _ := startServe(t, "--profile", "tiny", "--corpus-docs", "40")
+	admin := adminAddrOf(t, addr)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+admin+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Idle: the tiny profile's 500 MiB of weights and 144 MiB of activations.
+	if want := `DCGM_FI_DEV_FB_USED{device="nvidia0",gpu="0",modelName="ragtail-tiny-gpu"} 644`; !bytes.Contains(text, []byte(want+"\n")) {
+		t.Errorf("serve's /metrics lacks %q", want)
+	}
+}
