@@ -2,6 +2,7 @@ package llmsim_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,52 @@ func TestPrefixCachePreemptedLookupsCountedApart(t *testing.T) {
 	if st.PreemptedPrefixCacheQueries == 0 {
 		t.Error("no lookup of a preempted sequence counted")
 	}
+}
+
+// In real time, with requests sharing prefixes, preempted for lack of blocks and cancelled
+// mid-stream, every block comes back: shared blocks are released once by each holder.
+func TestPrefixCacheBookkeepingUnderAbortsAndPreemption(t *testing.T) {
+	t.Parallel()
+	p := prefixCaching(t, "tiny")
+	p.NumBlocks, p.MaxModelLen = 96, 1024
+	e := newEngine(t, p)
+	const requests = 40
+	errc := make(chan error, requests)
+	for i := range requests {
+		go func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			msgs := chatPrompt(100+50*(i%4), fmt.Sprintf("q%d", i), 10)
+			st, err := e.Submit(ctx, rag.GenRequest{ID: fmt.Sprint(i), Messages: msgs, MaxTokens: 200, Temperature: 1})
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer st.Close()
+			if i%3 == 0 { // leave after the first delta
+				_, err := st.Recv()
+				errc <- err
+				return
+			}
+			_, err = read(st)
+			errc <- err
+		}()
+	}
+	for range requests {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "every block released", func() bool {
+		st := e.Stats()
+		return st.Running == 0 && st.Waiting == 0 && st.BlocksUsed == 0
+	})
+	st := e.Stats()
+	if st.BlocksCachedIdle != st.BlocksCached || st.BlocksCached > p.NumBlocks {
+		t.Errorf("after the run: %d cached blocks, %d idle, of %d", st.BlocksCached, st.BlocksCachedIdle, p.NumBlocks)
+	}
+	if st.PrefixCacheHits == 0 || st.Preemptions == 0 || st.Aborted == 0 {
+		t.Errorf("the run did not exercise hits (%d), preemption (%d) and aborts (%d)", st.PrefixCacheHits, st.Preemptions, st.Aborted)
+	}
+	t.Logf("hits %d of %d queried tokens, %d preemptions, %d aborted", st.PrefixCacheHits, st.PrefixCacheQueries, st.Preemptions, st.Aborted)
 }
