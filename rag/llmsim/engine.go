@@ -101,8 +101,7 @@ func WithReasoningTokens(n int) Option {
 type RequestOption interface{ applyRequest(*requestConfig) }
 
 type requestConfig struct {
-	reasoning    int
-	reasoningSet bool
+	reasoning int
 }
 
 type requestOptionFunc func(*requestConfig)
@@ -112,7 +111,7 @@ func (f requestOptionFunc) applyRequest(c *requestConfig) { f(c) }
 // WithRequestReasoning sets the reasoning tokens of one request, overriding WithReasoningTokens;
 // 0 means none.
 func WithRequestReasoning(n int) RequestOption {
-	return requestOptionFunc(func(c *requestConfig) { c.reasoning, c.reasoningSet = max(n, 0), true })
+	return requestOptionFunc(func(c *requestConfig) { c.reasoning = max(n, 0) })
 }
 
 // Engine is a simulated inference engine running one profile. Its methods are safe for
