@@ -50,7 +50,9 @@ type Hit struct {
 // Usage counts the tokens of one generation.
 type Usage struct {
 	PromptTokens     int
-	CompletionTokens int
+	CompletionTokens int // includes ReasoningTokens, as OpenAI counts them
+	CachedTokens     int // prompt tokens served from the engine's prefix cache (OpenAI's prompt_tokens_details.cached_tokens)
+	ReasoningTokens  int // completion tokens spent reasoning before the answer (completion_tokens_details.reasoning_tokens)
 }
 
 // Delta is a piece of generated output: one or more tokens of text. The last delta of a stream

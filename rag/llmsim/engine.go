@@ -8,7 +8,11 @@
 // prefill tokens all count. Requests beyond the running-sequence cap wait in a FCFS queue, the
 // KV cache is a finite number of blocks handed out paged (on demand, preempting the most
 // recently admitted sequence when they run out) or contiguous (reserved up front), and time to
-// first token, time per output token and throughput emerge from these mechanisms.
+// first token, time per output token and throughput emerge from these mechanisms. With prefix
+// caching (Profile.PrefixCaching) full prompt blocks are named by a hash chain and shared:
+// a request whose prompt starts with cached blocks skips their prefill, and cached blocks no
+// request holds are kept until their memory is needed. A request may reason (produce reasoning
+// tokens) before its answer.
 //
 // In real time the loop sleeps each step's duration, so tokens pace like a real server's. In
 // virtual time (WithVirtualTime) steps only advance the engine clock: runs are deterministic
@@ -46,6 +50,7 @@ type config struct {
 	logger      *slog.Logger
 	startPaused bool
 	aliases     []string
+	reasoning   int
 }
 
 // Option configures an Engine.
@@ -83,6 +88,32 @@ func WithModelNames(names ...string) Option {
 	return optionFunc(func(c *config) { c.aliases = append(c.aliases, names...) })
 }
 
+// WithReasoningTokens makes every request think n tokens before its answer, unless the request
+// says otherwise (WithRequestReasoning): the engine produces them like any output token, the
+// stream delivers them apart (Stream.RecvOutput) and usage counts them in CompletionTokens and
+// ReasoningTokens. They come out of the request's max_tokens, as in vLLM: a request whose
+// max_tokens is not above n produces only reasoning. The default is 0.
+func WithReasoningTokens(n int) Option {
+	return optionFunc(func(c *config) { c.reasoning = max(n, 0) })
+}
+
+// RequestOption configures one request of Submit.
+type RequestOption interface{ applyRequest(*requestConfig) }
+
+type requestConfig struct {
+	reasoning int
+}
+
+type requestOptionFunc func(*requestConfig)
+
+func (f requestOptionFunc) applyRequest(c *requestConfig) { f(c) }
+
+// WithRequestReasoning sets the reasoning tokens of one request, overriding WithReasoningTokens;
+// 0 means none.
+func WithRequestReasoning(n int) RequestOption {
+	return requestOptionFunc(func(c *requestConfig) { c.reasoning = max(n, 0) })
+}
+
 // Engine is a simulated inference engine running one profile. Its methods are safe for
 // concurrent use. Close it to stop its loop.
 type Engine struct {
@@ -99,15 +130,15 @@ type Engine struct {
 	loopDone chan struct{}
 	closing  sync.Once
 
-	mu         sync.Mutex
-	closed     bool
-	paused     bool
-	clock      time.Duration // virtual time: sum of step durations
-	waiting    []*sequence   // FCFS; preempted sequences go back to the front
-	running    []*sequence   // in admission order; the last one is preempted first
-	freeBlocks int
-	plan       []planItem
-	stats      Stats
+	mu      sync.Mutex
+	closed  bool
+	paused  bool
+	clock   time.Duration // virtual time: sum of step durations
+	waiting []*sequence   // FCFS; preempted sequences go back to the front
+	running []*sequence   // in admission order; the last one is preempted first
+	kv      *kvCache
+	plan    []planItem
+	stats   Stats
 }
 
 // sequence states.
@@ -127,11 +158,16 @@ type sequence struct {
 	maxTokens int
 	usage     rag.Usage
 
+	reasoning int      // the first output tokens that are reasoning
+	hashes    []uint64 // hash chain of the prompt's full blocks; nil without prefix caching
+
 	state         seqState
 	generated     int // output tokens produced so far
 	prefillTarget int // tokens to prefill since the last admission: prompt (+ output after a preemption)
-	prefilled     int
-	blocks        int
+	prefilled     int // tokens whose KV is in the cache: prefix-cache hits and prefill so far
+	blocks        int // private blocks held
+	shared        []*cachedBlock
+	registered    int // prompt blocks offered to the prefix cache since the last admission
 	lastTokenAt   time.Duration
 	words         *wordSource
 	timeline      Timeline
@@ -166,17 +202,17 @@ func New(p Profile, opts ...Option) (*Engine, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Engine{
-		prof:       p,
-		cfg:        cfg,
-		models:     models,
-		started:    time.Now(),
-		log:        cfg.logger.With("component", "llm-sim", "profile", p.Name),
-		ctx:        ctx,
-		cancel:     cancel,
-		wake:       make(chan struct{}, 1),
-		loopDone:   make(chan struct{}),
-		paused:     cfg.startPaused,
-		freeBlocks: p.NumBlocks,
+		prof:     p,
+		cfg:      cfg,
+		models:   models,
+		started:  time.Now(),
+		log:      cfg.logger.With("component", "llm-sim", "profile", p.Name),
+		ctx:      ctx,
+		cancel:   cancel,
+		wake:     make(chan struct{}, 1),
+		loopDone: make(chan struct{}),
+		paused:   cfg.startPaused,
+		kv:       newKVCache(p.NumBlocks, p.PrefixCaching),
 	}
 	e.metrics = newMetrics(e)
 	go e.loop()
@@ -284,9 +320,13 @@ func (e *Engine) Generate(ctx context.Context, req rag.GenRequest) (rag.TokenStr
 // model; any other name must be one of Models (else the error wraps rag.ErrUnknownModel).
 // MaxTokens 0 means the rest of the context window, as vLLM does without max_tokens. A
 // request whose prompt and completion exceed MaxModelLen is refused with an error wrapping
-// rag.ErrInvalidRequest. The output is always MaxTokens tokens long (finish reason "length").
-// Cancelling ctx aborts the sequence and frees its blocks at once.
-func (e *Engine) Submit(ctx context.Context, req rag.GenRequest) (*Stream, error) {
+// rag.ErrInvalidRequest. The output is always MaxTokens tokens long (finish reason "length"),
+// reasoning included. Cancelling ctx aborts the sequence and frees its blocks at once.
+func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...RequestOption) (*Stream, error) {
+	rc := requestConfig{reasoning: e.cfg.reasoning}
+	for _, o := range opts {
+		o.applyRequest(&rc)
+	}
 	model := req.Model
 	if model == "" {
 		model = e.prof.Model
@@ -321,8 +361,12 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest) (*Stream, error
 		id:        req.ID,
 		prompt:    prompt,
 		maxTokens: maxTokens,
+		reasoning: min(rc.reasoning, maxTokens),
 		usage:     rag.Usage{PromptTokens: prompt},
 		words:     newWordSource(req, e.cfg.seed),
+	}
+	if e.prof.PrefixCaching {
+		s.hashes = promptBlockHashes(req.Messages, e.prof.BlockSize)
 	}
 	s.out.notify = make(chan struct{}, 1)
 	st := &Stream{e: e, seq: s, ctx: ctx}
@@ -361,9 +405,31 @@ func (e *Engine) abort(s *sequence, cause error) {
 
 // release frees the blocks of s and marks it done. The caller removes it from its queue.
 func (e *Engine) release(s *sequence) {
-	e.freeBlocks += s.blocks
-	s.blocks = 0
+	e.freeBlocksOf(s)
 	s.state = seqDone
+}
+
+// freeBlocksOf gives back every block s holds; its cached blocks stay in the prefix cache.
+func (e *Engine) freeBlocksOf(s *sequence) {
+	e.kv.release(s.shared)
+	e.kv.give(s.blocks)
+	s.shared, s.blocks, s.registered = nil, 0, 0
+}
+
+// heldBlocks is the number of blocks s holds, shared and private.
+func (s *sequence) heldBlocks() int { return len(s.shared) + s.blocks }
+
+// cacheComputed offers to the prefix cache the prompt blocks of s that are full once its KV
+// covers upTo tokens. vLLM does this when it schedules the tokens, so a request admitted later
+// in the same step already finds them.
+func (e *Engine) cacheComputed(s *sequence, upTo int) {
+	full := min(len(s.hashes), upTo/e.prof.BlockSize)
+	for ; s.registered < full; s.registered++ {
+		if b := e.kv.register(s.hashes[s.registered]); b != nil {
+			s.blocks--
+			s.shared = append(s.shared, b)
+		}
+	}
 }
 
 // loop runs steps while there is work and the engine is not paused, and blocks on the wake
@@ -425,16 +491,16 @@ func (e *Engine) schedule() StepInfo {
 			continue
 		}
 		contextLen := s.prompt + s.generated // the KV cache holds all but the last token, which this step adds
-		if need := blocksFor(contextLen, p.BlockSize); need > s.blocks {
-			for e.freeBlocks < need-s.blocks && e.running[len(e.running)-1] != s {
+		if more := blocksFor(contextLen, p.BlockSize) - s.heldBlocks(); more > 0 {
+			for e.kv.available() < more && e.running[len(e.running)-1] != s {
 				e.preempt(e.running[len(e.running)-1], &info)
 			}
-			if e.freeBlocks < need-s.blocks {
+			if e.kv.available() < more {
 				e.preempt(s, &info) // s is the most recently admitted and no block is left
 				break
 			}
-			e.freeBlocks -= need - s.blocks
-			s.blocks = need
+			e.kv.take(more)
+			s.blocks += more
 		}
 		e.plan = append(e.plan, planItem{seq: s})
 		info.DecodeSeqs++
@@ -448,6 +514,7 @@ func (e *Engine) schedule() StepInfo {
 	for _, s := range e.running {
 		if rest := s.prefillTarget - s.prefilled; rest > 0 && budget > 0 {
 			chunk := min(rest, budget)
+			e.cacheComputed(s, s.prefilled+chunk)
 			e.plan = append(e.plan, planItem{seq: s, prefill: chunk})
 			budget -= chunk
 			info.PrefillTokens += chunk
@@ -457,14 +524,18 @@ func (e *Engine) schedule() StepInfo {
 	for info.Preempted == 0 && len(e.waiting) > 0 && len(e.running) < p.MaxNumSeqs && budget > 0 {
 		s := e.waiting[0]
 		target := s.prompt + s.generated // a preempted sequence recomputes its output too
-		need := blocksFor(target, p.BlockSize)
+		// The prefix cache can spare the full blocks of the prompt but the last token, which
+		// must be computed to give the logits of the next one.
+		hits := e.kv.lookup(s.hashes[:min(len(s.hashes), (target-1)/p.BlockSize)])
+		cached := len(hits) * p.BlockSize
+		need := blocksFor(target, p.BlockSize) - len(hits)
 		if p.Alloc == AllocContiguous {
-			need = blocksFor(s.prompt+s.maxTokens, p.BlockSize)
+			need = blocksFor(s.prompt+s.maxTokens, p.BlockSize) - len(hits)
 		}
-		if need > e.freeBlocks {
+		if need+idleAmong(hits) > e.kv.available() {
 			break // FCFS: the head of the queue blocks the others
 		}
-		chunk := target
+		chunk := target - cached
 		if chunk > budget {
 			if !p.ChunkedPrefill {
 				break
@@ -472,18 +543,31 @@ func (e *Engine) schedule() StepInfo {
 			chunk = budget
 		}
 		e.waiting = e.waiting[1:]
-		e.freeBlocks -= need
-		s.blocks = need
+		e.kv.acquire(hits)
+		e.kv.take(need)
+		s.shared, s.blocks, s.registered = hits, need, len(hits)
 		s.state = seqRunning
-		s.prefillTarget, s.prefilled = target, 0
+		s.prefillTarget, s.prefilled = target, cached
+		e.cacheComputed(s, cached+chunk)
 		if s.timeline.Admissions == 0 {
 			s.timeline.Scheduled = info.Start
+			s.usage.CachedTokens = cached
+			if p.PrefixCaching {
+				e.stats.PrefixCacheQueries += int64(s.prompt)
+				e.stats.PrefixCacheHits += int64(cached)
+			}
+		} else if p.PrefixCaching {
+			// Counted apart, as vLLM does, so that a preempted sequence finding its own
+			// blocks again does not raise the hit rate.
+			e.stats.PreemptedPrefixCacheQueries += int64(target)
+			e.stats.PreemptedPrefixCacheHits += int64(cached)
 		}
 		s.timeline.Admissions++
 		e.running = append(e.running, s)
 		e.plan = append(e.plan, planItem{seq: s, prefill: chunk})
 		budget -= chunk
 		info.PrefillTokens += chunk
+		info.CachedTokens += cached
 		info.Admitted++
 	}
 
@@ -499,8 +583,7 @@ func (e *Engine) schedule() StepInfo {
 // prompt and output again.
 func (e *Engine) preempt(s *sequence, info *StepInfo) {
 	e.running = slices.DeleteFunc(e.running, func(r *sequence) bool { return r == s })
-	e.freeBlocks += s.blocks
-	s.blocks = 0
+	e.freeBlocksOf(s)
 	s.state = seqWaiting
 	s.prefillTarget, s.prefilled = 0, 0
 	s.timeline.Preemptions++
@@ -508,7 +591,7 @@ func (e *Engine) preempt(s *sequence, info *StepInfo) {
 	e.stats.Preemptions++
 	info.Preempted++
 	e.log.Debug("preempted sequence: KV cache full", "request_id", s.id,
-		"free_blocks", e.freeBlocks, "running", len(e.running), "waiting", len(e.waiting))
+		"free_blocks", e.kv.available(), "running", len(e.running), "waiting", len(e.waiting))
 }
 
 // apply carries out the planned step at its end: prefill progress, one token for each sequence
@@ -558,7 +641,14 @@ func (e *Engine) emit(s *sequence, now time.Duration) {
 	}
 	s.lastTokenAt = now
 	s.timeline.OutputTokens = s.generated
-	s.out.push(s.words)
+	reasoning := s.generated <= s.reasoning
+	if reasoning {
+		e.stats.ReasoningTokens++
+	} else if s.generated == s.reasoning+1 {
+		s.timeline.FirstAnswerToken = now
+		s.words.startAnswer()
+	}
+	s.out.push(s.words, reasoning)
 }
 
 func (e *Engine) finish(s *sequence, now time.Duration) {
@@ -568,6 +658,7 @@ func (e *Engine) finish(s *sequence, now time.Duration) {
 	e.stats.Finished++
 	e.metrics.e2e.Observe((now - s.timeline.Arrived).Seconds())
 	s.usage.CompletionTokens = s.generated
+	s.usage.ReasoningTokens = s.reasoning
 	s.out.finish("length", s.usage)
 }
 
@@ -579,6 +670,7 @@ type StepInfo struct {
 	DecodeSeqs    int           // sequences that decoded one token
 	KVTokens      int           // sum of the context lengths of the decoding sequences
 	PrefillTokens int           // prompt tokens prefilled
+	CachedTokens  int           // prompt tokens of the admitted sequences found in the prefix cache
 	Admitted      int           // sequences admitted from the queue
 	Preempted     int           // sequences preempted to free blocks
 	Finished      int           // sequences that produced their last token
@@ -595,14 +687,26 @@ type Stats struct {
 	BlocksTotal          int           // KV-cache capacity in blocks
 	KVUsage              float64       // BlocksUsed / BlocksTotal, 0..1 like vllm:gpu_cache_usage_perc
 	BlocksReservedUnused int           // blocks held beyond the sequences' current lengths (contiguous waste)
+	BlocksCached         int           // blocks the prefix cache can find, held by sequences or idle
+	BlocksCachedIdle     int           // cached blocks no sequence holds: free, but kept until needed
+	MemoryUsedBytes      int64         // simulated device memory in use: Profile.MemoryUsed(BlocksUsed)
 	Preemptions          int64         // total preemptions
 	Steps                int64         // steps run
 	BusyTime             time.Duration // sum of step durations
 	PromptTokens         int64         // prompt tokens prefilled (once per request, recomputation not counted)
-	GenerationTokens     int64         // output tokens produced
-	Finished             int64         // requests that produced all their tokens
-	Aborted              int64         // requests closed or cancelled before finishing
-	LastStep             StepInfo      // the last step run
+	GenerationTokens     int64         // output tokens produced, reasoning included
+	ReasoningTokens      int64         // output tokens that were reasoning
+	// PrefixCacheQueries and PrefixCacheHits count, in tokens, the prompts looked up in the
+	// prefix cache at their first admission and the part found there (vLLM's
+	// vllm:prefix_cache_queries and vllm:prefix_cache_hits). Re-admissions after preemption
+	// are counted in the Preempted pair instead.
+	PrefixCacheQueries          int64
+	PrefixCacheHits             int64
+	PreemptedPrefixCacheQueries int64
+	PreemptedPrefixCacheHits    int64
+	Finished                    int64    // requests that produced all their tokens
+	Aborted                     int64    // requests closed or cancelled before finishing
+	LastStep                    StepInfo // the last step run
 }
 
 // Stats returns a snapshot of the engine's state and counters.
@@ -615,11 +719,14 @@ func (e *Engine) Stats() Stats {
 	st.Waiting = len(e.waiting)
 	st.BatchSize = st.LastStep.Seqs
 	st.BlocksTotal = e.prof.NumBlocks
-	st.BlocksUsed = e.prof.NumBlocks - e.freeBlocks
+	st.BlocksUsed = e.kv.used()
 	st.KVUsage = float64(st.BlocksUsed) / float64(st.BlocksTotal)
+	st.BlocksCached = e.kv.cached()
+	st.BlocksCachedIdle = e.kv.idle.len
+	st.MemoryUsedBytes = e.prof.MemoryUsed(st.BlocksUsed)
 	for _, s := range e.running {
-		if used := blocksFor(s.prompt+s.generated, e.prof.BlockSize); s.blocks > used {
-			st.BlocksReservedUnused += s.blocks - used
+		if used := blocksFor(s.prompt+s.generated, e.prof.BlockSize); s.heldBlocks() > used {
+			st.BlocksReservedUnused += s.heldBlocks() - used
 		}
 	}
 	return st

@@ -1,7 +1,9 @@
 package llmsim
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +54,16 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 //	                           vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //	                           vllm:request_success_total{finished_reason},
 //	                           vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
-//	                           vllm:e2e_request_latency_seconds, all labelled model_name
+//	                           vllm:e2e_request_latency_seconds,
+//	                           vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total
+//	                           (tokens), all labelled model_name; and the simulated device
+//	                           memory in use as dcgm-exporter's DCGM_FI_DEV_FB_USED (MiB)
+//
+// A request may set vLLM's thinking_token_budget: the simulated model then reasons exactly that
+// many tokens (0: none) before answering, instead of the engine's WithReasoningTokens. Reasoning
+// streams first, as reasoning_content (and reasoning, vLLM's current name) deltas, and is
+// counted in usage.completion_tokens_details.reasoning_tokens; prefix-cache hits are in
+// usage.prompt_tokens_details.cached_tokens.
 //
 // Errors are OpenAI error JSON. A client that disconnects aborts its sequence, which frees its
 // KV-cache blocks at once. The "rag" request object of the RAG API is ignored here.
@@ -114,11 +125,35 @@ func (h *handler) models(w http.ResponseWriter, _ *http.Request) {
 	openai.WriteJSON(w, http.StatusOK, list)
 }
 
+// engineFields are the request fields the engine reads beyond the OpenAI ones.
+type engineFields struct {
+	// ThinkingTokenBudget is vLLM's cap on a request's reasoning tokens; a simulated model
+	// always spends all of it.
+	ThinkingTokenBudget *int `json:"thinking_token_budget"`
+}
+
 func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
-	req, err := openai.DecodeChatRequest(http.MaxBytesReader(w, r.Body, openai.MaxBodyBytes))
+	var body bytes.Buffer
+	req, err := openai.DecodeChatRequest(io.TeeReader(http.MaxBytesReader(w, r.Body, openai.MaxBodyBytes), &body))
 	if err != nil {
 		openai.WriteError(w, err)
 		return
+	}
+	var ext engineFields
+	if err := json.NewDecoder(&body).Decode(&ext); err != nil {
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "thinking_token_budget",
+			Message: "thinking_token_budget must be an integer: " + err.Error(), Err: rag.ErrInvalidRequest})
+		return
+	}
+	var opts []RequestOption
+	if b := ext.ThinkingTokenBudget; b != nil {
+		if *b < 0 {
+			openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "thinking_token_budget",
+				Message: fmt.Sprintf("thinking_token_budget must be 0 or more, got %d: the simulated model spends its whole budget, so it needs a finite one", *b),
+				Err:     rag.ErrInvalidRequest})
+			return
+		}
+		opts = append(opts, WithRequestReasoning(*b))
 	}
 	req.RAG = nil // RAG options mean nothing to a bare engine
 	q, err := req.Query(h.limits)
@@ -129,7 +164,7 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	id := openai.NewCompletionID()
 	st, err := h.e.Submit(r.Context(), rag.GenRequest{
 		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature,
-	})
+	}, opts...)
 	if err != nil {
 		openai.WriteError(w, err)
 		return
@@ -140,9 +175,9 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 		streamChat(r.Context(), openai.NewChatStream(w, id, q.Model, includeUsage), st)
 		return
 	}
-	var text strings.Builder
+	var text, reasoning strings.Builder
 	for {
-		d, err := st.Recv()
+		d, err := st.RecvOutput()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("llm-sim stream ended without a finish reason")
@@ -150,9 +185,14 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 			openai.WriteError(w, err)
 			return
 		}
+		reasoning.WriteString(d.Reasoning)
 		text.WriteString(d.Text)
 		if d.FinishReason != "" {
-			openai.WriteJSON(w, http.StatusOK, openai.Completion(id, q.Model, text.String(), d.FinishReason, *d.Usage))
+			if reasoning.Len() > 0 {
+				openai.WriteJSON(w, http.StatusOK, openai.ReasoningCompletion(id, q.Model, reasoning.String(), text.String(), d.FinishReason, *d.Usage))
+			} else {
+				openai.WriteJSON(w, http.StatusOK, openai.Completion(id, q.Model, text.String(), d.FinishReason, *d.Usage))
+			}
 			return
 		}
 	}
@@ -165,12 +205,17 @@ func streamChat(ctx context.Context, cs *openai.ChatStream, st *Stream) {
 		return
 	}
 	for {
-		d, err := st.Recv()
+		d, err := st.RecvOutput()
 		if err != nil {
 			if ctx.Err() == nil { // nobody to tell when the client is gone
 				_ = cs.Fail(err)
 			}
 			return
+		}
+		if d.Reasoning != "" {
+			if err := cs.Reasoning(d.Reasoning); err != nil {
+				return
+			}
 		}
 		if d.Text != "" {
 			if err := cs.Content(d.Text); err != nil {

@@ -15,15 +15,18 @@ var (
 		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 )
 
-// metrics exports the engine under vLLM's metric names, all labelled model_name. Gauges and
-// counters are read from Stats at scrape time; the latency histograms are observed by the
-// engine loop on the engine clock (simulated seconds in virtual time).
+// metrics exports the engine under vLLM's metric names, all labelled model_name, and the
+// simulated device memory under dcgm-exporter's name. Gauges and counters are read from Stats
+// at scrape time; the latency histograms are observed by the engine loop on the engine clock
+// (simulated seconds in virtual time).
 type metrics struct {
 	e *Engine
 
 	running, waiting, gpuCache, kvCache  *prometheus.Desc
 	preemptions, promptTokens, genTokens *prometheus.Desc
 	success                              *prometheus.Desc
+	prefixQueries, prefixHits            *prometheus.Desc
+	fbUsed                               *prometheus.Desc
 
 	ttft, tpot, e2e prometheus.Histogram
 }
@@ -46,16 +49,25 @@ func newMetrics(e *Engine) *metrics {
 		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		success:      desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
-		ttft:         hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
-		tpot:         hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", tpotBuckets),
-		e2e:          hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", e2eBuckets),
+		prefixQueries: desc("vllm:prefix_cache_queries_total",
+			"Prefix cache queries, in terms of number of queried tokens."),
+		prefixHits: desc("vllm:prefix_cache_hits_total",
+			"Prefix cache hits, in terms of number of cached tokens."),
+		// dcgm-exporter's name, unit and labels (gpu index, device, modelName), so that a
+		// dashboard or `ragtail bench` reads the simulator's memory as a real GPU's.
+		fbUsed: prometheus.NewDesc("DCGM_FI_DEV_FB_USED",
+			"Framebuffer memory used (in MiB). Simulated: weights + activation reserve + KV-cache blocks in use.", nil,
+			prometheus.Labels{"gpu": "0", "device": "nvidia0", "modelName": e.prof.GPU}),
+		ttft: hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
+		tpot: hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", tpotBuckets),
+		e2e:  hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", e2eBuckets),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.gpuCache, m.kvCache,
-		m.preemptions, m.promptTokens, m.genTokens, m.success} {
+		m.preemptions, m.promptTokens, m.genTokens, m.success, m.prefixQueries, m.prefixHits, m.fbUsed} {
 		ch <- d
 	}
 	m.ttft.Describe(ch)
@@ -79,6 +91,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.preemptions, float64(st.Preemptions))
 	counter(m.promptTokens, float64(st.PromptTokens))
 	counter(m.genTokens, float64(st.GenerationTokens))
+	counter(m.prefixQueries, float64(st.PrefixCacheQueries))
+	counter(m.prefixHits, float64(st.PrefixCacheHits))
+	gauge(m.fbUsed, float64(st.MemoryUsedBytes/mib)) // whole MiB, as DCGM reports
 	// The engine always stops at max_tokens, so "stop" stays 0; it is exported, as vLLM exports
 	// every reason from the start, so that sums over reasons work. Aborts count as in vLLM V1.
 	counter(m.success, 0, "stop")

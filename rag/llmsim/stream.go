@@ -11,14 +11,17 @@ import (
 
 // Timeline is what happened to one request, on the engine clock (Engine.Now).
 type Timeline struct {
-	Arrived      time.Duration // Generate was called
-	Scheduled    time.Duration // first admitted to the running batch (valid when Admissions > 0)
-	FirstToken   time.Duration // end of the step that produced the first token (valid when OutputTokens > 0)
-	Finished     time.Duration // end of the step that produced the last token (valid when Done)
-	Admissions   int           // times admitted: 1 + re-admissions after preemptions
-	Preemptions  int           // times preempted
-	OutputTokens int           // tokens produced so far
-	Done         bool          // all tokens produced
+	Arrived    time.Duration // Generate was called
+	Scheduled  time.Duration // first admitted to the running batch (valid when Admissions > 0)
+	FirstToken time.Duration // end of the step that produced the first token, reasoning or not (valid when OutputTokens > 0)
+	// FirstAnswerToken is the end of the step that produced the first token after the
+	// reasoning (valid when OutputTokens exceeds the reasoning tokens).
+	FirstAnswerToken time.Duration
+	Finished         time.Duration // end of the step that produced the last token (valid when Done)
+	Admissions       int           // times admitted: 1 + re-admissions after preemptions
+	Preemptions      int           // times preempted
+	OutputTokens     int           // tokens produced so far
+	Done             bool          // all tokens produced
 }
 
 // TTFT is the time to first token: FirstToken - Arrived.
@@ -49,35 +52,61 @@ type Stream struct {
 	closing   sync.Once
 }
 
-// Recv returns the tokens produced since the last call as one delta (Tokens > 1 when the
-// reader fell behind the engine), waiting for at least one. The last delta carries the finish
-// reason and usage; after it Recv returns io.EOF. If the context given to Generate is done, Recv
-// returns its error; if the engine closed first, ErrClosed.
+// Output is one delta of a stream with its reasoning: Reasoning holds the reasoning tokens
+// produced since the last call (ReasoningTokens of them), which come before the answer's
+// tokens in the embedded Delta.
+type Output struct {
+	rag.Delta
+	Reasoning       string
+	ReasoningTokens int
+}
+
+// Recv returns the answer's tokens produced since the last call as one delta (Tokens > 1 when
+// the reader fell behind the engine), waiting for at least one; reasoning tokens are left out
+// (see RecvOutput). The last delta carries the finish reason and usage; after it Recv returns
+// io.EOF. If the context given to Generate is done, Recv returns its error; if the engine
+// closed first, ErrClosed.
 func (s *Stream) Recv() (rag.Delta, error) {
+	for {
+		out, err := s.RecvOutput()
+		if err != nil {
+			return rag.Delta{}, err
+		}
+		if out.Tokens > 0 || out.FinishReason != "" {
+			return out.Delta, nil
+		}
+	}
+}
+
+// RecvOutput is Recv with the reasoning: it returns every token produced since the last call,
+// reasoning and answer, waiting for at least one.
+func (s *Stream) RecvOutput() (Output, error) {
 	o := &s.seq.out
 	for {
 		if err := s.ctx.Err(); err != nil {
-			return rag.Delta{}, err
+			return Output{}, err
 		}
 		o.mu.Lock()
-		if o.tokens > 0 || (o.finished && !o.delivered) {
-			d := rag.Delta{Text: string(o.buf), Tokens: o.tokens}
+		if o.tokens > 0 || o.reasoningTokens > 0 || (o.finished && !o.delivered) {
+			out := Output{Delta: rag.Delta{Text: string(o.buf), Tokens: o.tokens},
+				Reasoning: string(o.reasoning), ReasoningTokens: o.reasoningTokens}
 			o.buf, o.tokens = o.buf[:0], 0
+			o.reasoning, o.reasoningTokens = o.reasoning[:0], 0
 			if o.finished {
 				u := o.usage
-				d.FinishReason, d.Usage = o.reason, &u
+				out.FinishReason, out.Usage = o.reason, &u
 				o.delivered = true
 			}
 			o.mu.Unlock()
-			return d, nil
+			return out, nil
 		}
 		delivered, err := o.delivered, o.err
 		o.mu.Unlock()
 		switch {
 		case delivered:
-			return rag.Delta{}, io.EOF
+			return Output{}, io.EOF
 		case err != nil:
-			return rag.Delta{}, err
+			return Output{}, err
 		}
 		select {
 		case <-o.notify:
@@ -109,14 +138,17 @@ func (s *Stream) Timeline() Timeline {
 // blocking; the reader takes everything queued at once.
 type outbox struct {
 	mu        sync.Mutex
-	buf       []byte // text of the queued tokens
+	buf       []byte // text of the queued answer tokens
 	tokens    int
-	finished  bool // the last token is queued; reason and usage are set
-	reason    string
-	usage     rag.Usage
-	delivered bool  // the last delta was returned
-	err       error // the stream failed
-	notify    chan struct{}
+	reasoning []byte // text of the queued reasoning tokens
+	// reasoningTokens counts the tokens in reasoning
+	reasoningTokens int
+	finished        bool // the last token is queued; reason and usage are set
+	reason          string
+	usage           rag.Usage
+	delivered       bool  // the last delta was returned
+	err             error // the stream failed
+	notify          chan struct{}
 }
 
 func (o *outbox) wake() {
@@ -126,10 +158,15 @@ func (o *outbox) wake() {
 	}
 }
 
-func (o *outbox) push(w *wordSource) {
+func (o *outbox) push(w *wordSource, reasoning bool) {
 	o.mu.Lock()
-	o.buf = w.next(o.buf)
-	o.tokens++
+	if reasoning {
+		o.reasoning = w.next(o.reasoning)
+		o.reasoningTokens++
+	} else {
+		o.buf = w.next(o.buf)
+		o.tokens++
+	}
 	o.mu.Unlock()
 	o.wake()
 }

@@ -108,3 +108,7 @@ func (w *wordSource) next(dst []byte) []byte {
 	w.rest = w.rest[i:]
 	return dst
 }
+
+// startAnswer makes the next token begin a new word without a leading space: the answer after
+// the reasoning is a text of its own.
+func (w *wordSource) startAnswer() { w.started, w.rest = false, "" }

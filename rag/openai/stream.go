@@ -63,6 +63,14 @@ func (s *ChatStream) Content(text string) error {
 	return s.sse.Data(s.chunk(ChunkDelta{Content: &text}, nil))
 }
 
+// Reasoning writes one chunk of reasoning text, after the role chunk and before the content.
+func (s *ChatStream) Reasoning(text string) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	return s.sse.Data(s.chunk(ChunkDelta{ReasoningContent: text, Reasoning: text}, nil))
+}
+
 // Finish writes the finish chunk, the usage chunk when usage was asked for, and [DONE].
 // serverTiming, if not empty, is carried on the last chunk.
 func (s *ChatStream) Finish(reason string, usage rag.Usage, serverTiming string) error {
@@ -103,4 +111,12 @@ func Completion(id, model, content, finishReason string, usage rag.Usage) ChatCo
 		Choices: []ChatChoice{{Index: 0, Message: ResponseMessage{Role: "assistant", Content: content}, FinishReason: finishReason}},
 		Usage:   UsageOf(usage),
 	}
+}
+
+// ReasoningCompletion builds a non-streamed response of a reasoning model: Completion with the
+// reasoning text in the message.
+func ReasoningCompletion(id, model, reasoning, content, finishReason string, usage rag.Usage) ChatCompletion {
+	c := Completion(id, model, content, finishReason, usage)
+	c.Choices[0].Message.ReasoningContent, c.Choices[0].Message.Reasoning = reasoning, reasoning
+	return c
 }

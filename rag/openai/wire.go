@@ -118,10 +118,14 @@ type ChunkChoice struct {
 	FinishReason *string    `json:"finish_reason"`
 }
 
-// ChunkDelta is the delta of a chunk choice.
+// ChunkDelta is the delta of a chunk choice. A reasoning model's thinking comes before the
+// answer under both names in use: reasoning_content (DeepSeek's and vLLM's original field) and
+// reasoning (vLLM's name since late 2025), with the same text.
 type ChunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent string  `json:"reasoning_content,omitempty"`
+	Reasoning        string  `json:"reasoning,omitempty"`
 }
 
 // ChatCompletion is a non-streamed response (object "chat.completion").
@@ -143,22 +147,45 @@ type ChatChoice struct {
 	FinishReason string          `json:"finish_reason"`
 }
 
-// ResponseMessage is the assistant message of a non-streamed response.
+// ResponseMessage is the assistant message of a non-streamed response; the reasoning fields
+// are as in ChunkDelta.
 type ResponseMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role             string `json:"role"`
+	Content          string `json:"content"`
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	Reasoning        string `json:"reasoning,omitempty"`
 }
 
 // WireUsage is OpenAI's usage object.
 type WireUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens            int                      `json:"prompt_tokens"`
+	CompletionTokens        int                      `json:"completion_tokens"`
+	TotalTokens             int                      `json:"total_tokens"`
+	PromptTokensDetails     *PromptTokensDetails     `json:"prompt_tokens_details,omitempty"`
+	CompletionTokensDetails *CompletionTokensDetails `json:"completion_tokens_details,omitempty"`
 }
 
-// UsageOf converts u to OpenAI's usage object.
+// PromptTokensDetails is OpenAI's usage.prompt_tokens_details.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"` // prompt tokens found in the prefix cache
+}
+
+// CompletionTokensDetails is OpenAI's usage.completion_tokens_details.
+type CompletionTokensDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"` // completion tokens spent on reasoning
+}
+
+// UsageOf converts u to OpenAI's usage object. The details objects are present only when their
+// count is not zero, so servers without a prefix cache or reasoning send what they always sent.
 func UsageOf(u rag.Usage) WireUsage {
-	return WireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	w := WireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	if u.CachedTokens > 0 {
+		w.PromptTokensDetails = &PromptTokensDetails{CachedTokens: u.CachedTokens}
+	}
+	if u.ReasoningTokens > 0 {
+		w.CompletionTokensDetails = &CompletionTokensDetails{ReasoningTokens: u.ReasoningTokens}
+	}
+	return w
 }
 
 // ModelList is the body of GET /v1/models.
