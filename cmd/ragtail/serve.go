@@ -40,7 +40,7 @@ prompts and answers on spans (off by default: only a hash of the question).
 
 On SIGINT/SIGTERM it stops accepting requests and lets running streams finish for --shutdown-grace.`)
 	fs.StringVar(&o.addr, "addr", ":8080", "API listen address")
-	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof); empty disables it")
+	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof, traces, profiles, /admin/config); empty disables it.\nOff loopback every admin route needs RAGTAIL_ADMIN_TOKEN as 'Authorization: Bearer TOKEN',\nand serve refuses to start without it")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
 	o.service.register(fs)
 	o.service.telemetry.register(fs)
@@ -49,7 +49,9 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 		return err
 	}
 	logger := newLogger(stderr, o.service.logLevel)
-	svc, err := buildService(ctx, o.service.config(true), o.service.telemetry, logger)
+	cfg := o.service.config(true)
+	cfg.AdminAddr = o.adminAddr
+	svc, err := buildService(ctx, cfg, o.service.telemetry, logger)
 	if err != nil {
 		return err
 	}

@@ -29,22 +29,27 @@ type ConfigStore interface {
 // MaxConfigBody bounds the body of PUT /admin/config.
 const MaxConfigBody = 1 << 20
 
-// ConfigAccess says who may change the configuration.
-type ConfigAccess struct {
-	// Token, when set, is required as "Authorization: Bearer TOKEN" on every PUT, whatever
-	// the listener (RAGTAIL_ADMIN_TOKEN).
+// AdminAccess says who may use the admin routes.
+//
+// Off loopback, every route (reads included; /healthz excepted) needs Token as
+// "Authorization: Bearer TOKEN": a listener bound to a routable or unspecified address (0.0.0.0,
+// ::, a host name) is reachable by anyone on the network, and a sidecar proxy in front of it
+// connects from 127.0.0.1, so the peer address proves nothing. Without a Token such a listener
+// answers 403 to everything. On loopback, reads are open (only processes on the host can connect)
+// and a write needs Token when one is set.
+type AdminAccess struct {
+	// Token is RAGTAIL_ADMIN_TOKEN; "" means none is configured.
 	Token string
-	// TrustLoopback lets a PUT without a token through when no Token is set and the request
-	// arrived on a loopback address of the listener (the admin listener's default,
-	// 127.0.0.1:9464): only processes on the host can reach it. Off a loopback address a PUT
-	// without a configured token is refused (403), since anyone who can reach the port could
-	// otherwise reconfigure the service.
-	TrustLoopback bool
+	// ListenAddr is the address the admin listener was told to bind (--admin-addr), which
+	// decides whether it is on loopback (IsLoopbackAddr). Empty: each connection's local
+	// address decides, which is right only for a listener bound to one address (httptest, a
+	// listener on 127.0.0.1:0), never for one bound to 0.0.0.0 or ::.
+	ListenAddr string
 }
 
-// WithConfig serves GET and PUT /admin/config from store, with PUT guarded by access.
-func WithConfig(store ConfigStore, access ConfigAccess) AdminOption {
-	return adminOptionFunc(func(c *adminConfig) { c.config, c.configAccess = store, access })
+// WithConfig serves GET and PUT /admin/config from store.
+func WithConfig(store ConfigStore) AdminOption {
+	return adminOptionFunc(func(c *adminConfig) { c.config = store })
 }
 
 // WithStats serves GET /admin/stats with the JSON of what stats returns: the counters of the
@@ -54,19 +59,12 @@ func WithStats(stats func() any) AdminOption {
 }
 
 // configHandler serves /admin/config.
-func configHandler(store ConfigStore, access ConfigAccess) http.Handler {
+func configHandler(store ConfigStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			openai.WriteJSON(w, http.StatusOK, store.Get())
 		case http.MethodPut, http.MethodPost, http.MethodPatch:
-			if he := access.check(r); he != nil {
-				if he.Status == http.StatusUnauthorized {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="ragtail admin"`)
-				}
-				openai.WriteError(w, he)
-				return
-			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigBody))
 			if err != nil {
 				openai.WriteError(w, fmt.Errorf("%w: read config body (at most %d bytes): %w", rag.ErrInvalidRequest, MaxConfigBody, err))
@@ -86,17 +84,37 @@ func configHandler(store ConfigStore, access ConfigAccess) http.Handler {
 	})
 }
 
-// check returns the error to answer a mutating request with, or nil if it may proceed.
-func (a ConfigAccess) check(r *http.Request) *openai.HTTPError {
-	if a.Token == "" {
-		if a.TrustLoopback && arrivedOnLoopback(r) {
-			return nil
+// isRead reports whether r only reads.
+func isRead(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
+}
+
+// guard answers a request the access rules refuse, and passes the others to next.
+func (a AdminAccess) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if he := a.check(r); he != nil {
+			if he.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="ragtail admin"`)
+			}
+			openai.WriteError(w, he)
+			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// check returns the error to answer r with, or nil if it may proceed.
+func (a AdminAccess) check(r *http.Request) *openai.HTTPError {
+	loopback := a.onLoopback(r)
+	if loopback && (isRead(r) || a.Token == "") {
+		return nil
+	}
+	if a.Token == "" {
 		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "admin_token_required",
-			Message: "changing the configuration off a loopback address needs a token: start the service with RAGTAIL_ADMIN_TOKEN set and send it as 'Authorization: Bearer TOKEN'"}
+			Message: "the admin listener is not on a loopback address, so every admin route needs a token: start the service with RAGTAIL_ADMIN_TOKEN set and send it as 'Authorization: Bearer TOKEN', or bind --admin-addr to 127.0.0.1"}
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || got == "" {
+	if !ok || strings.TrimSpace(got) == "" {
 		return &openai.HTTPError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "missing_admin_token",
 			Message: "missing admin token: send 'Authorization: Bearer $RAGTAIL_ADMIN_TOKEN'"}
 	}
@@ -105,6 +123,31 @@ func (a ConfigAccess) check(r *http.Request) *openai.HTTPError {
 			Message: "invalid admin token", Err: errors.New("admin token mismatch")}
 	}
 	return nil
+}
+
+// onLoopback reports whether the admin listener r arrived on is on loopback: from ListenAddr
+// when it is set, else from the connection's local address.
+func (a AdminAccess) onLoopback(r *http.Request) bool {
+	if a.ListenAddr != "" {
+		return IsLoopbackAddr(a.ListenAddr)
+	}
+	return arrivedOnLoopback(r)
+}
+
+// IsLoopbackAddr reports whether a listener bound to addr (host:port, as given to net.Listen)
+// accepts connections on loopback only: its host is a loopback IP or "localhost". An empty or
+// unspecified host (":9464", "0.0.0.0", "::") listens on every address, and any other host name
+// may resolve to a routable one, so neither counts.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // arrivedOnLoopback reports whether the connection's local address (the listener's side) is a

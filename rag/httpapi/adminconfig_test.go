@@ -53,7 +53,7 @@ func (s *counterStore) Apply(_ context.Context, body []byte) (any, error) {
 func TestAdminConfig(t *testing.T) {
 	tests := []struct {
 		name       string
-		access     httpapi.ConfigAccess
+		access     httpapi.AdminAccess
 		localAddr  string // the listener side of the connection
 		method     string
 		auth       string
@@ -61,19 +61,21 @@ func TestAdminConfig(t *testing.T) {
 		wantStatus int
 		wantCode   string
 	}{
-		{name: "get needs no token", access: httpapi.ConfigAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodGet, wantStatus: 200},
-		{name: "loopback trusted without token", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 200},
-		{name: "off loopback without configured token", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "10.0.0.5:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 403, wantCode: "admin_token_required"},
-		{name: "token set, missing on loopback", access: httpapi.ConfigAccess{Token: "s3cret", TrustLoopback: true}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 401, wantCode: "missing_admin_token"},
-		{name: "wrong token", access: httpapi.ConfigAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodPut, auth: "Bearer nope", body: `{"top_k":3}`, wantStatus: 403, wantCode: "invalid_admin_token"},
-		{name: "right token off loopback", access: httpapi.ConfigAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodPut, auth: "Bearer s3cret", body: `{"top_k":3}`, wantStatus: 200},
-		{name: "invalid field", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "[::1]:9464", method: http.MethodPut, body: `{"top_k":0}`, wantStatus: 400},
-		{name: "method not allowed", access: httpapi.ConfigAccess{TrustLoopback: true}, localAddr: "127.0.0.1:9464", method: http.MethodDelete, wantStatus: 405},
+		{name: "get on loopback needs no token", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "127.0.0.1:9464"}, localAddr: "127.0.0.1:9464", method: http.MethodGet, wantStatus: 200},
+		{name: "get off loopback needs the token", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "10.0.0.5:9464"}, localAddr: "10.0.0.5:9464", method: http.MethodGet, wantStatus: 401, wantCode: "missing_admin_token"},
+		{name: "loopback trusted without token", access: httpapi.AdminAccess{}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 200},
+		{name: "off loopback without configured token", access: httpapi.AdminAccess{}, localAddr: "10.0.0.5:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 403, wantCode: "admin_token_required"},
+		{name: "unspecified bind reached on loopback", access: httpapi.AdminAccess{ListenAddr: ":9464"}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 403, wantCode: "admin_token_required"},
+		{name: "token set, missing on loopback", access: httpapi.AdminAccess{Token: "s3cret"}, localAddr: "127.0.0.1:9464", method: http.MethodPut, body: `{"top_k":3}`, wantStatus: 401, wantCode: "missing_admin_token"},
+		{name: "wrong token", access: httpapi.AdminAccess{Token: "s3cret"}, localAddr: "10.0.0.5:9464", method: http.MethodPut, auth: "Bearer nope", body: `{"top_k":3}`, wantStatus: 403, wantCode: "invalid_admin_token"},
+		{name: "right token off loopback", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "0.0.0.0:9464"}, localAddr: "10.0.0.5:9464", method: http.MethodPut, auth: "Bearer s3cret", body: `{"top_k":3}`, wantStatus: 200},
+		{name: "invalid field", access: httpapi.AdminAccess{}, localAddr: "[::1]:9464", method: http.MethodPut, body: `{"top_k":0}`, wantStatus: 400},
+		{name: "method not allowed", access: httpapi.AdminAccess{}, localAddr: "127.0.0.1:9464", method: http.MethodDelete, wantStatus: 405},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := &counterStore{TopK: 5}
-			h := httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithConfig(store, tt.access))
+			h := httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithConfig(store), httpapi.WithAccess(tt.access))
 			req := httptest.NewRequest(tt.method, "/admin/config", strings.NewReader(tt.body))
 			addr, err := net.ResolveTCPAddr("tcp", tt.localAddr)
 			if err != nil {
@@ -83,6 +85,7 @@ func TestAdminConfig(t *testing.T) {
 			if tt.auth != "" {
 				req.Header.Set("Authorization", tt.auth)
 			}
+			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			if rec.Code != tt.wantStatus {
@@ -110,7 +113,7 @@ func TestAdminConfig(t *testing.T) {
 // TestAdminConfigLoopbackListener checks the loopback rule against a real listener on 127.0.0.1.
 func TestAdminConfigLoopbackListener(t *testing.T) {
 	store := &counterStore{TopK: 5}
-	srv := httptest.NewServer(httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithConfig(store, httpapi.ConfigAccess{TrustLoopback: true})))
+	srv := httptest.NewServer(httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithConfig(store)))
 	defer srv.Close()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, srv.URL+"/admin/config", strings.NewReader(`{"top_k":7}`))
 	if err != nil {
