@@ -101,7 +101,7 @@ func mountAdmin(r chi.Router, reg *prometheus.Registry, cfg adminConfig) {
 		r.Get("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { openai.WriteJSON(w, http.StatusOK, cfg.stats()) })
 	}
 	if cfg.config != nil {
-		r.Handle("/admin/config", configHandler(cfg.config))
+		r.Handle("/admin/config", configHandler(cfg.config, cfg.access))
 	}
 }
 

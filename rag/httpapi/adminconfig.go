@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/ragtail/ragtail/rag"
@@ -58,13 +60,20 @@ func WithStats(stats func() any) AdminOption {
 	return adminOptionFunc(func(c *adminConfig) { c.stats = stats })
 }
 
-// configHandler serves /admin/config.
-func configHandler(store ConfigStore) http.Handler {
+// configHandler serves /admin/config: GET and HEAD read it, PUT changes it. A PUT must be
+// application/json and, on a loopback listener, addressed to the listener itself (sameOrigin),
+// so that a page in a browser on the host cannot change it: a cross-site "simple request" is a
+// POST of text/plain or a form, and a DNS-rebound name carries a foreign Host.
+func configHandler(store ConfigStore, access AdminAccess) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			openai.WriteJSON(w, http.StatusOK, store.Get())
-		case http.MethodPut, http.MethodPost, http.MethodPatch:
+		case http.MethodPut:
+			if he := writeAllowed(r, access); he != nil {
+				openai.WriteError(w, he)
+				return
+			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxConfigBody))
 			if err != nil {
 				openai.WriteError(w, fmt.Errorf("%w: read config body (at most %d bytes): %w", rag.ErrInvalidRequest, MaxConfigBody, err))
@@ -77,11 +86,82 @@ func configHandler(store ConfigStore) http.Handler {
 			}
 			openai.WriteJSON(w, http.StatusOK, cfg)
 		default:
-			w.Header().Set("Allow", "GET, PUT")
+			w.Header().Set("Allow", "GET, HEAD, PUT")
 			openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
-				Message: fmt.Sprintf("method %s not allowed on /admin/config: use GET or PUT", r.Method)})
+				Message: fmt.Sprintf("method %s not allowed on /admin/config: use GET to read it, PUT with a JSON body to change it", r.Method)})
 		}
 	})
+}
+
+// writeAllowed checks a PUT's content type and, on a loopback listener, its Origin and Host.
+func writeAllowed(r *http.Request, access AdminAccess) *openai.HTTPError {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return &openai.HTTPError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+			Message: "PUT /admin/config takes a JSON body: send 'Content-Type: application/json'"}
+	}
+	if !access.onLoopback(r) {
+		return nil // the bearer token guards it; a browser does not attach one cross-site
+	}
+	own := ownHosts(r, access)
+	if origin := r.Header.Get("Origin"); origin != "" && !own.originMatches(origin) {
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "foreign_origin",
+			Message: "PUT /admin/config from a web page of another origin is refused: send it from a program (no Origin header) or from the admin listener's own origin"}
+	}
+	if !own.hostMatches(r.Host) {
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "foreign_host",
+			Message: "PUT /admin/config addressed to another host name is refused: address the admin listener as 127.0.0.1, [::1] or localhost with its port"}
+	}
+	return nil
+}
+
+// hostSet is the names and port a loopback admin listener answers as.
+type hostSet struct {
+	names map[string]bool
+	port  string
+}
+
+// ownHosts returns the listener's own addresses: localhost, 127.0.0.1 and ::1, the configured
+// host and the connection's local IP, each with the port the connection arrived on.
+func ownHosts(r *http.Request, access AdminAccess) hostSet {
+	hs := hostSet{names: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}}
+	if h, p, err := net.SplitHostPort(access.ListenAddr); err == nil {
+		if h != "" {
+			hs.names[strings.ToLower(h)] = true
+		}
+		hs.port = p
+	}
+	if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && addr != nil {
+		if h, p, err := net.SplitHostPort(addr.String()); err == nil {
+			hs.names[h] = true
+			hs.port = p // the port actually bound (":0" picks one)
+		}
+	}
+	return hs
+}
+
+func (hs hostSet) hostMatches(hostport string) bool { return hs.matches(hostport, "80") }
+
+func (hs hostSet) originMatches(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return false // also "null", the origin of sandboxed and file pages
+	}
+	switch u.Scheme {
+	case "http":
+		return hs.matches(u.Host, "80")
+	case "https":
+		return hs.matches(u.Host, "443")
+	}
+	return false
+}
+
+func (hs hostSet) matches(hostport, defaultPort string) bool {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = strings.Trim(hostport, "[]"), defaultPort
+	}
+	return hs.names[strings.ToLower(host)] && (hs.port == "" || port == hs.port)
 }
 
 // isRead reports whether r only reads.
