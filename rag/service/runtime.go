@@ -61,6 +61,9 @@ type RuntimeAdmission struct {
 	Queue        int      `json:"queue"` // -1: unbounded
 	QueueTimeout Duration `json:"queue_timeout"`
 	Policy       string   `json:"policy"`
+	// QueueTarget sheds on arrival a request whose predicted wait exceeds it: "auto" (half
+	// the measured mean service time, at most 1 s), "off", or a duration such as "250ms".
+	QueueTarget string `json:"queue_target"`
 }
 
 // RuntimeLLM is the simulated engine in RuntimeConfig.
@@ -133,7 +136,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize)},
 		Bloom:        RuntimeBloom{Enabled: ds.BloomEnabled, FPRate: o.BloomFP},
 		Admission: RuntimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
-			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy))},
+			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy)), QueueTarget: admission.FormatQueueTarget(ac.QueueTarget)},
 		Faults: faults.Rules(),
 	}
 	if index != nil {
@@ -251,8 +254,14 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	ac := admission.Config{Workers: next.Admission.Workers, QueueCapacity: next.Admission.Queue,
 		QueueTimeout: time.Duration(next.Admission.QueueTimeout), Policy: admission.Policy(next.Admission.Policy)}
+	if target, err := admission.ParseQueueTarget(next.Admission.QueueTarget); err != nil {
+		errs = append(errs, "admission.queue_target: "+strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
+	} else {
+		ac.QueueTarget = target
+		next.Admission.QueueTarget = admission.FormatQueueTarget(target)
+	}
 	if err := ac.Validate(); err != nil {
-		errs = append(errs, "admission: "+err.Error())
+		errs = append(errs, "admission: "+strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
 	}
 	probe, err := fault.NewInjector(nil, 1)
 	if err == nil {
