@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/rag/llmsim"
 )
 
 // TestServeAdminOffLoopbackNeedsToken binds the admin listener to every address and reaches it
@@ -69,6 +72,83 @@ func TestServeRefusesOffLoopbackAdminWithoutToken(t *testing.T) {
 		cancel()
 		if err == nil || !strings.Contains(err.Error(), "RAGTAIL_ADMIN_TOKEN") || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("--admin-addr %s without a token: err = %v, want a refusal naming RAGTAIL_ADMIN_TOKEN and loopback", adminAddr, err)
+		}
+	}
+}
+
+// TestServeKeepsSecretsOutOfLogsAndConfig runs serve at debug level with every API key flag
+// set, against a real OpenAI-compatible LLM server (llm-sim), makes a request, and looks for
+// the keys in everything serve wrote and in GET /admin/config and /admin/stats.
+func TestServeKeepsSecretsOutOfLogsAndConfig(t *testing.T) {
+	t.Parallel()
+	prof, _ := llmsim.ProfileByName("tiny")
+	engine, err := llmsim.New(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	sim := httptest.NewServer(llmsim.NewHandler(engine))
+	defer sim.Close()
+
+	const llmKey, qdrantKey = "sk-llm-secret-4242", "qd-secret-4343"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "debug",
+			"--profiling=false", "--corpus-docs", "20", "--llm-url", sim.URL + "/v1", "--llm-model", prof.Model,
+			"--llm-api-key", llmKey, "--qdrant-api-key=" + qdrantKey}, stdout, stderr)
+	}()
+	var api, admin string
+	deadline := time.Now().Add(30 * time.Second)
+	for api == "" {
+		if m := servingLine.FindStringSubmatch(stdout.String()); m != nil {
+			api = m[1]
+			admin = adminLine.FindStringSubmatch(stdout.String())[1]
+			break
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve did not start within 30 s")
+		}
+	}
+	body := `{"model":"` + prof.Model + `","max_tokens":4,"messages":[{"role":"user","content":"How do caches shape the tail?"}]}`
+	resp, err := http.Post("http://"+api+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat: %d", resp.StatusCode)
+	}
+	var seen strings.Builder
+	for _, route := range []string{"/admin/config", "/admin/stats"} {
+		r, err := http.Get("http://" + admin + route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		seen.Write(b)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	seen.WriteString(stdout.String())
+	seen.WriteString(stderr.String())
+	if !strings.Contains(stderr.String(), "ragtail serving") {
+		t.Fatalf("no startup log captured at debug level: %q", stderr.String())
+	}
+	for _, secret := range []string{llmKey, qdrantKey} {
+		if strings.Contains(seen.String(), secret) {
+			t.Errorf("the key %s appears in serve's output or admin config/stats", secret)
 		}
 	}
 }
