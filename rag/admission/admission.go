@@ -1,7 +1,9 @@
 // Package admission bounds how many requests run the RAG pipeline at once. A Pool has a fixed
 // number of worker slots, a FIFO queue in front of them, a queue timeout, and a policy for the
 // moment the queue is full: shed the request at once (rag.ErrOverloaded, a 503 with Retry-After)
-// or let it wait anyway.
+// or let it wait anyway. A queue target sizes the line from the measured service time, so that
+// under sustained overload the excess is shed on arrival, or as soon as it has waited past the
+// target, rather than after the queue timeout (Config.QueueTarget).
 //
 // It is the knob of PITFALLS.md §5 ("thread-pool configuration"): a bounded queue with a
 // monitored rejection policy keeps the tail bounded under bursts, while a tiny pool, an
