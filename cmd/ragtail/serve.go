@@ -31,7 +31,10 @@ GET /v1/documents/{id}, GET /healthz, GET /readyz. Every response carries tracep
 Server-Timing and X-Ragtail-Time (the service's clock, Unix nanoseconds).
 Admin listener (--admin-addr): GET /metrics (OpenMetrics with trace_id exemplars on request),
 /debug/pprof/*, GET /debug/traces (recent traces, ?slowest=N, ?trace_id=X, with per-stage
-waterfalls), GET /debug/profiles (profile windows; ?trace_id=X for what ran during a trace).
+waterfalls), GET /debug/profiles (profile windows; ?trace_id=X for what ran during a trace),
+GET|PUT /admin/config, GET /admin/stats. On loopback (the default) reads are open and a PUT must
+be application/json from the listener's own origin; off loopback every admin route needs
+RAGTAIL_ADMIN_TOKEN as 'Authorization: Bearer TOKEN', and serve refuses to start without it.
 
 Telemetry: every request is traced into an in-process ring; set OTEL_EXPORTER_OTLP_ENDPOINT to
 export traces and metrics over OTLP (the standard OTEL_* variables apply), and
@@ -40,7 +43,7 @@ prompts and answers on spans (off by default: only a hash of the question).
 
 On SIGINT/SIGTERM it stops accepting requests and lets running streams finish for --shutdown-grace.`)
 	fs.StringVar(&o.addr, "addr", ":8080", "API listen address")
-	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof); empty disables it")
+	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof, traces, profiles, /admin/config); empty disables it.\nOff loopback every admin route needs RAGTAIL_ADMIN_TOKEN as 'Authorization: Bearer TOKEN',\nand serve refuses to start without it")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
 	o.service.register(fs)
 	o.service.telemetry.register(fs)
@@ -49,7 +52,9 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 		return err
 	}
 	logger := newLogger(stderr, o.service.logLevel)
-	svc, err := buildService(ctx, o.service.config(true), o.service.telemetry, logger)
+	cfg := o.service.config(true)
+	cfg.AdminAddr = o.adminAddr
+	svc, err := buildService(ctx, cfg, o.service.telemetry, logger)
 	if err != nil {
 		return err
 	}

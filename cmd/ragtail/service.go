@@ -74,6 +74,7 @@ func (o *serviceOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.QueueCapacity, "queue", a.QueueCapacity, "admission: requests that may wait for a worker (-1: unbounded)")
 	fs.DurationVar(&a.QueueTimeout, "queue-timeout", a.QueueTimeout, "admission: longest wait for a worker before a 503 (0: no limit)")
 	fs.Var((*policyFlag)(&a.Policy), "admission-policy", "admission: when the queue is full, reject (503) or wait")
+	fs.Var((*queueTargetFlag)(&a.QueueTarget), "queue-target", "admission: shed on arrival (503 + Retry-After) a request whose wait, predicted from the measured\nservice time, exceeds this: auto (half the mean service time, at most 1s), off, or a duration")
 	fs.IntVar(&c.MaxTokensCap, "max-tokens-cap", c.MaxTokensCap, "largest max_tokens a request may ask for")
 	fs.IntVar(&c.CorpusDocs, "corpus-docs", 0, "documents in the built-in corpus (0: the default size)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the corpus and every latency law")
@@ -99,6 +100,17 @@ type policyFlag admission.Policy
 func (p *policyFlag) String() string { return string(*p) }
 
 func (p *policyFlag) Set(s string) error { *p = policyFlag(s); return nil }
+
+// queueTargetFlag is a flag.Value holding an admission queue target.
+type queueTargetFlag time.Duration
+
+func (q *queueTargetFlag) String() string { return admission.FormatQueueTarget(time.Duration(*q)) }
+
+func (q *queueTargetFlag) Set(s string) error {
+	d, err := admission.ParseQueueTarget(s)
+	*q = queueTargetFlag(d)
+	return err
+}
 
 // config returns the service's Config with the environment applied and, when withBackends,
 // the backend flags (serve registers them; demo and lab run the embedded default).

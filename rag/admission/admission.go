@@ -1,7 +1,9 @@
 // Package admission bounds how many requests run the RAG pipeline at once. A Pool has a fixed
 // number of worker slots, a FIFO queue in front of them, a queue timeout, and a policy for the
 // moment the queue is full: shed the request at once (rag.ErrOverloaded, a 503 with Retry-After)
-// or let it wait anyway.
+// or let it wait anyway. A queue target sizes the line from the measured service time, so that
+// under sustained overload the excess is shed on arrival, or as soon as it has waited past the
+// target, rather than after the queue timeout (Config.QueueTarget).
 //
 // It is the knob of PITFALLS.md §5 ("thread-pool configuration"): a bounded queue with a
 // monitored rejection policy keeps the tail bounded under bursts, while a tiny pool, an
@@ -13,6 +15,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +57,64 @@ type Config struct {
 	QueueTimeout time.Duration
 	// Policy is what happens when the queue is full; "" means PolicyReject.
 	Policy Policy
+	// QueueTarget sizes the queue from measured service time (PolicyReject only): when every
+	// worker is busy, an arriving request whose predicted wait (its place in line times the mean
+	// service time, divided by Workers) exceeds QueueTarget is shed at once with an error
+	// matching rag.ErrOverloaded, instead of being queued to time out QueueTimeout later.
+	// AutoQueueTarget (the default) uses half the measured mean service time, at most
+	// MaxAutoQueueTarget; QueueTargetOff (0) sheds only when the queue is full. A waiter that
+	// has waited longer than the target when a slot frees is shed in favour of a younger one
+	// (dispatchLocked). A pool that has not yet seen a request finish sheds nothing by target.
+	QueueTarget time.Duration
+}
+
+// Queue target settings and bounds.
+const (
+	// QueueTargetOff turns the predicted-wait shedding off.
+	QueueTargetOff time.Duration = 0
+	// AutoQueueTarget sets the target to half the measured mean service time: under overload
+	// an admitted request then waits about half a service time, so its end-to-end latency stays
+	// within 1.5x of an unloaded one, and the excess learns at once that it is shed.
+	AutoQueueTarget time.Duration = -1
+	// MaxAutoQueueTarget caps the automatic target: beyond a second of queueing a client is
+	// better told to retry (the 503's Retry-After is 1 s).
+	MaxAutoQueueTarget = time.Second
+	// MaxQueueTarget bounds a fixed QueueTarget.
+	MaxQueueTarget = 10 * time.Minute
+)
+
+// Upper bounds of Config, so that a typo cannot make the pool hold unbounded memory or waits.
+const (
+	MaxWorkers       = 1 << 16
+	MaxQueueCapacity = 1 << 20
+	MaxQueueTimeout  = time.Hour
+)
+
+// ParseQueueTarget reads a queue target as FormatQueueTarget writes it: "auto", "off" (or "0")
+// or a duration such as "250ms".
+func ParseQueueTarget(s string) (time.Duration, error) {
+	switch strings.TrimSpace(s) {
+	case "auto":
+		return AutoQueueTarget, nil
+	case "off", "0":
+		return QueueTargetOff, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%w: queue target %q: want auto, off or a positive duration such as 250ms", rag.ErrInvalidRequest, s)
+	}
+	return d, nil
+}
+
+// FormatQueueTarget writes d as ParseQueueTarget reads it.
+func FormatQueueTarget(d time.Duration) string {
+	switch d {
+	case AutoQueueTarget:
+		return "auto"
+	case QueueTargetOff:
+		return "off"
+	}
+	return d.String()
 }
 
 // DefaultConfig returns the configuration the service starts with:
@@ -70,19 +131,25 @@ type Config struct {
 //     latency objective; shedding it frees its place for one that can still make it, and the
 //     client gets a 503 it can retry instead of a hung connection.
 //   - PolicyReject: when the bounded queue is full, shed at once (§5's monitored rejection).
+//   - QueueTarget AutoQueueTarget: the queue of 1024 holds minutes of work at the engine's
+//     service rate, so under sustained overload every request would wait the whole 30 s and
+//     then get a 503. Sizing the line from measured service time sheds the excess on arrival,
+//     within milliseconds, while admitted requests wait about half a service time.
 func DefaultConfig() Config {
-	return Config{Workers: 256, QueueCapacity: 1024, QueueTimeout: 30 * time.Second, Policy: PolicyReject}
+	return Config{Workers: 256, QueueCapacity: 1024, QueueTimeout: 30 * time.Second, Policy: PolicyReject, QueueTarget: AutoQueueTarget}
 }
 
 // Validate reports whether c is usable, with a message saying what to change.
 func (c Config) Validate() error {
 	switch {
-	case c.Workers < 1:
-		return fmt.Errorf("%w: admission workers must be at least 1, got %d", rag.ErrInvalidRequest, c.Workers)
-	case c.QueueCapacity < Unbounded:
-		return fmt.Errorf("%w: admission queue capacity must be -1 (unbounded), 0 (no queue) or positive, got %d", rag.ErrInvalidRequest, c.QueueCapacity)
-	case c.QueueTimeout < 0:
-		return fmt.Errorf("%w: admission queue timeout must not be negative (0 waits until the request is cancelled), got %v", rag.ErrInvalidRequest, c.QueueTimeout)
+	case c.Workers < 1 || c.Workers > MaxWorkers:
+		return fmt.Errorf("%w: admission workers must be at least 1 and at most %d, got %d", rag.ErrInvalidRequest, MaxWorkers, c.Workers)
+	case c.QueueCapacity < Unbounded || c.QueueCapacity > MaxQueueCapacity:
+		return fmt.Errorf("%w: admission queue capacity must be -1 (unbounded), 0 (no queue) or positive up to %d, got %d", rag.ErrInvalidRequest, MaxQueueCapacity, c.QueueCapacity)
+	case c.QueueTimeout < 0 || c.QueueTimeout > MaxQueueTimeout:
+		return fmt.Errorf("%w: admission queue timeout must be between 0 (waits until the request is cancelled) and %v, got %v", rag.ErrInvalidRequest, MaxQueueTimeout, c.QueueTimeout)
+	case c.QueueTarget < AutoQueueTarget || c.QueueTarget > MaxQueueTarget:
+		return fmt.Errorf("%w: admission queue target must be auto, off or a duration up to %v, got %v", rag.ErrInvalidRequest, MaxQueueTarget, c.QueueTarget)
 	}
 	switch c.Policy {
 	case "", PolicyReject, PolicyWait:
@@ -126,8 +193,12 @@ type Stats struct {
 	InFlight      int // requests holding a worker slot now
 	Queued        int // requests waiting for a slot now
 
+	// MeanService is the measured mean time a request holds its slot (an exponentially
+	// weighted mean, 0 until one has finished), from which QueueTarget predicts waits.
+	MeanService time.Duration
+
 	Admitted  uint64        // requests given a slot, in total
-	Rejected  uint64        // requests shed on arrival because the queue was full, in total
+	Rejected  uint64        // requests shed by the queue target or on arrival to a full queue, in total
 	TimedOut  uint64        // requests shed after waiting QueueTimeout, in total
 	Cancelled uint64        // requests whose context ended before they got a slot, in total
 	QueueWait time.Duration // total time admitted requests spent waiting, for the mean wait
@@ -147,13 +218,16 @@ type Pool struct {
 
 	admitted, rejected, timedOut, cancelled uint64
 	queueWait                               atomic.Int64 // nanoseconds
+	meanService                             time.Duration
 }
 
 // waiter is one queued request. ready is closed when it is granted a slot; granted is guarded by
 // the pool's mutex.
 type waiter struct {
 	ready      chan struct{}
+	enqueued   time.Time
 	granted    bool
+	shed       bool // taken out of the line because its predicted wait exceeds the target
 	prev, next *waiter
 }
 
@@ -188,6 +262,7 @@ func (p *Pool) Resize(cfg Config) error {
 	defer p.mu.Unlock()
 	p.cfg = cfg.withDefaults()
 	p.dispatchLocked()
+	p.trimLocked()
 	return nil
 }
 
@@ -197,7 +272,7 @@ func (p *Pool) Stats() Stats {
 	defer p.mu.Unlock()
 	return Stats{
 		Workers: p.cfg.Workers, QueueCapacity: p.cfg.QueueCapacity,
-		InFlight: p.inFlight, Queued: p.queued,
+		InFlight: p.inFlight, Queued: p.queued, MeanService: p.meanService,
 		Admitted: p.admitted, Rejected: p.rejected, TimedOut: p.timedOut, Cancelled: p.cancelled,
 		QueueWait: time.Duration(p.queueWait.Load()),
 	}
@@ -236,7 +311,13 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 		p.mu.Unlock()
 		return nil, p.now().Sub(start), err
 	}
-	w := &waiter{ready: make(chan struct{})}
+	if target, predicted := p.predictLocked(); target > 0 && predicted > target {
+		p.rejected++
+		workers := p.cfg.Workers
+		p.mu.Unlock()
+		return nil, p.now().Sub(start), fmt.Errorf("%w: all %d admission workers are busy and the predicted wait of %v exceeds the %v queue target: retry later, or raise the admission workers or queue_target", rag.ErrOverloaded, workers, predicted.Round(time.Millisecond), target.Round(time.Millisecond))
+	}
+	w := &waiter{ready: make(chan struct{}), enqueued: start}
 	p.pushLocked(w)
 	timeout := p.cfg.QueueTimeout
 	p.mu.Unlock()
@@ -249,32 +330,60 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 	}
 	select {
 	case <-w.ready:
+		if w.shed { // written before ready was closed
+			return nil, p.now().Sub(start), p.shedError()
+		}
 		wait = p.now().Sub(start)
 		p.queueWait.Add(int64(wait))
 		return p.releaser(), wait, nil
 	case <-expired:
-		if p.abandon(w, true) {
+		switch p.abandon(w, true) {
+		case keptSlot:
 			wait = p.now().Sub(start)
 			p.queueWait.Add(int64(wait))
 			return p.releaser(), wait, nil
+		case wasShed:
+			return nil, p.now().Sub(start), p.shedError()
 		}
 		return nil, p.now().Sub(start), fmt.Errorf("%w: no admission worker freed up within the %v queue timeout: retry later, or raise the admission workers or queue_timeout", rag.ErrOverloaded, timeout)
 	case <-ctx.Done():
-		p.abandon(w, false)
+		if p.abandon(w, false) == wasShed {
+			return nil, p.now().Sub(start), p.shedError()
+		}
 		return nil, p.now().Sub(start), fmt.Errorf("wait for a worker: %w", ctx.Err())
 	}
 }
+
+func (p *Pool) shedError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	target, _ := p.predictLocked()
+	return fmt.Errorf("%w: all %d admission workers are busy and the measured service time of %v predicts a wait beyond the %v queue target: retry later, or raise the admission workers or queue_target",
+		rag.ErrOverloaded, p.cfg.Workers, p.meanService.Round(time.Millisecond), target.Round(time.Millisecond))
+}
+
+// abandonment is what abandon found.
+type abandonment int
+
+const (
+	left     abandonment = iota // w left the line
+	keptSlot                    // w had been granted a slot and keeps it
+	wasShed                     // w had been shed from the line
+)
 
 // abandon takes w out of the queue after its timeout fired (timedOut) or its context ended. If a
 // slot was granted to w in the meantime, a timed-out waiter keeps it (it did get a worker, so
 // reporting overload would be false) and abandon returns true; a cancelled waiter hands the slot
 // on to the next in line.
-func (p *Pool) abandon(w *waiter, timedOut bool) (keep bool) {
+func (p *Pool) abandon(w *waiter, timedOut bool) abandonment {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if w.shed {
+		return wasShed
+	}
 	if w.granted {
 		if timedOut {
-			return true
+			return keptSlot
 		}
 		p.admitted--
 		p.inFlight--
@@ -287,7 +396,7 @@ func (p *Pool) abandon(w *waiter, timedOut bool) (keep bool) {
 	} else {
 		p.cancelled++
 	}
-	return false
+	return left
 }
 
 func (p *Pool) fullErrorLocked() error {
@@ -297,26 +406,87 @@ func (p *Pool) fullErrorLocked() error {
 	return fmt.Errorf("%w: all %d admission workers are busy and the queue of %d is full: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.cfg.Workers, p.cfg.QueueCapacity)
 }
 
-// releaser returns the release func of one admitted request. It is idempotent: a second call
-// must not free a slot held by someone else.
+// serviceWeight is the weight of the newest service time in the pool's mean: 1/8, so the mean
+// follows a change of load within a few dozen requests without jumping at one slow one.
+const serviceWeight = 8
+
+// predictLocked returns the queue target in force and the predicted wait of a request joining
+// the line now; a zero target means no prediction applies.
+func (p *Pool) predictLocked() (target, predicted time.Duration) {
+	if p.cfg.Policy != PolicyReject || p.meanService <= 0 {
+		return 0, 0
+	}
+	target = p.cfg.QueueTarget
+	if target == AutoQueueTarget {
+		target = min(p.meanService/2, MaxAutoQueueTarget)
+	}
+	if target <= 0 {
+		return 0, 0
+	}
+	// With every worker busy, slots free up at Workers per mean service time on average, so the
+	// request's place in line costs meanService/Workers each.
+	return target, time.Duration(p.queued+1) * p.meanService / time.Duration(p.cfg.Workers)
+}
+
+// releaser returns the release func of one admitted request, which records how long it held
+// the slot. It is idempotent: a second call must not free a slot held by someone else.
 func (p *Pool) releaser() func() {
 	var released atomic.Bool
+	admitted := p.now()
 	return func() {
 		if !released.CompareAndSwap(false, true) {
 			return
 		}
+		held := p.now().Sub(admitted)
 		p.mu.Lock()
+		if p.meanService == 0 {
+			p.meanService = max(held, 1)
+		} else {
+			p.meanService += (held - p.meanService) / serviceWeight
+			p.meanService = max(p.meanService, 1)
+		}
 		p.inFlight--
 		p.dispatchLocked()
+		p.trimLocked()
 		p.mu.Unlock()
 	}
 }
 
+// trimLocked sheds the newest waiters while the last one's predicted wait exceeds the target:
+// the line built up before the service time was known, or while it was shorter, is cut to what
+// the target allows, and those cut learn now rather than after QueueTimeout.
+func (p *Pool) trimLocked() {
+	for p.tail != nil {
+		target, _ := p.predictLocked()
+		if target <= 0 || time.Duration(p.queued)*p.meanService/time.Duration(p.cfg.Workers) <= target {
+			return
+		}
+		w := p.tail
+		p.removeLocked(w)
+		w.shed = true
+		p.rejected++
+		close(w.ready)
+	}
+}
+
 // dispatchLocked grants free slots to waiters, oldest first.
+//
+// A waiter that has already waited longer than the queue target is shed instead, as CoDel drops
+// at dequeue: the line has stood for longer than the target, and serving the stale request
+// would pass its lateness on to every one behind it, while the slot can serve a younger request
+// in time. So no admitted request waits longer than the target once service time is known.
 func (p *Pool) dispatchLocked() {
+	target, _ := p.predictLocked()
+	now := p.now()
 	for p.head != nil && p.inFlight < p.cfg.Workers {
 		w := p.head
 		p.removeLocked(w)
+		if target > 0 && now.Sub(w.enqueued) > target {
+			w.shed = true
+			p.rejected++
+			close(w.ready)
+			continue
+		}
 		w.granted = true
 		p.inFlight++
 		p.admitted++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +85,12 @@ func TestConfigValidate(t *testing.T) {
 		{name: "capacity below -1", cfg: admission.Config{Workers: 1, QueueCapacity: -2}, wantErr: "queue capacity"},
 		{name: "negative timeout", cfg: admission.Config{Workers: 1, QueueTimeout: -time.Second}, wantErr: "queue timeout"},
 		{name: "unknown policy", cfg: admission.Config{Workers: 1, Policy: "drop-oldest"}, wantErr: "want reject or wait"},
+		{name: "most workers", cfg: admission.Config{Workers: admission.MaxWorkers, QueueCapacity: admission.MaxQueueCapacity, QueueTimeout: admission.MaxQueueTimeout, QueueTarget: admission.MaxQueueTarget}},
+		{name: "too many workers", cfg: admission.Config{Workers: admission.MaxWorkers + 1}, wantErr: "at most 65536"},
+		{name: "queue too long", cfg: admission.Config{Workers: 1, QueueCapacity: admission.MaxQueueCapacity + 1}, wantErr: "up to 1048576"},
+		{name: "timeout too long", cfg: admission.Config{Workers: 1, QueueTimeout: admission.MaxQueueTimeout + 1}, wantErr: "queue timeout"},
+		{name: "target too long", cfg: admission.Config{Workers: 1, QueueTarget: admission.MaxQueueTarget + 1}, wantErr: "queue target"},
+		{name: "target below auto", cfg: admission.Config{Workers: 1, QueueTarget: -2}, wantErr: "queue target"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,12 +116,32 @@ func TestConfigValidate(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	cfg := admission.DefaultConfig()
-	if cfg.Workers != 256 || cfg.QueueCapacity != 1024 || cfg.QueueTimeout != 30*time.Second || cfg.Policy != admission.PolicyReject {
-		t.Fatalf("DefaultConfig = %+v; want 256 workers, queue 1024, 30s, reject", cfg)
+	if cfg.Workers != 256 || cfg.QueueCapacity != 1024 || cfg.QueueTimeout != 30*time.Second || cfg.Policy != admission.PolicyReject || cfg.QueueTarget != admission.AutoQueueTarget {
+		t.Fatalf("DefaultConfig = %+v; want 256 workers, queue 1024, 30s, reject, auto queue target", cfg)
 	}
 	p := newPool(t, admission.Config{Workers: 1})
 	if got := p.Config().Policy; got != admission.PolicyReject {
 		t.Fatalf("empty policy became %q; want reject", got)
+	}
+}
+
+func TestParseQueueTarget(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{{"auto", admission.AutoQueueTarget, false}, {"off", 0, false}, {"0", 0, false}, {"250ms", 250 * time.Millisecond, false},
+		{"-1s", 0, true}, {"soon", 0, true}, {"", 0, true}} {
+		got, err := admission.ParseQueueTarget(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseQueueTarget(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil {
+			if back, _ := admission.ParseQueueTarget(admission.FormatQueueTarget(got)); back != got {
+				t.Errorf("FormatQueueTarget(%v) = %q does not parse back", got, admission.FormatQueueTarget(got))
+			}
+		}
 	}
 }
 
@@ -487,4 +514,278 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			release()
 		}
 	})
+}
+
+// fakeClock is a clock the test moves by hand, so service times are exact.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// serve admits n requests, lets each hold its slot for service on the fake clock, and releases
+// them: n service times of exactly service.
+func serve(tb testing.TB, p *admission.Pool, clock *fakeClock, n int, service time.Duration) {
+	tb.Helper()
+	for range n {
+		release := mustAcquire(tb, p)
+		clock.Advance(service)
+		release()
+	}
+}
+
+// TestQueueTargetShedsOnArrival checks the queue sized from measured service time: with every
+// worker busy, a request whose place in line times the mean service time over the workers
+// exceeds the target is shed at once, and one that fits is queued.
+func TestQueueTargetShedsOnArrival(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		workers   int
+		service   time.Duration
+		target    time.Duration
+		queueable int // arrivals beyond the workers that are queued; the next one is shed
+	}{
+		// Each place in line costs service/workers: 100ms/2 = 50ms, so 2 places fit in 100ms.
+		{name: "two workers", workers: 2, service: 100 * time.Millisecond, target: 100 * time.Millisecond, queueable: 2},
+		{name: "one worker, target below one service time", workers: 1, service: 100 * time.Millisecond, target: 99 * time.Millisecond, queueable: 0},
+		{name: "eight workers", workers: 8, service: 200 * time.Millisecond, target: 250 * time.Millisecond, queueable: 10},
+		// Auto: half the mean service time, 100ms/4 = 25ms a place, so 2 places fit in 50ms.
+		{name: "auto target", workers: 4, service: 100 * time.Millisecond, target: admission.AutoQueueTarget, queueable: 2},
+		// Auto is at most MaxAutoQueueTarget: 10s/100 = 100ms a place, so 10 places fit in 1s.
+		{name: "auto target capped", workers: 100, service: 10 * time.Second, target: admission.AutoQueueTarget, queueable: 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &fakeClock{now: time.Unix(1000, 0)}
+			p, err := admission.NewPool(admission.Config{Workers: tt.workers, QueueCapacity: 1000, QueueTimeout: time.Minute, QueueTarget: tt.target},
+				admission.WithClock(clock.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			serve(t, p, clock, 3, tt.service)
+			if got := p.Stats().MeanService; got != tt.service {
+				t.Fatalf("MeanService = %v after three services of %v", got, tt.service)
+			}
+			var releases []func()
+			for range tt.workers {
+				releases = append(releases, mustAcquire(t, p))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var waiting []<-chan acquired
+			for i := range tt.queueable {
+				waiting = append(waiting, acquireAsync(ctx, p))
+				waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+			}
+			_, err = p.Acquire(ctx)
+			if !errors.Is(err, rag.ErrOverloaded) || !strings.Contains(err.Error(), "queue target") {
+				t.Fatalf("arrival %d beyond the workers: %v; want ErrOverloaded naming the queue target", tt.queueable+1, err)
+			}
+			if s := p.Stats(); s.Rejected != 1 || s.Queued != tt.queueable {
+				t.Fatalf("stats = %+v; want 1 rejected, %d queued", s, tt.queueable)
+			}
+			for _, release := range releases {
+				release()
+			}
+			for _, ch := range waiting {
+				got := <-ch
+				if got.err != nil {
+					t.Fatalf("queued request: %v", got.err)
+				}
+				got.release()
+			}
+		})
+	}
+}
+
+// TestQueueTargetOffAndCold: without a measured service time (a cold pool) or with the target
+// off, nothing is shed before the queue is full, as before.
+func TestQueueTargetOffAndCold(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		target time.Duration
+		warm   bool
+	}{{"off", admission.QueueTargetOff, true}, {"cold", admission.AutoQueueTarget, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &fakeClock{now: time.Unix(1000, 0)}
+			p, err := admission.NewPool(admission.Config{Workers: 1, QueueCapacity: 5, QueueTarget: tt.target}, admission.WithClock(clock.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.warm {
+				serve(t, p, clock, 1, time.Second)
+			}
+			hold := mustAcquire(t, p)
+			ctx, cancel := context.WithCancel(context.Background())
+			var waiting []<-chan acquired
+			for i := range 5 {
+				waiting = append(waiting, acquireAsync(ctx, p))
+				waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+			}
+			if _, err := p.Acquire(ctx); !errors.Is(err, rag.ErrOverloaded) || !strings.Contains(err.Error(), "is full") {
+				t.Fatalf("sixth waiter: %v; want the full-queue rejection", err)
+			}
+			cancel()
+			for _, ch := range waiting {
+				<-ch
+			}
+			hold()
+		})
+	}
+}
+
+// TestQueueTargetSimulated drives a pool in virtual time with Poisson arrivals at 1x, 3x and 10x
+// the capacity of 8 workers with fixed 200ms service: sheds come on arrival, and
+// the waits of admitted requests stay within the target, whatever the load. Without the target,
+// at 10x, admitted requests would wait for the whole queue of 1024 (25 s of work).
+func TestQueueTargetSimulated(t *testing.T) {
+	t.Parallel()
+	const workers, service = 8, 200 * time.Millisecond
+	capacity := float64(workers) / service.Seconds() // 40 req/s
+	for _, load := range []float64{1, 3, 10} {
+		t.Run(fmt.Sprintf("%gx", load), func(t *testing.T) {
+			t.Parallel()
+			res := simulate(t, admission.Config{Workers: workers, QueueCapacity: 1024, QueueTimeout: 30 * time.Second, QueueTarget: admission.AutoQueueTarget},
+				service, load*capacity, 4000)
+			// Once the service time is known no admitted request waits longer than the target;
+			// before that (the first service time) the line is not cut yet.
+			if target := service / 2; res.meanWait > target || res.maxWaitWarm > target || res.maxWait > service {
+				t.Errorf("at %gx admitted requests waited %v on average, %v at most after the first release, %v at most; want at most the %v target, and one service time before the first release",
+					load, res.meanWait, res.maxWaitWarm, res.maxWait, target)
+			}
+			if load >= 3 && res.shed == 0 {
+				t.Errorf("at %gx nothing was shed", load)
+			}
+			// At 10x the pool serves its capacity and sheds the rest: 9 in 10 arrivals.
+			if load == 10 {
+				if frac := float64(res.shed) / 4000; frac < 0.85 || frac > 0.95 {
+					t.Errorf("at 10x %.3f of arrivals were shed; want about 0.9", frac)
+				}
+			}
+			// Before the first request finishes there is no service time to predict from: the
+			// line that builds meanwhile is cut at the first release, so no shed request waited
+			// longer than one service time.
+			if res.maxShedWait > service {
+				t.Errorf("at %gx a shed request waited %v before its 503; want at most one service time", load, res.maxShedWait)
+			}
+			t.Logf("load %gx: %d of 4000 shed (longest wait before the 503 %v), admitted wait mean %v, max %v (%v after the first release)", load, res.shed, res.maxShedWait, res.meanWait, res.maxWait, res.maxWaitWarm)
+		})
+	}
+}
+
+type simResult struct {
+	shed                                        int
+	maxWait, maxWaitWarm, meanWait, maxShedWait time.Duration
+}
+
+// simulate is a discrete-event run of the pool on a fake clock: n Poisson arrivals at rate per
+// second (fixed seed), each holding its slot for service once admitted. Events are processed in
+// time order; a queued request's grant is observed by waiting for its goroutine.
+func simulate(tb testing.TB, cfg admission.Config, service time.Duration, rate float64, n int) simResult {
+	tb.Helper()
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	p, err := admission.NewPool(cfg, admission.WithClock(clock.Now))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(42, 7))
+	type running struct {
+		end     time.Time
+		release func()
+	}
+	warmAt := clock.Now().Add(service) // the first release: from then on the service time is known
+	var (
+		inService []running // admitted, sorted by end
+		queue     []<-chan acquired
+		queuedAt  []time.Time
+		res       simResult
+		totalWait time.Duration
+		admitted  int
+	)
+	admit := func(release func(), at time.Time) {
+		inService = append(inService, running{end: clock.Now().Add(service), release: release})
+		wait := clock.Now().Sub(at)
+		totalWait += wait
+		res.maxWait = max(res.maxWait, wait)
+		if at.After(warmAt) {
+			res.maxWaitWarm = max(res.maxWaitWarm, wait)
+		}
+		admitted++
+	}
+	finishUntil := func(t time.Time) {
+		for len(inService) > 0 && !inService[0].end.After(t) {
+			r := inService[0]
+			inService = inService[1:]
+			clock.Advance(r.end.Sub(clock.Now()))
+			r.release()
+			// A release decides under the pool's lock which waiters are granted or shed
+			// (stale ones at the head, those beyond the target at the tail); collect every
+			// outcome it decided.
+			pending := len(queue) - p.Stats().Queued
+			for pending > 0 {
+				for i := 0; i < len(queue); i++ {
+					select {
+					case got := <-queue[i]:
+						if got.err == nil {
+							admit(got.release, queuedAt[i])
+						} else if errors.Is(got.err, rag.ErrOverloaded) {
+							res.shed++
+							res.maxShedWait = max(res.maxShedWait, clock.Now().Sub(queuedAt[i]))
+						} else {
+							tb.Fatalf("queued request failed: %v", got.err)
+						}
+						queue, queuedAt = slices.Delete(queue, i, i+1), slices.Delete(queuedAt, i, i+1)
+						i--
+						pending--
+					default:
+					}
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	next := clock.Now()
+	for range n {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		finishUntil(next)
+		clock.Advance(next.Sub(clock.Now()))
+		if s := p.Stats(); s.InFlight < s.Workers && s.Queued == 0 {
+			admit(mustAcquire(tb, p), next)
+			continue
+		}
+		before := p.Stats()
+		ch := acquireAsync(context.Background(), p)
+		waitFor(tb, "the arrival is queued or shed", func() bool {
+			s := p.Stats()
+			return s.Queued == before.Queued+1 || s.Rejected == before.Rejected+1
+		})
+		if p.Stats().Rejected == before.Rejected+1 {
+			if got := <-ch; !errors.Is(got.err, rag.ErrOverloaded) {
+				tb.Fatalf("shed arrival got %v", got.err)
+			}
+			res.shed++
+			continue
+		}
+		queue, queuedAt = append(queue, ch), append(queuedAt, next)
+	}
+	finishUntil(next.Add(time.Hour))
+	if admitted > 0 {
+		res.meanWait = totalWait / time.Duration(admitted)
+	}
+	return res
 }

@@ -105,6 +105,44 @@ func WithBatchSize(n int) ClientOption {
 	return clientOptionFunc(func(c *clientConfig) { c.batchSize = n })
 }
 
+// ErrCrossOriginRedirect is the redirect the client refuses to follow: one to another scheme,
+// host or port than the request's.
+var ErrCrossOriginRedirect = errors.New("the embeddings server redirected to another origin; the request was not sent there: set --embed-url to the server's final address")
+
+// sameOriginRedirects returns a copy of hc that follows redirects only within the origin of
+// the request that was redirected (and then as hc would), so that the texts and headers meant
+// for the configured server never reach another one.
+func sameOriginRedirects(hc *http.Client) *http.Client {
+	c := *hc
+	next := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) > 0 && !sameOrigin(req.URL, via[0].URL) {
+			return ErrCrossOriginRedirect
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
+}
+
+func sameOrigin(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if u.Scheme == "https" {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
 // NewClient returns a client for the embeddings endpoint at baseURL serving model. baseURL is
 // either the full endpoint (".../v1/embeddings"), an OpenAI-style base URL ending in "/v1", or a
 // server root, to which "/v1/embeddings" is appended.
@@ -136,6 +174,7 @@ func NewClient(baseURL, model string, opts ...ClientOption) (*Client, error) {
 		tr.MaxIdleConnsPerHost = 64
 		cfg.httpClient = &http.Client{Transport: tr}
 	}
+	cfg.httpClient = sameOriginRedirects(cfg.httpClient)
 	c := &Client{
 		endpoint:   endpoint,
 		model:      model,
@@ -254,6 +293,10 @@ func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxError("embeddings request", ctxErr)
+		}
+		if errors.Is(err, ErrCrossOriginRedirect) {
+			// Not the *url.Error, which would show the redirect target.
+			return nil, fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, ErrCrossOriginRedirect)
 		}
 		return nil, fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, err)
 	}

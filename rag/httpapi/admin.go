@@ -1,8 +1,12 @@
 package httpapi
 
 import (
+	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"slices"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -17,7 +21,7 @@ type AdminOption interface{ applyAdmin(*adminConfig) }
 type adminConfig struct {
 	traces, profiles, pprof http.Handler
 	config                  ConfigStore
-	configAccess            ConfigAccess
+	access                  AdminAccess
 	stats                   func() any
 }
 
@@ -42,9 +46,17 @@ func WithPprof(h http.Handler) AdminOption {
 	return adminOptionFunc(func(c *adminConfig) { c.pprof = h })
 }
 
+// WithAccess sets who may use the admin routes (default: no token, and the loopback rule decided
+// from each connection's local address).
+func WithAccess(a AdminAccess) AdminOption {
+	return adminOptionFunc(func(c *adminConfig) { c.access = a })
+}
+
 // NewAdmin returns the handler of the admin listener: /metrics from reg (OpenMetrics with
 // exemplars when the scraper asks for it), /debug/pprof/*, /healthz, and /debug/traces,
-// /debug/profiles and /admin/config when their handlers are given.
+// /debug/profiles and /admin/config when their handlers are given. Every route but /healthz
+// follows the AdminAccess rules of WithAccess; /debug/pprof/cmdline shows the command line with
+// the values of secret flags redacted (RedactArgs).
 func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 	var cfg adminConfig
 	for _, o := range opts {
@@ -52,13 +64,25 @@ func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 	}
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(cfg.access.guard)
+		mountAdmin(r, reg, cfg)
+	})
+	return r
+}
+
+// mountAdmin mounts the guarded routes.
+func mountAdmin(r chi.Router, reg *prometheus.Registry, cfg adminConfig) {
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg}))
+	r.HandleFunc("/debug/pprof/cmdline", redactedCmdline)
 	if cfg.pprof != nil {
 		r.Handle("/debug/pprof", cfg.pprof)
 		r.Handle("/debug/pprof/*", cfg.pprof)
 	} else {
 		r.HandleFunc("/debug/pprof/", pprof.Index)
-		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -77,10 +101,61 @@ func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 		r.Get("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { openai.WriteJSON(w, http.StatusOK, cfg.stats()) })
 	}
 	if cfg.config != nil {
-		r.Handle("/admin/config", configHandler(cfg.config, cfg.configAccess))
+		r.Handle("/admin/config", configHandler(cfg.config, cfg.access))
 	}
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	return r
+}
+
+// redactedCmdline is net/http/pprof's Cmdline with RedactArgs applied: the program's arguments
+// separated by NUL bytes.
+func redactedCmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, strings.Join(RedactArgs(os.Args), "\x00"))
+}
+
+// Redacted replaces the value of a secret flag in RedactArgs's output.
+const Redacted = "REDACTED"
+
+// secretWords mark a flag whose value is a secret when its name contains one of them
+// (--llm-api-key, --embed-api-key, --qdrant-api-key, --admin-token, --db-password, ...).
+var secretWords = []string{"key", "token", "password", "passwd", "secret", "credential"}
+
+// RedactArgs returns a copy of a command line (os.Args) with the value of every flag whose name
+// contains key, token, password, secret or credential replaced by Redacted, whether it is given
+// as --name=value or as the next argument. The program name and everything after "--" are kept.
+func RedactArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i := 1; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !secretFlag(name) {
+			continue
+		}
+		if hasValue {
+			out[i] = a[:strings.Index(a, "=")+1] + Redacted
+			continue
+		}
+		// A string flag takes the next argument whatever it looks like, as package flag does.
+		if i+1 < len(out) {
+			out[i+1] = Redacted
+			i++
+		}
+	}
+	return out
+}
+
+func secretFlag(name string) bool {
+	name = strings.ToLower(name)
+	for _, w := range secretWords {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/ragtail/ragtail/rag"
@@ -29,22 +31,27 @@ type ConfigStore interface {
 // MaxConfigBody bounds the body of PUT /admin/config.
 const MaxConfigBody = 1 << 20
 
-// ConfigAccess says who may change the configuration.
-type ConfigAccess struct {
-	// Token, when set, is required as "Authorization: Bearer TOKEN" on every PUT, whatever
-	// the listener (RAGTAIL_ADMIN_TOKEN).
+// AdminAccess says who may use the admin routes.
+//
+// Off loopback, every route (reads included; /healthz excepted) needs Token as
+// "Authorization: Bearer TOKEN": a listener bound to a routable or unspecified address (0.0.0.0,
+// ::, a host name) is reachable by anyone on the network, and a sidecar proxy in front of it
+// connects from 127.0.0.1, so the peer address proves nothing. Without a Token such a listener
+// answers 403 to everything. On loopback, reads are open (only processes on the host can connect)
+// and a write needs Token when one is set.
+type AdminAccess struct {
+	// Token is RAGTAIL_ADMIN_TOKEN; "" means none is configured.
 	Token string
-	// TrustLoopback lets a PUT without a token through when no Token is set and the request
-	// arrived on a loopback address of the listener (the admin listener's default,
-	// 127.0.0.1:9464): only processes on the host can reach it. Off a loopback address a PUT
-	// without a configured token is refused (403), since anyone who can reach the port could
-	// otherwise reconfigure the service.
-	TrustLoopback bool
+	// ListenAddr is the address the admin listener was told to bind (--admin-addr), which
+	// decides whether it is on loopback (IsLoopbackAddr). Empty: each connection's local
+	// address decides, which is right only for a listener bound to one address (httptest, a
+	// listener on 127.0.0.1:0), never for one bound to 0.0.0.0 or ::.
+	ListenAddr string
 }
 
-// WithConfig serves GET and PUT /admin/config from store, with PUT guarded by access.
-func WithConfig(store ConfigStore, access ConfigAccess) AdminOption {
-	return adminOptionFunc(func(c *adminConfig) { c.config, c.configAccess = store, access })
+// WithConfig serves GET and PUT /admin/config from store.
+func WithConfig(store ConfigStore) AdminOption {
+	return adminOptionFunc(func(c *adminConfig) { c.config = store })
 }
 
 // WithStats serves GET /admin/stats with the JSON of what stats returns: the counters of the
@@ -53,17 +60,17 @@ func WithStats(stats func() any) AdminOption {
 	return adminOptionFunc(func(c *adminConfig) { c.stats = stats })
 }
 
-// configHandler serves /admin/config.
-func configHandler(store ConfigStore, access ConfigAccess) http.Handler {
+// configHandler serves /admin/config: GET and HEAD read it, PUT changes it. A PUT must be
+// application/json and, on a loopback listener, addressed to the listener itself (sameOrigin),
+// so that a page in a browser on the host cannot change it: a cross-site "simple request" is a
+// POST of text/plain or a form, and a DNS-rebound name carries a foreign Host.
+func configHandler(store ConfigStore, access AdminAccess) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			openai.WriteJSON(w, http.StatusOK, store.Get())
-		case http.MethodPut, http.MethodPost, http.MethodPatch:
-			if he := access.check(r); he != nil {
-				if he.Status == http.StatusUnauthorized {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="ragtail admin"`)
-				}
+		case http.MethodPut:
+			if he := writeAllowed(r, access); he != nil {
 				openai.WriteError(w, he)
 				return
 			}
@@ -79,24 +86,115 @@ func configHandler(store ConfigStore, access ConfigAccess) http.Handler {
 			}
 			openai.WriteJSON(w, http.StatusOK, cfg)
 		default:
-			w.Header().Set("Allow", "GET, PUT")
+			w.Header().Set("Allow", "GET, HEAD, PUT")
 			openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
-				Message: fmt.Sprintf("method %s not allowed on /admin/config: use GET or PUT", r.Method)})
+				Message: fmt.Sprintf("method %s not allowed on /admin/config: use GET to read it, PUT with a JSON body to change it", r.Method)})
 		}
 	})
 }
 
-// check returns the error to answer a mutating request with, or nil if it may proceed.
-func (a ConfigAccess) check(r *http.Request) *openai.HTTPError {
-	if a.Token == "" {
-		if a.TrustLoopback && arrivedOnLoopback(r) {
-			return nil
+// writeAllowed checks a PUT's content type and, on a loopback listener, its Origin and Host.
+func writeAllowed(r *http.Request, access AdminAccess) *openai.HTTPError {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return &openai.HTTPError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+			Message: "PUT /admin/config takes a JSON body: send 'Content-Type: application/json'"}
+	}
+	if !access.onLoopback(r) {
+		return nil // the bearer token guards it; a browser does not attach one cross-site
+	}
+	own := ownHosts(r, access)
+	if origin := r.Header.Get("Origin"); origin != "" && !own.originMatches(origin) {
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "foreign_origin",
+			Message: "PUT /admin/config from a web page of another origin is refused: send it from a program (no Origin header) or from the admin listener's own origin"}
+	}
+	if !own.hostMatches(r.Host) {
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "foreign_host",
+			Message: "PUT /admin/config addressed to another host name is refused: address the admin listener as 127.0.0.1, [::1] or localhost with its port"}
+	}
+	return nil
+}
+
+// hostSet is the names and port a loopback admin listener answers as.
+type hostSet struct {
+	names map[string]bool
+	port  string
+}
+
+// ownHosts returns the listener's own addresses: localhost, 127.0.0.1 and ::1, the configured
+// host and the connection's local IP, each with the port the connection arrived on.
+func ownHosts(r *http.Request, access AdminAccess) hostSet {
+	hs := hostSet{names: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}}
+	if h, p, err := net.SplitHostPort(access.ListenAddr); err == nil {
+		if h != "" {
+			hs.names[strings.ToLower(h)] = true
 		}
+		hs.port = p
+	}
+	if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && addr != nil {
+		if h, p, err := net.SplitHostPort(addr.String()); err == nil {
+			hs.names[h] = true
+			hs.port = p // the port actually bound (":0" picks one)
+		}
+	}
+	return hs
+}
+
+func (hs hostSet) hostMatches(hostport string) bool { return hs.matches(hostport, "80") }
+
+func (hs hostSet) originMatches(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return false // also "null", the origin of sandboxed and file pages
+	}
+	switch u.Scheme {
+	case "http":
+		return hs.matches(u.Host, "80")
+	case "https":
+		return hs.matches(u.Host, "443")
+	}
+	return false
+}
+
+func (hs hostSet) matches(hostport, defaultPort string) bool {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = strings.Trim(hostport, "[]"), defaultPort
+	}
+	return hs.names[strings.ToLower(host)] && (hs.port == "" || port == hs.port)
+}
+
+// isRead reports whether r only reads.
+func isRead(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
+}
+
+// guard answers a request the access rules refuse, and passes the others to next.
+func (a AdminAccess) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if he := a.check(r); he != nil {
+			if he.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="ragtail admin"`)
+			}
+			openai.WriteError(w, he)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// check returns the error to answer r with, or nil if it may proceed.
+func (a AdminAccess) check(r *http.Request) *openai.HTTPError {
+	loopback := a.onLoopback(r)
+	if loopback && (isRead(r) || a.Token == "") {
+		return nil
+	}
+	if a.Token == "" {
 		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "admin_token_required",
-			Message: "changing the configuration off a loopback address needs a token: start the service with RAGTAIL_ADMIN_TOKEN set and send it as 'Authorization: Bearer TOKEN'"}
+			Message: "the admin listener is not on a loopback address, so every admin route needs a token: start the service with RAGTAIL_ADMIN_TOKEN set and send it as 'Authorization: Bearer TOKEN', or bind --admin-addr to 127.0.0.1"}
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || got == "" {
+	if !ok || strings.TrimSpace(got) == "" {
 		return &openai.HTTPError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "missing_admin_token",
 			Message: "missing admin token: send 'Authorization: Bearer $RAGTAIL_ADMIN_TOKEN'"}
 	}
@@ -105,6 +203,31 @@ func (a ConfigAccess) check(r *http.Request) *openai.HTTPError {
 			Message: "invalid admin token", Err: errors.New("admin token mismatch")}
 	}
 	return nil
+}
+
+// onLoopback reports whether the admin listener r arrived on is on loopback: from ListenAddr
+// when it is set, else from the connection's local address.
+func (a AdminAccess) onLoopback(r *http.Request) bool {
+	if a.ListenAddr != "" {
+		return IsLoopbackAddr(a.ListenAddr)
+	}
+	return arrivedOnLoopback(r)
+}
+
+// IsLoopbackAddr reports whether a listener bound to addr (host:port, as given to net.Listen)
+// accepts connections on loopback only: its host is a loopback IP or "localhost". An empty or
+// unspecified host (":9464", "0.0.0.0", "::") listens on every address, and any other host name
+// may resolve to a routable one, so neither counts.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // arrivedOnLoopback reports whether the connection's local address (the listener's side) is a

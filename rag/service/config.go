@@ -11,6 +11,7 @@ import (
 	"github.com/ragtail/ragtail/rag/docstore"
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/fault"
+	"github.com/ragtail/ragtail/rag/httpapi"
 	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/link"
 	"github.com/ragtail/ragtail/rag/llm"
@@ -65,6 +66,11 @@ type Config struct {
 	// AdminToken, when set, is required as a bearer token by the admin API's protected routes
 	// (RAGTAIL_ADMIN_TOKEN).
 	AdminToken string
+	// AdminAddr is the address the admin listener binds (--admin-addr). Off loopback, every
+	// admin route needs AdminToken, and New refuses to build a service without one. Empty: the
+	// caller serves the admin handler on a listener bound to one address, and each connection's
+	// local address decides (httpapi.AdminAccess).
+	AdminAddr string
 }
 
 // Backends are the real servers that replace parts of the embedded default. A zero field keeps
@@ -190,6 +196,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--corpus-docs must not be negative, got %d", c.CorpusDocs)
 	case c.Dim < 1:
 		return fmt.Errorf("--dim must be at least 1, got %d", c.Dim)
+	case c.AdminAddr != "" && !httpapi.IsLoopbackAddr(c.AdminAddr) && c.AdminToken == "":
+		return fmt.Errorf("--admin-addr %s is not a loopback address, so anyone who can reach it could read profiles and traces and change the configuration: set RAGTAIL_ADMIN_TOKEN (every admin route then needs 'Authorization: Bearer TOKEN'), or bind --admin-addr to loopback (127.0.0.1:9464)", c.AdminAddr)
 	}
 	if err := c.Backends.Validate(); err != nil {
 		return err

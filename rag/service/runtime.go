@@ -66,6 +66,9 @@ type RuntimeAdmission struct {
 	Queue        int      `json:"queue"` // -1: unbounded
 	QueueTimeout Duration `json:"queue_timeout"`
 	Policy       string   `json:"policy"`
+	// QueueTarget sheds on arrival a request whose predicted wait exceeds it: "auto" (half
+	// the measured mean service time, at most 1 s), "off", or a duration such as "250ms".
+	QueueTarget string `json:"queue_target"`
 }
 
 // RuntimeLLM is the simulated engine in RuntimeConfig.
@@ -140,7 +143,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize)},
 		Bloom:        RuntimeBloom{Enabled: ds.BloomEnabled, FPRate: o.BloomFP},
 		Admission: RuntimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
-			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy))},
+			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy)), QueueTarget: admission.FormatQueueTarget(ac.QueueTarget)},
 		Faults: faults.Rules(),
 	}
 	if index != nil {
@@ -268,13 +271,36 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.Cache.Enabled && next.Cache.Size < 1 {
 		errs = append(errs, fmt.Sprintf("cache.size must be positive when the cache is enabled, got %d", next.Cache.Size))
 	}
+	if next.Cache.Size > MaxCacheSize {
+		errs = append(errs, fmt.Sprintf("cache.size must be at most %d, got %d", MaxCacheSize, next.Cache.Size))
+	}
+	if d := time.Duration(next.AsyncDeadline); d > MaxAsyncDeadline {
+		errs = append(errs, fmt.Sprintf("async_deadline must be at most %v, got %v", MaxAsyncDeadline, d))
+	}
+	if next.AsyncQuorum > next.Shards {
+		errs = append(errs, fmt.Sprintf("async_quorum must be at most the %d shards (0 for a majority), got %d", next.Shards, next.AsyncQuorum))
+	}
+	if err := lawBounded(next.FetchLatency); err != nil {
+		errs = append(errs, "fetch_latency: "+err.Error())
+	}
+	for i, law := range next.ShardLatency {
+		if err := lawBounded(law); err != nil {
+			errs = append(errs, fmt.Sprintf("shard_latency[%d]: %v", i, err))
+		}
+	}
 	if next.Bloom.Enabled && (next.Bloom.FPRate <= 0 || next.Bloom.FPRate >= 1 || math.IsNaN(next.Bloom.FPRate)) {
 		errs = append(errs, fmt.Sprintf("bloom.fp_rate must be in (0, 1), got %v", next.Bloom.FPRate))
 	}
 	ac := admission.Config{Workers: next.Admission.Workers, QueueCapacity: next.Admission.Queue,
 		QueueTimeout: time.Duration(next.Admission.QueueTimeout), Policy: admission.Policy(next.Admission.Policy)}
+	if target, err := admission.ParseQueueTarget(next.Admission.QueueTarget); err != nil {
+		errs = append(errs, "admission.queue_target: "+strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
+	} else {
+		ac.QueueTarget = target
+		next.Admission.QueueTarget = admission.FormatQueueTarget(target)
+	}
 	if err := ac.Validate(); err != nil {
-		errs = append(errs, "admission: "+err.Error())
+		errs = append(errs, "admission: "+strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
 	}
 	probe, err := fault.NewInjector(nil, 1)
 	if err == nil {
@@ -361,6 +387,26 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	next.Version++
 	rt.cur = next
 	return rt.cur, nil
+}
+
+// Upper bounds of RuntimeConfig values beyond those of the parts' own Validate (admission,
+// faults, top_k, shards), so that a mistyped PUT cannot make the service hold unbounded memory
+// or make every request wait for an hour.
+const (
+	// MaxCacheSize bounds cache.size in entries.
+	MaxCacheSize = 1 << 20
+	// MaxAsyncDeadline bounds async_deadline.
+	MaxAsyncDeadline = time.Minute
+	// MaxLatency bounds the value and the cap of a latency law (fetch_latency, shard_latency).
+	MaxLatency = time.Minute
+)
+
+// lawBounded checks that law's scale and cap are at most MaxLatency.
+func lawBounded(law latency.Law) error {
+	if law.Scale > MaxLatency || law.Max > MaxLatency {
+		return fmt.Errorf("%s: latencies must be at most %v", law, MaxLatency)
+	}
+	return nil
 }
 
 func lawsEqual(a, b []latency.Law) bool {

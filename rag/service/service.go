@@ -322,7 +322,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	svc.API = httpapi.New(p, apiOpts...)
 	rt := newRuntime(cfg, p, idx, docs, pool, faults, sim, ls)
 	adminOpts := []httpapi.AdminOption{
-		httpapi.WithConfig(rt, httpapi.ConfigAccess{Token: cfg.AdminToken, TrustLoopback: true}),
+		httpapi.WithAccess(httpapi.AdminAccess{Token: cfg.AdminToken, ListenAddr: cfg.AdminAddr}),
+		httpapi.WithConfig(rt),
 		httpapi.WithStats(func() any { return rt.Stats() }),
 	}
 	if tel.Traces != nil {

@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragtail/ragtail/rag/httpapi"
+	"github.com/ragtail/ragtail/rag/openai"
+)
+
+// adminRoutes are every route of a fully mounted admin handler but /healthz.
+var adminRoutes = []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap?debug=1",
+	"/debug/traces", "/debug/profiles", "/admin/config", "/admin/stats"}
+
+// fullAdmin serves an admin handler with every optional route mounted on a real loopback
+// listener: the test client connects from 127.0.0.1, as a sidecar proxy would.
+func fullAdmin(tb testing.TB, access httpapi.AdminAccess) *httptest.Server {
+	tb.Helper()
+	ok := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })
+	}
+	h := httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithAccess(access),
+		httpapi.WithTraces(ok("traces")), httpapi.WithProfiles(ok("profiles")),
+		httpapi.WithConfig(&counterStore{TopK: 5}), httpapi.WithStats(func() any { return map[string]int{"n": 1} }))
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+func adminGet(tb testing.TB, url, auth string) (*http.Response, string) {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// TestAdminReadsNeedTokenOffLoopback is the acceptance of issue 10 item 5: with the admin
+// listener bound off loopback, every admin route answers 401 without the token and 403 with a
+// wrong one, even though the peer connects from 127.0.0.1; with the token, 200.
+func TestAdminReadsNeedTokenOffLoopback(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		access     httpapi.AdminAccess
+		auth       string
+		wantStatus int
+		wantCode   string
+	}{
+		{name: "unspecified bind, no token sent", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: ":9464"}, wantStatus: 401, wantCode: "missing_admin_token"},
+		{name: "0.0.0.0 bind, no token sent", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "0.0.0.0:9464"}, wantStatus: 401, wantCode: "missing_admin_token"},
+		{name: "[::] bind, wrong token", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "[::]:9464"}, auth: "Bearer nope", wantStatus: 403, wantCode: "invalid_admin_token"},
+		{name: "pod address, not a bearer", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "10.0.0.5:9464"}, auth: "Basic czNjcmV0", wantStatus: 401, wantCode: "missing_admin_token"},
+		{name: "host name bind, token", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "ragtail-admin:9464"}, auth: "Bearer s3cret", wantStatus: 200},
+		{name: "0.0.0.0 bind, token", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "0.0.0.0:9464"}, auth: "Bearer s3cret", wantStatus: 200},
+		{name: "off loopback, no token configured", access: httpapi.AdminAccess{ListenAddr: ":9464"}, wantStatus: 403, wantCode: "admin_token_required"},
+		{name: "loopback bind reads are open", access: httpapi.AdminAccess{Token: "s3cret", ListenAddr: "127.0.0.1:9464"}, wantStatus: 200},
+		{name: "localhost bind reads are open", access: httpapi.AdminAccess{ListenAddr: "localhost:9464"}, wantStatus: 200},
+		{name: "no bind given: the connection's loopback address", access: httpapi.AdminAccess{}, wantStatus: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := fullAdmin(t, tt.access)
+			for _, route := range adminRoutes {
+				resp, body := adminGet(t, srv.URL+route, tt.auth)
+				if resp.StatusCode != tt.wantStatus {
+					t.Errorf("GET %s: status %d, want %d; body %.200s", route, resp.StatusCode, tt.wantStatus, body)
+					continue
+				}
+				if tt.wantStatus == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("GET %s: 401 without a Bearer challenge (WWW-Authenticate %q)", route, resp.Header.Get("WWW-Authenticate"))
+				}
+				if tt.wantCode != "" {
+					var eb openai.ErrorBody
+					if err := json.Unmarshal([]byte(body), &eb); err != nil || eb.Error.Code != tt.wantCode {
+						t.Errorf("GET %s: body %q, want OpenAI error code %s", route, body, tt.wantCode)
+					}
+					if strings.Contains(body, "s3cret") {
+						t.Errorf("GET %s: the error shows the token: %s", route, body)
+					}
+				}
+			}
+			// Liveness stays open for probes: it shows nothing but "ok".
+			if resp, _ := adminGet(t, srv.URL+"/healthz", ""); resp.StatusCode != 200 {
+				t.Errorf("GET /healthz: %d, want 200 without a token", resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestRedactArgs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{name: "nothing secret", in: []string{"ragtail", "serve", "--addr", ":8080", "--top-k=5"}, want: []string{"ragtail", "serve", "--addr", ":8080", "--top-k=5"}},
+		{name: "llm key with =", in: []string{"ragtail", "serve", "--llm-api-key=sk-live-1"}, want: []string{"ragtail", "serve", "--llm-api-key=REDACTED"}},
+		{name: "llm key as next argument", in: []string{"ragtail", "serve", "--llm-api-key", "sk-live-1", "--addr", ":1"}, want: []string{"ragtail", "serve", "--llm-api-key", "REDACTED", "--addr", ":1"}},
+		{name: "single dash", in: []string{"ragtail", "serve", "-embed-api-key", "e-1", "-qdrant-api-key=q-1"}, want: []string{"ragtail", "serve", "-embed-api-key", "REDACTED", "-qdrant-api-key=REDACTED"}},
+		{name: "any key token password secret", in: []string{"x", "--Admin-Token", "t", "--db-password=p", "--client-secret", "s", "--tls-key", "k"},
+			want: []string{"x", "--Admin-Token", "REDACTED", "--db-password=REDACTED", "--client-secret", "REDACTED", "--tls-key", "REDACTED"}},
+		{name: "value that looks like a flag", in: []string{"x", "--llm-api-key", "--dashed-secret"}, want: []string{"x", "--llm-api-key", "REDACTED"}},
+		{name: "key flag last", in: []string{"x", "--llm-api-key"}, want: []string{"x", "--llm-api-key"}},
+		{name: "after --", in: []string{"x", "--", "--llm-api-key", "v"}, want: []string{"x", "--", "--llm-api-key", "v"}},
+		{name: "program name kept", in: []string{"/tmp/secret-keys/ragtail"}, want: []string{"/tmp/secret-keys/ragtail"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := slices.Clone(tt.in)
+			if got := httpapi.RedactArgs(in); !slices.Equal(got, tt.want) {
+				t.Errorf("RedactArgs(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			if !slices.Equal(in, tt.in) {
+				t.Errorf("RedactArgs changed its argument to %q", in)
+			}
+		})
+	}
+}
+
+// TestPprofCmdlineRedacted checks /debug/pprof/cmdline on the admin handler, with net/http/pprof's
+// handlers and with a replacement (the continuous profiler's): the flag name shows, its value
+// does not. It sets os.Args, so it does not run in parallel.
+func TestPprofCmdlineRedacted(t *testing.T) {
+	saved := os.Args
+	defer func() { os.Args = saved }()
+	os.Args = []string{"ragtail", "serve", "--llm-api-key", "sk-live-123", "--embed-api-key=emb-456", "--qdrant-api-key", "qd-789", "--top-k", "5"}
+	pprofEcho := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, strings.Join(os.Args, "\x00")) })
+	for _, h := range []http.Handler{
+		httpapi.NewAdmin(prometheus.NewRegistry()),
+		httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithPprof(pprofEcho)),
+	} {
+		srv := httptest.NewServer(h)
+		resp, body := adminGet(t, srv.URL+"/debug/pprof/cmdline", "")
+		srv.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("cmdline: %d %s", resp.StatusCode, body)
+		}
+		for _, secret := range []string{"sk-live-123", "emb-456", "qd-789"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("cmdline shows the secret %q: %q", secret, body)
+			}
+		}
+		for _, want := range []string{"--llm-api-key\x00REDACTED", "--embed-api-key=REDACTED", "--qdrant-api-key\x00REDACTED", "--top-k\x005"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("cmdline %q lacks %q", body, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ragtail/ragtail/rag"
+)
+
+// TestRuntimeApplyBounds: every value of /admin/config that sizes memory, work or a wait has an
+// upper bound; a value past it is refused with a 400 naming the field and the bound, and
+// nothing changes.
+func TestRuntimeApplyBounds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, body string
+		wantErr    string // "" accepts
+	}{
+		{name: "cache at its bound", body: `{"cache":{"enabled":true,"size":1048576}}`},
+		{name: "cache too large", body: `{"cache":{"enabled":true,"size":1048577}}`, wantErr: "cache.size must be at most 1048576"},
+		{name: "workers at their bound", body: `{"admission":{"workers":65536}}`},
+		{name: "too many workers", body: `{"admission":{"workers":65537}}`, wantErr: "workers must be at least 1 and at most 65536"},
+		{name: "queue too long", body: `{"admission":{"queue":1048577}}`, wantErr: "queue capacity"},
+		{name: "queue timeout too long", body: `{"admission":{"queue_timeout":"2h"}}`, wantErr: "queue timeout must be between 0"},
+		{name: "queue target", body: `{"admission":{"queue_target":"250ms"}}`},
+		{name: "queue target off", body: `{"admission":{"queue_target":"off"}}`},
+		{name: "queue target too long", body: `{"admission":{"queue_target":"11m"}}`, wantErr: "queue target"},
+		{name: "queue target garbage", body: `{"admission":{"queue_target":"soon"}}`, wantErr: "admission.queue_target"},
+		{name: "async deadline at its bound", body: `{"async_deadline":"1m"}`},
+		{name: "async deadline too long", body: `{"async_deadline":"1h"}`, wantErr: "async_deadline must be at most 1m0s"},
+		{name: "async quorum beyond the shards", body: `{"async_quorum":5}`, wantErr: "async_quorum must be at most the 4 shards"},
+		{name: "fetch latency too long", body: `{"fetch_latency":"fixed:2m"}`, wantErr: "fetch_latency"},
+		{name: "shard latency cap too long", body: `{"shard_latency":["lognormal:5ms,0.5,1h"]}`, wantErr: "shard_latency"},
+		{name: "too many fault rules", body: `{"faults":[` + strings.Repeat(`{"name":"x","stage":"embed","delay":"fixed:1ms"},`, 256) + `{"name":"y","stage":"embed","delay":"fixed:1ms"}]}`, wantErr: "at most 256"},
+		{name: "fault cut too large", body: `{"faults":[{"name":"cut","route":"/v1/chat/completions","cut_after_tokens":2000000000}]}`, wantErr: "faults"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			svc, _, _ := testService(t)
+			before := svc.Runtime.Config()
+			_, err := svc.Runtime.Apply(context.Background(), []byte(tt.body))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Apply(%s) = %v; want it accepted", tt.body, err)
+				}
+				return
+			}
+			if !errors.Is(err, rag.ErrInvalidRequest) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Apply(%.100s) = %v; want an invalid-request error containing %q", tt.body, err, tt.wantErr)
+			}
+			if after := svc.Runtime.Config(); after.Version != before.Version || after.Admission != before.Admission || after.Cache != before.Cache {
+				t.Fatalf("a refused PUT changed the config: %+v -> %+v", before, after)
+			}
+		})
+	}
+}
