@@ -623,7 +623,9 @@ func TestPromtool(t *testing.T) {
 	if err != nil {
 		t.Skip("promtool is not installed (Debian: apt-get install prometheus); prometheus.yml not checked by Prometheus")
 	}
-	root := stackRoot(t)
+	// promtool checks that the admin token file prometheus.yml names exists; compose mounts it
+	// at run time, so the check runs on a copy of the stack's Prometheus files beside a token.
+	root := promtoolStack(t, stackRoot(t))
 	cfgFile := filepath.Join(root, "prometheus.yml")
 	promtoolRun := func(t *testing.T, args ...string) string {
 		t.Helper()
@@ -671,4 +673,28 @@ func TestPromtool(t *testing.T) {
 func hasService(p *types.Project, name string) bool {
 	_, ok := p.Services[name]
 	return ok
+}
+
+// promtoolStack copies prometheus.yml and prometheus/ from root into a temporary directory and
+// writes the admin token file compose mounts, returning the directory.
+func promtoolStack(tb testing.TB, root string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	err := os.CopyFS(filepath.Join(dir, "prometheus"), os.DirFS(filepath.Join(root, "prometheus")))
+	if err == nil {
+		var b []byte
+		if b, err = os.ReadFile(filepath.Join(root, "prometheus.yml")); err == nil {
+			err = os.WriteFile(filepath.Join(dir, "prometheus.yml"), b, 0o644)
+		}
+	}
+	if err == nil {
+		err = os.MkdirAll(filepath.Join(dir, "secrets"), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "secrets", "ragtail-admin-token"), []byte("test-token\n"), 0o600)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dir
 }
