@@ -287,8 +287,8 @@ func runPoolSaturation(ctx context.Context, e *env) (*Result, error) {
 		name string
 		adm  map[string]any
 	}{
-		{"1 worker, unbounded queue", map[string]any{"workers": 1, "queue": -1, "queue_timeout": "0s", "policy": "wait"}},
-		{"8 workers, queue 16, reject", map[string]any{"workers": 8, "queue": 16, "queue_timeout": "500ms", "policy": "reject"}},
+		{"1 worker, unbounded queue", map[string]any{"workers": 1, "queue": -1, "queue_timeout": "0s", "policy": "wait", "queue_target": "off"}},
+		{"8 workers, queue 16, reject", map[string]any{"workers": 8, "queue": 16, "queue_timeout": "500ms", "policy": "reject", "queue_target": "off"}},
 	}
 	const rate, burst = 25.0, 0.25
 	per := e.dur / 2
@@ -622,7 +622,9 @@ func stageP50(b *report.Bench, stage string) time.Duration {
 // test on a small machine), a roomy admission pool, no faults.
 func (e *env) base(settings map[string]any) map[string]any {
 	out := map[string]any{
-		"admission": map[string]any{"workers": 256, "queue": 1024, "queue_timeout": "30s", "policy": "reject"},
+		// The service's early shedding is off: each experiment measures its own pitfall, and
+		// pool-saturation sets the pool it compares.
+		"admission": map[string]any{"workers": 256, "queue": 1024, "queue_timeout": "30s", "policy": "reject", "queue_target": "off"},
 		"faults":    []any{},
 	}
 	if e.simulated {
