@@ -48,6 +48,17 @@ lint: $(GOLANGCI_LINT)
 	$(GO) vet $(PKGS)
 	$(GOLANGCI_LINT) run ./...
 
+## fuzz: run every fuzz target for FUZZTIME each (not in CI: a long run looks for new inputs;
+## the seed corpora run in every `make test`)
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
 ## fmt: format all Go files
 fmt:
 	gofmt -w $$(git ls-files '*.go')
