@@ -202,7 +202,7 @@ func statusName(c codes.Code) string {
 func stringAttr(attrs []attribute.KeyValue, key attribute.Key) string {
 	for _, kv := range attrs {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

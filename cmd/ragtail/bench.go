@@ -63,10 +63,9 @@ type loadOptions struct {
 }
 
 type keyOptions struct {
-	file                 string
-	pattern              string
-	count, hot           int
-	alpha, cold, invalid float64
+	pattern       string
+	count, hot    int
+	cold, invalid float64
 }
 
 func (o *loadOptions) register(fs *flag.FlagSet) {
@@ -351,7 +350,7 @@ func (o *loadOptions) source() (shape.Source, error) {
 			if err != nil {
 				return nil, fmt.Errorf("--dataset: %w", err)
 			}
-			defer f.Close()
+			defer func() { _ = f.Close() }() // read only
 			if cfg.Keys, err = shape.ReadKeys(f); err != nil {
 				return nil, fmt.Errorf("--dataset %s: %w", file, err)
 			}
@@ -374,7 +373,7 @@ func (o *loadOptions) source() (shape.Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--dataset: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	prompts, err := shape.ReadDataset(f)
 	if err != nil {
 		return nil, fmt.Errorf("--dataset %s: %w", d, err)
@@ -497,7 +496,7 @@ func (o *loadOptions) planWorkload(rate float64, concurrency int) (plan, error) 
 				return p, fmt.Errorf("--sessions: %w", err)
 			}
 			sessions, err := shape.ReadSessions(f)
-			f.Close()
+			_ = f.Close()
 			if err != nil {
 				return p, fmt.Errorf("--sessions %s: %w", o.sessions, err)
 			}

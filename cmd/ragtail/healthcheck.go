@@ -43,7 +43,7 @@ container healthchecks, where the image has no shell or curl, e.g. /readyz of ra
 	if err != nil {
 		return fmt.Errorf("healthcheck %s: %w", fs.Arg(0), err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("healthcheck %s: HTTP %d: %s", fs.Arg(0), resp.StatusCode, strings.TrimSpace(string(body)))

@@ -285,7 +285,7 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 		fail(rec, classify(ctx, err, written), err)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if fb := tm.firstByte.Load(); fb != 0 {
 		rec.FirstByte = time.Duration(fb)
 	} else {
@@ -779,7 +779,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return nil, fmt.Errorf("list models: %w", err)

@@ -53,8 +53,7 @@ type section struct {
 type hb struct{ strings.Builder }
 
 func (h *hb) raw(s string)                 { h.WriteString(s) }
-func (h *hb) text(s string)                { h.WriteString(esc(s)) }
-func (h *hb) f(format string, args ...any) { h.WriteString(fmt.Sprintf(format, args...)) }
+func (h *hb) f(format string, args ...any) { fmt.Fprintf(h, format, args...) }
 func (h *hb) p(class, s string)            { h.f(`<p class="%s">%s</p>`, class, esc(s)) }
 func (h *hb) html() template.HTML          { return template.HTML(h.String()) } //nolint:gosec // built with esc
 func (h *hb) cell(tag, class, s string)    { h.f(`<%s class="%s">%s</%s>`, tag, class, esc(s), tag) }

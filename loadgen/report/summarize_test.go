@@ -175,8 +175,7 @@ func TestWarmupInNoStatistic(t *testing.T) {
 	warm := *res
 	warm.Records = slices.Clone(res.Records)
 	warm.MeasuredFrom = off
-	var rest loadgen.Result
-	rest = *res
+	rest := *res
 	rest.Start, rest.Records, rest.Duration = res.Start.Add(off), nil, res.Duration-off
 	nWarm := 0
 	for i := range warm.Records {

@@ -90,12 +90,11 @@ func tickLabel(v float64) string {
 }
 
 type axis struct {
-	lo, hi   float64 // data range (log10 when log)
-	log      bool
-	pixLo    float64
-	pixHi    float64
-	ticks    []tick
-	inverted bool
+	lo, hi float64 // data range (log10 when log)
+	log    bool
+	pixLo  float64
+	pixHi  float64
+	ticks  []tick
 }
 
 func (a *axis) pos(v float64) float64 {

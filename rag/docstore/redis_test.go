@@ -110,8 +110,8 @@ func TestRedisCacheAside(t *testing.T) {
 		}
 		redisSpans++
 		for _, a := range sp.Attributes() {
-			if strings.Contains(a.Value.Emit(), "text of") || strings.Contains(a.Value.Emit(), "revised") {
-				t.Errorf("span %q: attribute %s carries a payload: %s", sp.Name(), a.Key, a.Value.Emit())
+			if strings.Contains(a.Value.String(), "text of") || strings.Contains(a.Value.String(), "revised") {
+				t.Errorf("span %q: attribute %s carries a payload: %s", sp.Name(), a.Key, a.Value.String())
 			}
 		}
 	}

@@ -36,7 +36,7 @@ func (s *counterStore) Apply(_ context.Context, body []byte) (any, error) {
 		TopK *int `json:"top_k"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, fmt.Errorf("%w: %v", rag.ErrInvalidRequest, err)
+		return nil, fmt.Errorf("%w: %w", rag.ErrInvalidRequest, err)
 	}
 	if in.TopK != nil && *in.TopK < 1 {
 		return nil, fmt.Errorf("%w: top_k must be positive", rag.ErrInvalidRequest)
