@@ -8,11 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -55,9 +61,78 @@ func TestHostileInputE2E(t *testing.T) {
 
 	// A loopback admin: cross-site writes are refused and change nothing.
 	api, admin := telFreeAddr(t), telFreeAddr(t)
-	telStart(t, ctx, dir, "serve", bin, "serve", "--addr", api, "--admin-addr", admin, "--profile", "tiny",
+	serve := telStart(t, ctx, dir, "serve", bin, "serve", "--addr", api, "--admin-addr", admin, "--profile", "tiny",
 		"--corpus-docs", "20", "--profiling=false", "--log-level", "warn")
 	nbWaitHTTP(t, ctx, "http://"+api+"/readyz")
+
+	t.Run("10,000 distinct 50 KB model names", func(t *testing.T) {
+		rss := func() int64 {
+			t.Helper()
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", serve.cmd.Process.Pid))
+			if err != nil {
+				t.Skipf("no /proc here: %v", err)
+			}
+			for line := range strings.SplitSeq(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+					kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return kb << 10
+				}
+			}
+			t.Fatal("no VmRSS")
+			return 0
+		}
+		before := rss()
+		pad := strings.Repeat("m", 50<<10)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes := map[int]int{}
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < 10000; i += 8 {
+					body := []byte(`{"model":"` + strconv.Itoa(i) + pad + `","messages":[{"role":"user","content":"hi"}]}`)
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/v1/chat/completions", bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := client.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					mu.Lock()
+					codes[resp.StatusCode]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		// Names under the length limit reach the pipeline as unknown models (404): they must
+		// not each get their own series.
+		short := strings.Repeat("s", 200)
+		for i := range 500 {
+			if code, _ := do(http.MethodPost, "http://"+api+"/v1/chat/completions", "application/json", "",
+				[]byte(`{"model":"`+strconv.Itoa(i)+short+`","messages":[{"role":"user","content":"hi"}]}`)); code != http.StatusNotFound {
+				t.Fatalf("an unknown 200-byte model name: %d, want 404", code)
+			}
+		}
+		_, metrics := do(http.MethodGet, "http://"+admin+"/metrics", "", "", nil)
+		models := map[string]bool{}
+		for _, m := range regexp.MustCompile(`gen_ai_request_model="([^"]*)"`).FindAllStringSubmatch(string(metrics), -1) {
+			models[m[1]] = true
+		}
+		growth := rss() - before
+		t.Logf("10,000 distinct 50 KB model names and 500 unknown short ones: answers %v, RSS %+.1f MB, %d gen_ai_request_model values %v, /metrics %d KB",
+			codes, float64(growth)/(1<<20), len(models), slices.Sorted(maps.Keys(models)), len(metrics)>>10)
+		if growth > 50<<20 {
+			t.Errorf("RSS grew %.1f MB under 10,000 distinct model names, want under 50 MB", float64(growth)/(1<<20))
+		}
+		if len(models) > 3 { // the served model, the embedder's, and _OTHER
+			t.Errorf("gen_ai_request_model has %d values: %v", len(models), models)
+		}
+	})
 
 	t.Run("absurd strings", func(t *testing.T) {
 		huge := strings.Repeat("m", 1<<20)
