@@ -42,6 +42,14 @@ type recorder struct {
 	rootCtx    context.Context // parent with the rag.pipeline span
 	faultDelay time.Duration   // latency injected by fault rules so far
 
+	// mark is the instant the last stage ended, at which the next one begins, so that stages
+	// tile the run and one clock reading serves both; zero when none is pending.
+	mark time.Time
+	// stamp is the timestamp option of the instant stampAt, shared by every span that starts
+	// or ends then: building the option costs an allocation.
+	stamp   trace.SpanEventOption
+	stampAt time.Time
+
 	attrs     [24]attribute.KeyValue
 	startOpts [1]trace.SpanStartOption
 	endOpts   [1]trace.SpanEndOption
@@ -58,7 +66,26 @@ type stageSpan struct {
 
 // reset prepares rec for a run starting at start, whose timings go to timings.
 func (rec *recorder) reset(t *telemetry, now func() time.Time, start time.Time, parent context.Context, timings []rag.StageTiming) {
-	*rec = recorder{t: t, now: now, start: start, parent: parent, timings: timings}
+	*rec = recorder{t: t, now: now, start: start, mark: start, parent: parent, timings: timings}
+}
+
+// at returns the timestamp option of instant t, built once for every span starting or ending
+// at t.
+func (rec *recorder) at(t time.Time) trace.SpanEventOption {
+	if rec.stamp == nil || rec.stampAt != t {
+		rec.stamp, rec.stampAt = trace.WithTimestamp(t), t
+	}
+	return rec.stamp
+}
+
+// instant returns the instant the next stage begins at: the end of the stage before it (or the
+// start of the run), read once for both, or else the clock's reading now.
+func (rec *recorder) instant() time.Time {
+	if t := rec.mark; !t.IsZero() {
+		rec.mark = time.Time{}
+		return t
+	}
+	return rec.now()
 }
 
 // tracing reports whether spans are started at all.
@@ -70,7 +97,7 @@ func (rec *recorder) spanStart(parent context.Context, name string, start time.T
 	if !rec.t.tracing {
 		return parent, nil
 	}
-	rec.startOpts[0] = trace.WithTimestamp(start)
+	rec.startOpts[0] = rec.at(start)
 	return rec.t.tracer.Start(parent, name, rec.startOpts[:]...)
 }
 
@@ -85,7 +112,7 @@ func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, attrs []
 			recordError(span, end, err)
 		}
 	}
-	rec.endOpts[0] = trace.WithTimestamp(end)
+	rec.endOpts[0] = rec.at(end)
 	span.End(rec.endOpts[:]...)
 }
 
@@ -146,7 +173,7 @@ func (rec *recorder) finishRun(req *Request, res *Result, gen generation, err er
 // begin starts timing stage, starts its span (named name, child of the rag.pipeline span) at the
 // same instant, and labels the goroutine with the stage.
 func (rec *recorder) begin(ctx context.Context, stage rag.Stage, name string) stageSpan {
-	now := rec.now()
+	now := rec.instant()
 	rec.timings = append(rec.timings, rag.StageTiming{Stage: stage, Start: now})
 	st := stageSpan{stage: stage, i: len(rec.timings) - 1}
 	st.ctx, st.span = rec.spanStart(ctx, name, now)
@@ -167,6 +194,7 @@ func (rec *recorder) end(st *stageSpan, end time.Time, err error, attrs []attrib
 	rec.spanEnd(st.span, end, err, attrs)
 	rec.t.inst.stageDur.Record(st.ctx, seconds(d), rec.t.stageSet(st.stage, rec.coupling)...)
 	rec.setLabels(rec.rootCtx)
+	rec.mark = end
 	return d
 }
 
@@ -233,7 +261,7 @@ func (rec *recorder) beginShard(parent context.Context, shard int) shardSpan {
 func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) {
 	now := rec.now()
 	if rec.t.tracing {
-		rec.startOpts[0] = trace.WithTimestamp(now)
+		rec.startOpts[0] = rec.at(now)
 	}
 	for i := range answers {
 		ss := &answers[i].span
@@ -262,7 +290,7 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 			recordError(ss.span, end, err)
 		}
 		if own {
-			rec.endOpts[0] = trace.WithTimestamp(end)
+			rec.endOpts[0] = rec.at(end)
 			ss.span.End(rec.endOpts[:]...)
 		} else {
 			ss.span.End(trace.WithTimestamp(end))
