@@ -390,21 +390,19 @@ func (r *run) retrieveSync(st *stageSpan, vec []float32, ret *retrieval) error {
 func (r *run) retrieveFanout(st *stageSpan, vec []float32, ret *retrieval) error {
 	n := ret.shards
 	answers := make([]shardAnswer, n)
-	ctx, cancel := context.WithCancel(st.ctx)
-	defer cancel()
-	r.rec.beginShards(ctx, answers)
+	r.rec.beginShards(st.ctx, answers)
 	var (
 		wg    sync.WaitGroup
 		first atomic.Int32
 	)
 	first.Store(-1)
-	for i := range answers {
-		wg.Go(func() {
-			r.search(&answers[i], vec)
-			if answers[i].err != nil && first.CompareAndSwap(-1, int32(i)) {
-				cancel()
-			}
-		})
+	// The run's goroutine searches the last shard itself, rather than wait idle: one goroutine
+	// (and its closure) fewer.
+	for i := range n - 1 {
+		wg.Go(func() { r.searchFirstFails(&answers[i], vec, &first) })
+	}
+	if n > 0 {
+		r.searchFirstFails(&answers[n-1], vec, &first)
 	}
 	wg.Wait()
 	perShard := make([][]rag.Hit, n)
@@ -609,29 +607,53 @@ func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit, f *fetched) e
 	return nil
 }
 
+// chunkLookup is one chunk fetched concurrently, or why it is not there.
+type chunkLookup struct {
+	chunk rag.Chunk
+	err   error
+}
+
+// searchFirstFails searches the shard of a; the first search to fail (first records which)
+// cancels the run's context, and so the other searches: the failure fails the run, so nothing
+// else runs under that context any more, and no context of the stage's own is needed.
+func (r *run) searchFirstFails(a *shardAnswer, vec []float32, first *atomic.Int32) {
+	r.search(a, vec)
+	if a.err != nil && first.CompareAndSwap(-1, int32(a.span.shard)) {
+		r.cancel(errSiblingFailed)
+	}
+}
+
+// lookupFirstFails fetches the chunk of hits[i] into lookups[i]; the first fetch to fail with
+// something other than not-found (first records which) cancels the run's context, and so the
+// other fetches, as searchFirstFails does.
+func (r *run) lookupFirstFails(ctx context.Context, hits []rag.Hit, lookups []chunkLookup, i int, f *fetched, first *atomic.Int32) {
+	l := &lookups[i]
+	l.chunk, l.err = r.lookup(ctx, hits[i].ChunkID, &f.results)
+	if l.err != nil && !errors.Is(l.err, rag.ErrNotFound) && first.CompareAndSwap(-1, int32(i)) {
+		r.cancel(errSiblingFailed)
+	}
+}
+
+// errSiblingFailed is the cause of the run's cancellation when one of the concurrent searches
+// or fetches of a stage failed; the stage reports that failure, not this.
+var errSiblingFailed = errors.New("a concurrent search or fetch of the stage failed")
+
 // fetchConcurrent fetches every chunk at once and keeps them in rank order. The first failure
 // cancels the other fetches and is the stage's error; a chunk the store does not have is skipped.
 func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) error {
-	type lookup struct {
-		chunk rag.Chunk
-		err   error
-	}
-	lookups := make([]lookup, len(hits))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	lookups := make([]chunkLookup, len(hits))
 	var (
 		wg    sync.WaitGroup
 		first atomic.Int32
 	)
 	first.Store(-1)
-	for i := range lookups {
-		wg.Go(func() {
-			l := &lookups[i]
-			l.chunk, l.err = r.lookup(ctx, hits[i].ChunkID, &f.results)
-			if l.err != nil && !errors.Is(l.err, rag.ErrNotFound) && first.CompareAndSwap(-1, int32(i)) {
-				cancel()
-			}
-		})
+	// As in retrieveFanout, the run's goroutine fetches the last chunk itself.
+	last := len(lookups) - 1
+	for i := range last {
+		wg.Go(func() { r.lookupFirstFails(ctx, hits, lookups, i, f, &first) })
+	}
+	if last >= 0 {
+		r.lookupFirstFails(ctx, hits, lookups, last, f, &first)
 	}
 	wg.Wait()
 	if i := first.Load(); i >= 0 {
