@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test e2e bench bench-loadgen lint fmt tidy deps demo clean jaeger
+.PHONY: all build test e2e bench bench-telemetry bench-loadgen lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -29,8 +29,18 @@ e2e:
 ## load generator side by side with vegeta (built from its Go module in tools/vegeta): CPU per
 ## request at 10,000 req/s, top rate, send lag at 2,000 req/s, as ratios from one run
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) test -run '^$$' -bench . -skip PipelineTelemetry -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(MAKE) bench-telemetry
 	$(MAKE) bench-loadgen
+
+## bench-telemetry: BenchmarkPipelineTelemetry TELCOUNT times, then per corpus the median, min and
+## max of loss_%, allocs/op and on_allocs/req beside their targets (tools/telsum.awk)
+TELCOUNT ?= 6
+bench-telemetry:
+	@mkdir -p bin
+	$(GO) test -run '^$$' -bench PipelineTelemetry -benchmem -benchtime 4000x -count $(TELCOUNT) ./telemetry/ > bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
+	@cat bin/bench-telemetry.txt
+	awk -f tools/telsum.awk bin/bench-telemetry.txt
 
 ## bench-loadgen: ragtail bench against vegeta v12.13.0 on one trivial loopback endpoint
 bench-loadgen: build
