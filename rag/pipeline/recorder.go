@@ -53,6 +53,7 @@ type recorder struct {
 	attrs     [24]attribute.KeyValue
 	startOpts [1]trace.SpanStartOption
 	endOpts   [1]trace.SpanEndOption
+	eventOpts [1]trace.EventOption
 }
 
 // stageSpan is one stage in progress: where its timing is, its span and its context.
@@ -367,7 +368,8 @@ func (rec *recorder) beginGenerate(ctx context.Context) stageSpan {
 // firstToken marks the first delta carrying text on the chat span.
 func (rec *recorder) firstToken(st *stageSpan, at time.Time) {
 	if st.span != nil && st.span.IsRecording() {
-		st.span.AddEvent(EventFirstToken, trace.WithTimestamp(at))
+		rec.eventOpts[0] = rec.at(at)
+		st.span.AddEvent(EventFirstToken, rec.eventOpts[:]...)
 	}
 }
 
