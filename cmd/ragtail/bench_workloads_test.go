@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ragtail/ragtail/rag/llmsim"
+)
+
+// TestBenchMooncakeTrace replays a Mooncake trace against llm-sim with prefix caching: the
+// requests are intended at the trace's times over the speedup, and the shared hash block
+// shows as cached prompt tokens in the result.
+func TestBenchMooncakeTrace(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "mooncake.jsonl")
+	if err := os.WriteFile(trace, []byte(`{"timestamp": 0, "input_length": 1000, "output_length": 4, "hash_ids": [7, 8]}
+{"timestamp": 30, "input_length": 1000, "output_length": 4, "hash_ids": [7, 9]}
+{"timestamp": 60, "input_length": 900, "output_length": 4, "hash_ids": [10, 11]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		caching    bool
+		wantCached bool
+	}{
+		{"prefix caching", true, true},
+		{"no prefix caching", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := tinyProfile(t)
+			p.PrefixCaching = tt.caching
+			srv := startLLMSim(t, p, llmsim.WithVirtualTime())
+			out, detailed := filepath.Join(t.TempDir(), "r.json"), filepath.Join(t.TempDir(), "d.jsonl")
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--quiet",
+				"--dataset", "mooncake:" + trace, "--trace-speedup", "2", "--json", out, "--save-detailed", detailed}, &stdout, &stderr)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			r := readJSON(t, out)
+			if r["completed"] != 3.0 || r["failed"] != 0.0 {
+				t.Fatalf("completed %v failed %v\n%s", r["completed"], r["failed"], stdout.String())
+			}
+			cached, _ := r["total_cached_tokens"].(float64)
+			if got := cached >= 496; got != tt.wantCached {
+				// Request 2 shares one 512-word block with request 1: at least 31 of llm-sim's
+				// 16-token blocks.
+				t.Errorf("total_cached_tokens %v, want >= 496: %v", r["total_cached_tokens"], tt.wantCached)
+			}
+			if !strings.Contains(stdout.String(), "mooncake trace mooncake.jsonl replayed at 2x") {
+				t.Errorf("stdout does not name the trace:\n%s", stdout.String())
+			}
+			if got, want := intended(t, detailed), []float64{0, 15e6, 30e6}; !slices.Equal(got, want) {
+				t.Errorf("intended send offsets %v ns, want %v", got, want)
+			}
+		})
+	}
+}
+
+// intended returns the intended send offsets of a --save-detailed file's records, in order.
+func intended(t *testing.T, path string) []float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	var out []float64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			I        *int    `json:"i"`
+			Intended float64 `json:"intended_ns"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.I != nil {
+			out = append(out, rec.Intended)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestBenchTraceFlagErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "azure.csv")
+	if err := os.WriteFile(trace, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing file", []string{"--dataset", "burstgpt:" + filepath.Join(dir, "none.csv")}, "no such file"},
+		{"wrong format", []string{"--dataset", "mooncake:" + trace}, "line 1"},
+		{"bad speedup", []string{"--dataset", "azure:" + trace, "--trace-speedup", "0.0", "--trace-start", "-1s"}, "must not be negative"},
+		{"empty window", []string{"--dataset", "azure:" + trace, "--trace-start", "1h"}, "holds none"},
+		{"with sessions", []string{"--dataset", "azure:" + trace, "--sessions", "synthetic"}, "does not combine"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), append([]string{"bench", "--url", "http://127.0.0.1:1/v1/chat/completions", "--model", "m"}, tt.args...), &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
