@@ -627,6 +627,9 @@ Example (the article's command, against ragtail llm-sim):
 	if err := o.load.preflight(ctx, c); err != nil {
 		return err
 	}
+	if o.startAt == "" {
+		start = time.Now() // the run starts after the preflight, whose wait is no request's send lag
+	}
 
 	progress := newProgressPrinter(stderr, o.load.quiet)
 	cfg := loadgen.Config{
