@@ -5,11 +5,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ragtail/ragtail/rag/llmsim"
 )
@@ -121,5 +126,56 @@ func TestBenchTraceFlagErrors(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestBenchClockStartsAfterPreflight checks that the run's origin comes after the preflight
+// response, so that waiting for it is no request's send lag: the first request the server
+// sees after the preflight is never before the recorded start.
+func TestBenchClockStartsAfterPreflight(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var preflightDone time.Time
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		n++
+		first := n == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(200 * time.Millisecond) // a slow first answer: a cold server
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+		if first {
+			mu.Lock()
+			preflightDone = time.Now()
+			mu.Unlock()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	detailed := filepath.Join(t.TempDir(), "d.jsonl")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--model", "m", "--quiet",
+		"--request-rate", "100", "--num-prompts", "3", "--dataset", "short", "--save-detailed", detailed}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(detailed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header struct {
+		Start time.Time `json:"start"`
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	if err := json.Unmarshal(line, &header); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if header.Start.Before(preflightDone) {
+		t.Errorf("the run started at %v, %v before the preflight's answer", header.Start, preflightDone.Sub(header.Start))
 	}
 }
