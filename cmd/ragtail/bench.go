@@ -436,7 +436,7 @@ func (o *loadOptions) planWorkload(rate float64, concurrency int) (plan, error) 
 	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(o.shape)), ":")
 	profiled := name == "ramp" || name == "step" || name == "steps"
 	p := plan{rate: rate}
-	if tp, ok, err := o.tracePlan(); ok {
+	if tp, ok, err := o.tracePlan(rate); ok {
 		return tp, err
 	}
 

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,11 +42,15 @@ func traceDataset(dataset string) (shape.TraceFormat, string, bool) {
 }
 
 // tracePlan builds the workload of a trace dataset; ok is false when --dataset is not one.
-// A trace brings its own send times, so the arrival process and the rate do not apply.
-func (o *loadOptions) tracePlan() (p plan, ok bool, err error) {
+// A trace brings its own send times, so the arrival process and a rate do not apply: a finite
+// rate (--request-rate, or a sweep's ladder) is an error.
+func (o *loadOptions) tracePlan(rate float64) (p plan, ok bool, err error) {
 	format, file, ok := traceDataset(o.dataset)
 	if !ok {
 		return p, false, nil
+	}
+	if !math.IsInf(rate, 1) {
+		return p, true, fmt.Errorf("--dataset %s: a trace is sent on its own timestamps: pace it with --trace-speedup, not a request rate (%g req/s)", o.dataset, rate)
 	}
 	if o.sessions != "" {
 		return p, true, fmt.Errorf("--dataset %s: a trace replays its own requests: it does not combine with --sessions", o.dataset)
