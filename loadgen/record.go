@@ -41,6 +41,8 @@ type Record struct {
 	PromptTokens    int  `json:"prompt_tokens,omitempty"`
 	OutputTokens    int  `json:"output_tokens,omitempty"`
 	TokensFromUsage bool `json:"tokens_from_usage,omitempty"` // OutputTokens came from the server's usage, not counted
+	CachedTokens    int  `json:"cached_tokens,omitempty"`     // usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache held
+	ReasoningTokens int  `json:"reasoning_tokens,omitempty"`  // usage.completion_tokens_details.reasoning_tokens, within OutputTokens
 }
 
 // Chunk is one content chunk of a streamed response.

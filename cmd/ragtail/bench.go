@@ -45,6 +45,7 @@ type loadOptions struct {
 	dataset    string
 	sessions   string
 	think      time.Duration
+	trace      traceOptions
 
 	article shape.ArticleConfig
 	keys    keyOptions
@@ -82,7 +83,8 @@ func (o *loadOptions) register(fs *flag.FlagSet) {
 
 	fs.StringVar(&o.shape, "shape", "poisson", "arrival process: poisson, gamma (with --burstiness), constant, ramp:FROM,TO,DURATION,\nstep:RATE@DURATION,..., or article (Zipf popularity, rank-grown context, Poisson bursts)")
 	fs.Float64Var(&o.burstiness, "burstiness", 1, "gamma shape of the gaps (vLLM's): 1 is Poisson, < 1 burstier, > 1 more regular; ramp and step use it too (0: even spacing)")
-	fs.StringVar(&o.dataset, "dataset", "mixed", "prompts: short, medium, long, mixed, N or MIN-MAX tokens (synthetic); a ShareGPT JSON or\nOpenAI-messages JSONL file; or keys[:FILE] for GET /v1/documents/{id} lookups (see --key-*)")
+	fs.StringVar(&o.dataset, "dataset", "mixed", "prompts: short, medium, long, mixed, N or MIN-MAX tokens (synthetic); a ShareGPT JSON or\nOpenAI-messages JSONL file; keys[:FILE] for GET /v1/documents/{id} lookups (see --key-*); or a trace\nreplayed on its timestamps: mooncake:FILE (JSONL), azure:FILE or burstgpt:FILE (CSV), see --trace-*")
+	o.trace.register(fs)
 	fs.StringVar(&o.sessions, "sessions", "", "replay user sessions: a JSONL file (session, step, think_ms, start_ms, request) or 'synthetic'\n(search -> product -> cart paths); sessions start at the arrival process unless the file gives start_ms")
 	fs.DurationVar(&o.think, "think", time.Second, "median think time between steps of synthetic sessions")
 
@@ -434,6 +436,9 @@ func (o *loadOptions) planWorkload(rate float64, concurrency int) (plan, error) 
 	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(o.shape)), ":")
 	profiled := name == "ramp" || name == "step" || name == "steps"
 	p := plan{rate: rate}
+	if tp, ok, err := o.tracePlan(rate); ok {
+		return tp, err
+	}
 
 	if name == "article" {
 		if o.sessions != "" {
@@ -621,6 +626,9 @@ Example (the article's command, against ragtail llm-sim):
 	}
 	if err := o.load.preflight(ctx, c); err != nil {
 		return err
+	}
+	if o.startAt == "" {
+		start = time.Now() // the run starts after the preflight, whose wait is no request's send lag
 	}
 
 	progress := newProgressPrinter(stderr, o.load.quiet)

@@ -15,6 +15,8 @@ type chunkInfo struct {
 	hasUsage         bool   // a usage object was present
 	promptTokens     int    // usage.prompt_tokens, when hasUsage
 	completionTokens int    // usage.completion_tokens, when hasUsage
+	cachedTokens     int    // usage.prompt_tokens_details.cached_tokens, when hasUsage
+	reasoningTokens  int    // usage.completion_tokens_details.reasoning_tokens, when hasUsage
 	isError          bool   // an "error" member, or "object": "error"
 	errRaw           []byte // the raw "error" value, or the raw "message" of an error object
 	serverTiming     []byte // the raw (quoted) "server_timing" string
@@ -57,12 +59,14 @@ func scanChunk(b []byte, out *chunkInfo) error {
 type scanCtx uint8
 
 const (
-	ctxOther   scanCtx = iota // skipped
-	ctxTop                    // the chunk object
-	ctxChoices                // the choices array
-	ctxChoice                 // one choice
-	ctxDelta                  // a choice's delta or message
-	ctxUsage                  // the usage object
+	ctxOther         scanCtx = iota // skipped
+	ctxTop                          // the chunk object
+	ctxChoices                      // the choices array
+	ctxChoice                       // one choice
+	ctxDelta                        // a choice's delta or message
+	ctxUsage                        // the usage object
+	ctxPromptDetails                // usage.prompt_tokens_details
+	ctxOutputDetails                // usage.completion_tokens_details
 )
 
 type scanner struct {
@@ -317,6 +321,7 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 		case "usage":
 			if s.b[s.i] == '{' {
 				out.hasUsage, out.promptTokens, out.completionTokens = true, 0, 0
+				out.cachedTokens, out.reasoningTokens = 0, 0
 				return s.value(ctxUsage, out)
 			}
 			out.hasUsage = false
@@ -377,6 +382,20 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 			return s.count(&out.promptTokens)
 		case "completion_tokens":
 			return s.count(&out.completionTokens)
+		case "prompt_tokens_details":
+			out.cachedTokens = 0
+			return s.value(ctxPromptDetails, out)
+		case "completion_tokens_details":
+			out.reasoningTokens = 0
+			return s.value(ctxOutputDetails, out)
+		}
+	case ctxPromptDetails:
+		if key == "cached_tokens" {
+			return s.count(&out.cachedTokens)
+		}
+	case ctxOutputDetails:
+		if key == "reasoning_tokens" {
+			return s.count(&out.reasoningTokens)
 		}
 	}
 	return s.value(ctxOther, out)

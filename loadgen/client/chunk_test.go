@@ -24,6 +24,10 @@ func TestScanChunk(t *testing.T) {
 		{"finish", `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, chunkInfo{finished: true}, false},
 		{"usage", `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":300,"total_tokens":312}}`, chunkInfo{hasUsage: true, promptTokens: 12, completionTokens: 300}, false},
 		{"usage null", `{"choices":[],"usage":null}`, chunkInfo{}, false},
+		{"cached and reasoning tokens", `{"usage":{"prompt_tokens":600,"completion_tokens":90,"prompt_tokens_details":{"cached_tokens":512},"completion_tokens_details":{"reasoning_tokens":40}}}`,
+			chunkInfo{hasUsage: true, promptTokens: 600, completionTokens: 90, cachedTokens: 512, reasoningTokens: 40}, false},
+		{"details null", `{"usage":{"prompt_tokens":6,"prompt_tokens_details":null,"completion_tokens_details":null}}`, chunkInfo{hasUsage: true, promptTokens: 6}, false},
+		{"details elsewhere ignored", `{"x":{"prompt_tokens_details":{"cached_tokens":5}},"usage":{"cached_tokens":3}}`, chunkInfo{hasUsage: true}, false},
 		{"odd counts ignored", `{"usage":{"prompt_tokens":-1,"completion_tokens":1.5}}`, chunkInfo{hasUsage: true}, false},
 		{"integral exponent", `{"usage":{"completion_tokens":1e3}}`, chunkInfo{hasUsage: true, completionTokens: 1000}, false},
 		{"legacy text", `{"choices":[{"text":"x","finish_reason":"length"}]}`, chunkInfo{content: true, finished: true}, false},
@@ -63,7 +67,8 @@ func TestScanChunk(t *testing.T) {
 
 func sameInfo(a, b chunkInfo) bool {
 	return a.content == b.content && a.finished == b.finished && a.hasUsage == b.hasUsage &&
-		a.promptTokens == b.promptTokens && a.completionTokens == b.completionTokens && a.isError == b.isError
+		a.promptTokens == b.promptTokens && a.completionTokens == b.completionTokens && a.isError == b.isError &&
+		a.cachedTokens == b.cachedTokens && a.reasoningTokens == b.reasoningTokens
 }
 
 // referenceInfo extracts the same fields with encoding/json, following scanChunk's documented
@@ -116,6 +121,12 @@ func referenceInfo(b []byte) (info chunkInfo, valid, ok bool) {
 			return int(f)
 		}
 		info.promptTokens, info.completionTokens = count(u["prompt_tokens"]), count(u["completion_tokens"])
+		if d, isObj := u["prompt_tokens_details"].(map[string]any); isObj {
+			info.cachedTokens = count(d["cached_tokens"])
+		}
+		if d, isObj := u["completion_tokens_details"].(map[string]any); isObj {
+			info.reasoningTokens = count(d["reasoning_tokens"])
+		}
 	}
 	switch e := top["error"].(type) {
 	case map[string]any:
@@ -193,6 +204,7 @@ func FuzzScanChunk(f *testing.F) {
 	for _, s := range []string{
 		`{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}`,
 		`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+		`{"usage":{"prompt_tokens_details":{"cached_tokens":3},"completion_tokens_details":{"reasoning_tokens":1}}}`,
 		`{"error":{"message":"x"}}`, `{"object":"error","message":"m"}`, `[1,2,{"a":"b"}]`,
 		`{"choices":[{"text":"\u00e9","finish_reason":"length"}]}`, `"str"`, `-0.5e+3`, `{"a":[[]]}`,
 	} {

@@ -610,6 +610,7 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 			lastCumOut = max(lastCumOut, ch.completionTokens)
 			rec.PromptTokens = ch.promptTokens
 			rec.OutputTokens = ch.completionTokens
+			rec.CachedTokens, rec.ReasoningTokens = ch.cachedTokens, ch.reasoningTokens
 		}
 		if ch.finished {
 			finished = true
@@ -653,6 +654,7 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 	}
 	if ch.hasUsage {
 		rec.PromptTokens, rec.OutputTokens, rec.TokensFromUsage = ch.promptTokens, ch.completionTokens, true
+		rec.CachedTokens, rec.ReasoningTokens = ch.cachedTokens, ch.reasoningTokens
 	}
 	if ch.serverTiming != nil {
 		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))

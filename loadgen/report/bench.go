@@ -34,6 +34,8 @@ type Bench struct {
 	Duration          time.Duration // the measured window: start to the last request's end
 	InputTokens       int64         // prompt tokens of completed requests
 	OutputTokens      int64         // output tokens of completed requests (usage, else counted)
+	CachedTokens      int64         // prompt tokens the server's prefix cache held (usage), completed requests
+	ReasoningTokens   int64         // reasoning tokens among OutputTokens (usage), completed requests
 
 	RequestThroughput    float64  // completed requests per second over Duration
 	OutputThroughput     float64  // output tokens per second

@@ -227,7 +227,9 @@ func (b *Bench) fields() object {
 	o = append(o,
 		field{"duration_s", roundTo(b.Duration.Seconds(), 6)},
 		field{"total_input_tokens", b.InputTokens},
-		field{"total_output_tokens", b.OutputTokens},
+		field{"total_output_tokens", b.OutputTokens})
+	o = append(o, b.tokenDetailFields()...)
+	o = append(o,
 		field{"request_throughput", sig(b.RequestThroughput)},
 		field{"output_throughput", sig(b.OutputThroughput)},
 		field{"total_token_throughput", sig(b.TotalTokenThroughput)},
@@ -734,6 +736,8 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	}
 	d.count(o, "total_input_tokens", &b.InputTokens)
 	d.count(o, "total_output_tokens", &b.OutputTokens)
+	d.count(o, "total_cached_tokens", &b.CachedTokens)
+	d.count(o, "total_reasoning_tokens", &b.ReasoningTokens)
 	d.nonNeg(o, "request_throughput", &b.RequestThroughput)
 	d.nonNeg(o, "output_throughput", &b.OutputThroughput)
 	d.nonNeg(o, "total_token_throughput", &b.TotalTokenThroughput)

@@ -80,6 +80,8 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		m.Warmup += b.Warmup
 		m.InputTokens += b.InputTokens
 		m.OutputTokens += b.OutputTokens
+		m.CachedTokens += b.CachedTokens
+		m.ReasoningTokens += b.ReasoningTokens
 		m.GoodRequests += b.GoodRequests
 		for _, name := range AllMetrics {
 			m.Histograms[name].Merge(b.Histograms[name])

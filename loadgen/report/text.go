@@ -104,6 +104,7 @@ func writeBenchText(t *textWriter, b *Bench) {
 	t.row("Benchmark duration (s)", "%.2f", b.Duration.Seconds())
 	t.row("Total input tokens", "%d", b.InputTokens)
 	t.row("Total generated tokens", "%d", b.OutputTokens)
+	t.tokenDetailRows(b)
 	t.row("Request throughput (req/s)", "%.2f", b.RequestThroughput)
 	t.row("Output token throughput (tok/s)", "%.2f", b.OutputThroughput)
 	t.row("Total token throughput (tok/s)", "%.2f", b.TotalTokenThroughput)

@@ -1,0 +1,278 @@
+package shape
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+)
+
+func readSample(t *testing.T, name string, f TraceFormat) []TraceRequest {
+	t.Helper()
+	file, err := os.Open("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = file.Close() }()
+	reqs, err := ReadTrace(file, f)
+	if err != nil {
+		t.Fatalf("ReadTrace(%s): %v", name, err)
+	}
+	return reqs
+}
+
+func TestReadTraceSamples(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		file   string
+		format TraceFormat
+		n      int
+		first  TraceRequest
+		last   TraceRequest
+	}{
+		{"mooncake_sample.jsonl", Mooncake, 8,
+			TraceRequest{At: 0, InputTokens: 6955, OutputTokens: 52},
+			TraceRequest{At: 41004 * ms, InputTokens: 1204, OutputTokens: 104}},
+		// Absolute times become offsets from the first row: 18:15:56.1340360 - 18:15:46.6805900.
+		{"azure_sample.csv", Azure, 8,
+			TraceRequest{At: 0, InputTokens: 374, OutputTokens: 44},
+			TraceRequest{At: 9453446 * time.Microsecond, InputTokens: 388, OutputTokens: 27}},
+		// The row with 0 request tokens is skipped; 0 response tokens asks for one.
+		{"burstgpt_sample.csv", BurstGPT, 6,
+			TraceRequest{At: 0, InputTokens: 472, OutputTokens: 18},
+			TraceRequest{At: 165 * time.Second, InputTokens: 2028, OutputTokens: 197}},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.format), func(t *testing.T) {
+			reqs := readSample(t, tt.file, tt.format)
+			if len(reqs) != tt.n {
+				t.Fatalf("%d requests, want %d", len(reqs), tt.n)
+			}
+			check := func(which string, got, want TraceRequest) {
+				if got.At != want.At || got.InputTokens != want.InputTokens || got.OutputTokens != want.OutputTokens {
+					t.Errorf("%s request: at %v in %d out %d, want at %v in %d out %d", which,
+						got.At, got.InputTokens, got.OutputTokens, want.At, want.InputTokens, want.OutputTokens)
+				}
+			}
+			check("first", reqs[0], tt.first)
+			check("last", reqs[len(reqs)-1], tt.last)
+			for i := 1; i < len(reqs); i++ {
+				if reqs[i].At < reqs[i-1].At {
+					t.Fatalf("request %d at %v before request %d at %v", i, reqs[i].At, i-1, reqs[i-1].At)
+				}
+			}
+		})
+	}
+	if got := readSample(t, "burstgpt_sample.csv", BurstGPT)[3]; got.OutputTokens != 1 {
+		t.Errorf("BurstGPT row with 0 response tokens asks for %d, want 1", got.OutputTokens)
+	}
+}
+
+func TestReadTraceErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		format TraceFormat
+		in     string
+		want   string
+	}{
+		{"mooncake missing field", Mooncake, `{"timestamp": 0, "input_length": 5}`, "line 1"},
+		{"mooncake bad json", Mooncake, "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{", "line 2"},
+		{"mooncake too few blocks", Mooncake, `{"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}`, "exceeds"},
+		{"mooncake negative", Mooncake, `{"timestamp": 0, "input_length": -1, "output_length": 1}`, "within"},
+		{"mooncake far time", Mooncake, `{"timestamp": 1e300, "input_length": 1, "output_length": 1}`, "out of range"},
+		{"mooncake empty", Mooncake, "\n\n", "no requests"},
+		{"azure header", Azure, "time,in,out\n1,2,3\n", "want the columns"},
+		{"azure time", Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n", "line 2: timestamp"},
+		{"azure tokens", Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,2\n", "want integers"},
+		{"azure short row", Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1\n", "fields"},
+		{"burstgpt seconds", BurstGPT, "Timestamp,Model,Request tokens,Response tokens\nsoon,ChatGPT,1,2\n", "want seconds"},
+		{"burstgpt nan", BurstGPT, "Timestamp,Model,Request tokens,Response tokens\nNaN,ChatGPT,1,2\n", "out of range"},
+		{"unknown format", "parquet", "", "want mooncake"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ReadTrace(strings.NewReader(tt.in), tt.format)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAzureZonedTimestamps(t *testing.T) {
+	in := "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.009930+00:00,1631,9\n2024-05-10 00:00:01.509930+00:00,200,3\n"
+	reqs, err := ReadTrace(strings.NewReader(in), Azure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs[1].At != 1500*time.Millisecond {
+		t.Fatalf("second request at %v, want 1.5s", reqs[1].At)
+	}
+}
+
+func drain(t *testing.T, w loadgen.Workload) []loadgen.Item {
+	t.Helper()
+	var items []loadgen.Item
+	for {
+		it, ok := w.Next()
+		if !ok {
+			return items
+		}
+		items = append(items, it)
+	}
+}
+
+// TestTraceSchedule checks that the replay sends each request of the window at its trace time,
+// less the window's start, divided by the speedup.
+func TestTraceSchedule(t *testing.T) {
+	reqs := readSample(t, "mooncake_sample.jsonl", Mooncake)
+	tests := []struct {
+		name string
+		w    TraceWindow
+		want []float64 // intended send offsets, ms
+	}{
+		{"whole", TraceWindow{}, []float64{0, 0, 27482, 30535, 32312, 35669, 41004, 41004}},
+		{"speedup 4", TraceWindow{Speedup: 4}, []float64{0, 0, 6870.5, 7633.75, 8078, 8917.25, 10251, 10251}},
+		{"window", TraceWindow{Start: 30 * time.Second, Length: 10 * time.Second}, []float64{535, 2312, 5669}},
+		{"window speedup 2", TraceWindow{Start: 30 * time.Second, Speedup: 2}, []float64{267.5, 1156, 2834.5, 5502, 5502}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := Trace(reqs, tt.w, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			items := drain(t, w)
+			if len(items) != len(tt.want) {
+				t.Fatalf("%d items, want %d", len(items), len(tt.want))
+			}
+			for i, it := range items {
+				if want := time.Duration(tt.want[i] * float64(time.Millisecond)); it.At != want {
+					t.Errorf("item %d at %v, want %v", i, it.At, want)
+				}
+			}
+		})
+	}
+	if _, err := Trace(reqs, TraceWindow{Start: time.Hour}, 1); err == nil {
+		t.Error("a window past the trace's end is not an error")
+	}
+	if _, err := Trace(reqs, TraceWindow{Speedup: -1}, 1); err == nil {
+		t.Error("a negative speedup is not an error")
+	}
+}
+
+// TestTracePrefixSharing checks that Mooncake requests sharing hash ids share exactly that
+// many blocks of prompt text, and that prompts have InputTokens words.
+func TestTracePrefixSharing(t *testing.T) {
+	reqs := readSample(t, "mooncake_sample.jsonl", Mooncake)
+	w, err := Trace(reqs, TraceWindow{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := drain(t, w)
+	words := make([][]string, len(items))
+	for i, it := range items {
+		words[i] = strings.Fields(it.Request.Messages[0].Content)
+		if len(words[i]) != reqs[i].InputTokens || it.Request.PromptTokens != reqs[i].InputTokens {
+			t.Errorf("request %d: %d words, PromptTokens %d, want %d", i, len(words[i]), it.Request.PromptTokens, reqs[i].InputTokens)
+		}
+		if it.Request.MaxTokens != reqs[i].OutputTokens {
+			t.Errorf("request %d: max_tokens %d, want %d", i, it.Request.MaxTokens, reqs[i].OutputTokens)
+		}
+	}
+	common := func(a, b []string) int {
+		n := 0
+		for n < len(a) && n < len(b) && a[n] == b[n] {
+			n++
+		}
+		return n
+	}
+	tests := []struct {
+		a, b   int
+		blocks int // shared leading hash ids
+	}{
+		{0, 1, 12}, {0, 2, 12}, {1, 3, 12}, {0, 4, 0}, {6, 7, 2},
+	}
+	for _, tt := range tests {
+		got := common(words[tt.a], words[tt.b])
+		lo, hi := tt.blocks*MooncakeBlockTokens, (tt.blocks+1)*MooncakeBlockTokens
+		if got < lo || got >= hi {
+			t.Errorf("requests %d and %d share %d words, want %d blocks (%d..%d words)", tt.a, tt.b, got, tt.blocks, lo, hi-1)
+		}
+	}
+}
+
+// TestTraceCSVPromptsDiffer checks that CSV traces (no block ids) get prompts of their own,
+// the same for the same seed.
+func TestTraceCSVPromptsDiffer(t *testing.T) {
+	reqs := readSample(t, "azure_sample.csv", Azure)
+	prompts := func(seed uint64) []string {
+		w, err := Trace(reqs, TraceWindow{}, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, it := range drain(t, w) {
+			out = append(out, it.Request.Messages[0].Content)
+		}
+		return out
+	}
+	a, b, c := prompts(1), prompts(1), prompts(2)
+	seen := map[string]bool{}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("request %d: different prompts for one seed", i)
+		}
+		if a[i] == c[i] {
+			t.Errorf("request %d: the same prompt for two seeds", i)
+		}
+		head := strings.Join(strings.Fields(a[i])[:8], " ")
+		if seen[head] {
+			t.Errorf("request %d: prompt starts like an earlier one: %q", i, head)
+		}
+		seen[head] = true
+		if n := len(strings.Fields(a[i])); n != reqs[i].InputTokens {
+			t.Errorf("request %d: %d words, want %d", i, n, reqs[i].InputTokens)
+		}
+	}
+}
+
+func FuzzReadTrace(f *testing.F) {
+	for _, name := range []string{"mooncake_sample.jsonl", "azure_sample.csv", "burstgpt_sample.csv"} {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"timestamp": -5, "input_length": 3, "output_length": 0, "hash_ids": [9]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, format := range []TraceFormat{Mooncake, Azure, BurstGPT} {
+			reqs, err := ReadTrace(strings.NewReader(string(b)), format)
+			if err != nil {
+				continue
+			}
+			for i, r := range reqs {
+				if r.At < 0 || (i > 0 && r.At < reqs[i-1].At) {
+					t.Fatalf("%s: request %d at %v out of order", format, i, r.At)
+				}
+				if r.InputTokens < 1 || r.InputTokens > maxTraceTokens || r.OutputTokens < 1 || r.OutputTokens > maxTraceTokens {
+					t.Fatalf("%s: request %d with %d/%d tokens", format, i, r.InputTokens, r.OutputTokens)
+				}
+			}
+			if len(reqs[0].HashIDs) == 0 && reqs[0].InputTokens > 4096 {
+				continue // keep each input cheap
+			}
+			w, err := Trace(reqs[:1], TraceWindow{}, 1)
+			if err != nil {
+				t.Fatalf("%s: %v", format, err)
+			}
+			it, _ := w.Next()
+			if n := len(strings.Fields(it.Request.Messages[0].Content)); n != reqs[0].InputTokens {
+				t.Fatalf("%s: %d words, want %d", format, n, reqs[0].InputTokens)
+			}
+		}
+	})
+}
