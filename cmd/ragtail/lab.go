@@ -31,7 +31,8 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fs := newFlagSet("lab", "NAME|all [flags]",
 		"Runs a pitfall experiment of PITFALLS.md A/B: switches the mechanism off and on through\n"+
 			"PUT /admin/config, drives the service with the open-loop generator, and prints the\n"+
-			"article's claim beside our measurement (95% intervals) with a verdict computed from it.\n"+
+			"article's claim beside our measurement (95% intervals) with a verdict computed from it by\n"+
+			"the experiment's rule, fixed before the run (see PITFALLS.md).\n"+
 			"Without --url it starts the service in-process on loopback ports.\n\nExperiments: "+joinNames())
 	fs.StringVar(&o.url, "url", "", "API base URL of a running service (default: start one in-process)")
 	fs.StringVar(&o.adminURL, "admin-url", "", "admin base URL of that service (needed with --url)")
@@ -95,6 +96,9 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		if err := lab.WriteText(stdout, res); err != nil {
 			return err
 		}
+	}
+	if len(results) > 1 {
+		return lab.WriteSummary(stdout, results)
 	}
 	return nil
 }
