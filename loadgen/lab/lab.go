@@ -155,9 +155,9 @@ var experiments = []experiment{
 		Threshold: "the hot+cold interval lies entirely above the hot-only one, no invalid key reaches the store with the guard on and some do with it off",
 	}, "1% cold keys: P99 18 -> 142 ms; Bloom guard stops invalid keys"},
 	{"pool-saturation", "worker-pool configuration under bursts (§5)", 40 * time.Second, runPoolSaturation, Rule{
-		Compared:  "end-to-end P99 of one worker with an unbounded queue against a sized, bounded, rejecting pool under the same bursty load",
-		Interval:  "order-statistic 95% interval of each P99",
-		Threshold: "the risky arm's interval lies entirely above the sized arm's",
+		Compared:  "share of all offered requests meeting an SLO of 5 x a calibration run's median end-to-end latency (shed and failed ones count as misses), the article's advised pool (core = 2 x CPUs workers, a bounded queue of as many, rejecting) against its risky one (one worker, unbounded queue), same bursty load",
+		Interval:  "Wilson 95% interval of each share",
+		Threshold: "the advised pool's interval lies entirely above the risky pool's",
 	}, "risky pool (core 1, unbounded) raises P99/P99.9 under bursts"},
 	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection, Rule{
 		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the baseline arm's step P95 (the calibration), derived before the faulted arm runs",
