@@ -64,7 +64,13 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	if o.url == "" {
 		// The in-process service's logs would bury the tables (every shed request is an error
 		// line); its failures show in the measurements and its startup errors are returned.
-		stop, t, err := startLabService(ctx, o.service.config(false), newLogger(io.Discard, "error"))
+		cfg := o.service.config(false)
+		if cfg.Backends.DocStore == "" && cfg.Backends.DocStoreConcurrency == 0 {
+			// A store of finite capacity, so that lookups the cache lets through queue
+			// (cache-penetration); --docstore-concurrency or --docstore postgres:// replace it.
+			cfg.Backends.DocStoreConcurrency = lab.DefaultStoreConcurrency
+		}
+		stop, t, err := startLabService(ctx, cfg, newLogger(io.Discard, "error"))
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -62,5 +63,46 @@ func TestPoolArms(t *testing.T) {
 	}
 	if *arms[1].adm.Workers != 4 || *arms[1].adm.Queue != 4 || *arms[1].adm.Policy != "reject" {
 		t.Errorf("advice arm %+v: want 2 x 2 CPUs workers, a queue of as many, reject", arms[1].adm)
+	}
+}
+
+// TestHotP99 checks that the hot keys' P99 is read from the hot keys' requests alone.
+func TestHotP99(t *testing.T) {
+	hot := hotSet()
+	if len(hot) != hotKeys || !hot["doc-00000#0"] || hot[fmt.Sprintf("doc-%05d#0", hotKeys)] {
+		t.Fatalf("hot set %d keys, want the first %d", len(hot), hotKeys)
+	}
+	var recs []loadgen.Record
+	for i := range 400 {
+		recs = append(recs, loadgen.Record{Status: 200, Key: "doc-00001#0", End: time.Millisecond * time.Duration(1+i%10)})
+		recs = append(recs, loadgen.Record{Status: 200, Key: "doc-00500#0", End: time.Second})
+	}
+	got := hotP99(recs, hot)
+	if !got.HasCI || got.Value != 10*time.Millisecond || got.Hi > 10*time.Millisecond {
+		t.Errorf("hot P99 %+v: want 10ms from the hot requests only", got)
+	}
+}
+
+func TestGuardHeld(t *testing.T) {
+	off := map[string]float64{"store_missing_lookups": 250}
+	tests := []struct {
+		name string
+		on   map[string]float64
+		want bool
+	}{
+		{"none pass", map[string]float64{"store_missing_lookups": 0, "bloom_blocked": 250}, true},
+		{"one false positive in 250", map[string]float64{"store_missing_lookups": 1, "bloom_blocked": 249}, true},
+		{"a tenth pass", map[string]float64{"store_missing_lookups": 25, "bloom_blocked": 225}, false},
+		{"no invalid key offered", map[string]float64{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := guardHeld(tt.on, off, 0.01); got != tt.want {
+				t.Errorf("guardHeld = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if guardHeld(map[string]float64{"bloom_blocked": 250}, map[string]float64{}, 0.01) {
+		t.Error("guard held although no invalid key reached the store with it off")
 	}
 }
