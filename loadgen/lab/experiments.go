@@ -634,7 +634,7 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 	why := fmt.Sprintf("at a %v step budget (%d x the baseline's step P95) interruption went %s -> %s (article 1.1%% -> 12.4%%); the size depends on the budget (see the rows) and on the service's baseline latency, neither of which the article states",
 		verdictBudget, budgetFactor, fmtRate(r[0].interrupted, r[0].ended), fmtRate(r[1].interrupted, r[1].ended))
 	return &Result{
-		Setup:    "synthetic shopping sessions (<= 4 steps, think 300 ms) arriving Poisson 3/s; a failed step, or one over the budget, interrupts the session; rule max(100ms, baseline x 1.8 + U(0,200ms)) on every retrieve",
+		Setup:    "synthetic shopping sessions (<= 4 steps, think 300 ms) arriving Poisson 3/s; a session with a failed step, or one over the budget, counts as interrupted (its later steps are still sent: the generator does not end sessions yet); rule max(100ms, baseline x 1.8 + U(0,200ms)) on every retrieve",
 		Variants: variants,
 		Document: map[string]any{"first_screen_completion": []float64{0.982, 0.837}, "session_interruption": []float64{0.011, 0.124}},
 		Rows:     rows, Verdict: Verdict{out, why},
