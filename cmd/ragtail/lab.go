@@ -21,6 +21,7 @@ import (
 type labOptions struct {
 	url, adminURL, adminToken string
 	duration                  time.Duration
+	quick                     bool
 	jsonFile, htmlFile        string
 	service                   serviceOptions
 }
@@ -38,6 +39,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fs.StringVar(&o.adminURL, "admin-url", "", "admin base URL of that service (needed with --url)")
 	fs.StringVar(&o.adminToken, "admin-token", os.Getenv("RAGTAIL_ADMIN_TOKEN"), "admin token for PUT /admin/config (default $RAGTAIL_ADMIN_TOKEN)")
 	fs.DurationVar(&o.duration, "duration", 0, "load time of each experiment, split among its variants (default: per experiment, 30-60 s)")
+	fs.BoolVar(&o.quick, "quick", false, "a first look: each experiment runs a quarter of its default duration (wider intervals, more undecided verdicts)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the ragtail.lab/v1 result to this file (an array for all)")
 	fs.StringVar(&o.htmlFile, "html", "", "write a self-contained HTML page of the tables to this file")
 	o.service.register(fs)
@@ -93,8 +95,9 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		}
 	}()
 	for _, name := range run {
-		fmt.Fprintf(stderr, "lab %s: running (%v of load)\n", name, cmpDur(o.duration, lab.DefaultDuration(name)))
-		res, rerr := lab.Run(ctx, name, target, lab.Options{Duration: o.duration, Seed: o.service.cfg.Seed, Log: stderr, Keepalive: keepalive})
+		lo := lab.Options{Duration: o.duration, Quick: o.quick, Seed: o.service.cfg.Seed, Log: stderr, Keepalive: keepalive}
+		fmt.Fprintf(stderr, "lab %s: running (%v of load)\n", name, lab.LoadDuration(name, lo))
+		res, rerr := lab.Run(ctx, name, target, lo)
 		if rerr != nil {
 			return rerr
 		}
@@ -107,13 +110,6 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		return lab.WriteSummary(stdout, results)
 	}
 	return nil
-}
-
-func cmpDur(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
-	}
-	return b
 }
 
 func joinNames() string {

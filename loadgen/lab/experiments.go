@@ -443,6 +443,9 @@ func runPoolSaturation(ctx context.Context, e *env) (*Result, error) {
 	const rate, burst = 25.0, 0.25
 	calib := max(e.dur/8, 5*time.Second)
 	per := (e.dur - calib) / time.Duration(len(arms))
+	if per < time.Second {
+		return nil, fmt.Errorf("--duration %v leaves less than 1 s per arm after the %v calibration", e.dur, calib)
+	}
 	// Calibration: a light Poisson load on the roomy base pool fixes the SLO by the stated rule.
 	cs := e.base()
 	cs.Coupling = ptr("fanout")

@@ -39,6 +39,9 @@ const (
 	NotRun        = "not run"
 )
 
+// quickDivisor shortens each experiment's default duration under Options.Quick.
+const quickDivisor = 4
+
 // ErrUnknownExperiment is returned by Run for a name Names does not list.
 var ErrUnknownExperiment = errors.New("unknown experiment")
 
@@ -55,6 +58,9 @@ type Options struct {
 	// Duration is the total load time of one experiment, split among its variants; 0 means the
 	// experiment's default (20 to 60 s).
 	Duration time.Duration
+	// Quick, when Duration is 0, runs each experiment for a quarter of its default: a first look,
+	// with wider intervals and more verdicts left undecided.
+	Quick bool
 	// Seed seeds every arrival process and prompt source.
 	Seed uint64
 	// Log, if set, receives one line per variant as it starts and ends.
@@ -205,6 +211,18 @@ func DefaultDuration(name string) time.Duration {
 	return 0
 }
 
+// LoadDuration returns the load time Run gives the experiment called name under o.
+func LoadDuration(name string, o Options) time.Duration {
+	switch {
+	case o.Duration > 0:
+		return o.Duration
+	case o.Quick:
+		return DefaultDuration(name) / quickDivisor
+	default:
+		return DefaultDuration(name)
+	}
+}
+
 // Run runs the experiment called name against t. It restores the service's configuration as it
 // found it before returning.
 func Run(ctx context.Context, name string, t Target, o Options) (*Result, error) {
@@ -213,10 +231,7 @@ func Run(ctx context.Context, name string, t Target, o Options) (*Result, error)
 		return nil, fmt.Errorf("%w %q: want one of %s", ErrUnknownExperiment, name, strings.Join(Names(), ", "))
 	}
 	ex := experiments[i]
-	e := &env{t: t, o: o, dur: o.Duration}
-	if e.dur <= 0 {
-		e.dur = ex.def
-	}
+	e := &env{t: t, o: o, dur: LoadDuration(name, o)}
 	if e.t.HTTP == nil {
 		e.t.HTTP = &http.Client{Timeout: 30 * time.Second}
 	}
