@@ -338,7 +338,7 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 	}
 	out := compare(p99[1], p99[0])
 	offI, onI := len(arms)-2, len(arms)-1
-	why := fmt.Sprintf("1%% cold keys: P99 %s -> %s ms (article 18 -> 142 ms), 10%% cold: %s ms; invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
+	why := fmt.Sprintf("1%% cold keys: P99 %s -> %s (article 18 -> 142 ms), 10%% cold: %s; invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
 		fmtPct(p99[0]), fmtPct(p99[1]), fmtPct(p99[2]), missing[offI], missing[onI])
 	guard := guardHeld(variants[onI].Counters, variants[offI].Counters, bloomFPRate)
 	switch {
