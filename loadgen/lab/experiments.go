@@ -810,7 +810,7 @@ func runKeepalive(ctx context.Context, e *env) (*Result, error) {
 	case Opposite:
 		why = "the arm with reconnects had the lower tail: " + why
 	default:
-		why = "no difference beyond the intervals: " + why + ". On loopback a gRPC reconnect costs a TCP and HTTP/2 handshake (well under a millisecond) and MaxConnectionAgeGrace lets calls in flight finish; the article's +120 ms needs new streams crowding a congested connection window, which an idle loopback link does not have"
+		why = "no difference beyond the intervals: " + why + ". The service reaches its Qdrant-protocol servers over loopback, in plaintext, with no link between them, so a reconnect's handshake costs no round trip here; the mechanism the article describes is not yet in this experiment's world"
 	}
 	return &Result{
 		Setup: fmt.Sprintf("retrieval over gRPC (Qdrant protocol, 1 shard) from servers with %s vs %s; Poisson %.0f req/s, max_tokens 4, %v per arm",
