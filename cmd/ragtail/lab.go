@@ -21,6 +21,7 @@ import (
 type labOptions struct {
 	url, adminURL, adminToken string
 	duration                  time.Duration
+	quick                     bool
 	jsonFile, htmlFile        string
 	service                   serviceOptions
 }
@@ -31,12 +32,14 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fs := newFlagSet("lab", "NAME|all [flags]",
 		"Runs a pitfall experiment of PITFALLS.md A/B: switches the mechanism off and on through\n"+
 			"PUT /admin/config, drives the service with the open-loop generator, and prints the\n"+
-			"article's claim beside our measurement (95% intervals) with a verdict computed from it.\n"+
+			"article's claim beside our measurement (95% intervals) with a verdict computed from it by\n"+
+			"the experiment's rule, fixed before the run (see PITFALLS.md).\n"+
 			"Without --url it starts the service in-process on loopback ports.\n\nExperiments: "+joinNames())
 	fs.StringVar(&o.url, "url", "", "API base URL of a running service (default: start one in-process)")
 	fs.StringVar(&o.adminURL, "admin-url", "", "admin base URL of that service (needed with --url)")
 	fs.StringVar(&o.adminToken, "admin-token", os.Getenv("RAGTAIL_ADMIN_TOKEN"), "admin token for PUT /admin/config (default $RAGTAIL_ADMIN_TOKEN)")
 	fs.DurationVar(&o.duration, "duration", 0, "load time of each experiment, split among its variants (default: per experiment, 30-60 s)")
+	fs.BoolVar(&o.quick, "quick", false, "a first look: each experiment runs a quarter of its default duration (wider intervals, more undecided verdicts)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the ragtail.lab/v1 result to this file (an array for all)")
 	fs.StringVar(&o.htmlFile, "html", "", "write a self-contained HTML page of the tables to this file")
 	o.service.register(fs)
@@ -63,7 +66,13 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	if o.url == "" {
 		// The in-process service's logs would bury the tables (every shed request is an error
 		// line); its failures show in the measurements and its startup errors are returned.
-		stop, t, err := startLabService(ctx, o.service.config(false), newLogger(io.Discard, "error"))
+		cfg := o.service.config(false)
+		if cfg.Backends.DocStore == "" && cfg.Backends.DocStoreConcurrency == 0 {
+			// A store of finite capacity, so that lookups the cache lets through queue
+			// (cache-penetration); --docstore-concurrency or --docstore postgres:// replace it.
+			cfg.Backends.DocStoreConcurrency = lab.DefaultStoreConcurrency
+		}
+		stop, t, err := startLabService(ctx, cfg, newLogger(io.Discard, "error"))
 		if err != nil {
 			return err
 		}
@@ -86,8 +95,9 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		}
 	}()
 	for _, name := range run {
-		fmt.Fprintf(stderr, "lab %s: running (%v of load)\n", name, cmpDur(o.duration, lab.DefaultDuration(name)))
-		res, rerr := lab.Run(ctx, name, target, lab.Options{Duration: o.duration, Seed: o.service.cfg.Seed, Log: stderr, Keepalive: keepalive})
+		lo := lab.Options{Duration: o.duration, Quick: o.quick, Seed: o.service.cfg.Seed, Log: stderr, Keepalive: keepalive}
+		fmt.Fprintf(stderr, "lab %s: running (%v of load)\n", name, lab.LoadDuration(name, lo))
+		res, rerr := lab.Run(ctx, name, target, lo)
 		if rerr != nil {
 			return rerr
 		}
@@ -96,14 +106,10 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 			return err
 		}
 	}
-	return nil
-}
-
-func cmpDur(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
+	if len(results) > 1 {
+		return lab.WriteSummary(stdout, results)
 	}
-	return b
+	return nil
 }
 
 func joinNames() string {

@@ -39,6 +39,9 @@ const (
 	NotRun        = "not run"
 )
 
+// quickDivisor shortens each experiment's default duration under Options.Quick.
+const quickDivisor = 4
+
 // ErrUnknownExperiment is returned by Run for a name Names does not list.
 var ErrUnknownExperiment = errors.New("unknown experiment")
 
@@ -55,6 +58,9 @@ type Options struct {
 	// Duration is the total load time of one experiment, split among its variants; 0 means the
 	// experiment's default (20 to 60 s).
 	Duration time.Duration
+	// Quick, when Duration is 0, runs each experiment for a quarter of its default: a first look,
+	// with wider intervals and more verdicts left undecided.
+	Quick bool
 	// Seed seeds every arrival process and prompt source.
 	Seed uint64
 	// Log, if set, receives one line per variant as it starts and ends.
@@ -83,13 +89,27 @@ type Result struct {
 	Variants   []Variant      `json:"variants"` // each a bench result with its settings
 	Document   map[string]any `json:"document"` // the figures PITFALLS.md quotes
 	Rows       []Row          `json:"rows"`     // the table: claim beside measurement
+	Rule       Rule           `json:"rule"`     // the verdict rule, fixed before the run
 	Verdict    Verdict        `json:"verdict"`
+}
+
+// Rule is an experiment's pre-registered verdict rule: fixed in code (and quoted in
+// PITFALLS.md) before any load runs, so that no threshold is chosen after the data.
+type Rule struct {
+	Compared  string `json:"compared"`  // the figures set against each other
+	Interval  string `json:"interval"`  // the interval each figure carries
+	Threshold string `json:"threshold"` // what counts as reproduced
+}
+
+// String writes the rule as one sentence.
+func (r Rule) String() string {
+	return fmt.Sprintf("compared: %s; interval: %s; reproduced when %s", r.Compared, r.Interval, r.Threshold)
 }
 
 // Variant is one arm of an experiment.
 type Variant struct {
 	Name     string             `json:"name"`
-	Settings map[string]any     `json:"settings"`           // the PUT /admin/config body applied
+	Settings *Settings          `json:"settings"`           // the PUT /admin/config body applied
 	Bench    *report.Bench      `json:"bench,omitempty"`    // the ragtail.bench/v1 summary
 	Counters map[string]float64 `json:"counters,omitempty"` // server counters read from /admin/stats (deltas)
 }
@@ -120,16 +140,56 @@ type experiment struct {
 	name, title string
 	def         time.Duration
 	run         func(ctx context.Context, e *env) (*Result, error)
+	rule        Rule
+	claim       string // the article's headline figure, for the summary table
 }
 
 var experiments = []experiment{
-	{"p99-model", "P99 distorted by the wrong distribution (PITFALLS.md §2)", 30 * time.Second, runP99Model},
-	{"coupling", "sync vs fanout vs async coupling of retrieval and generation (§3)", 40 * time.Second, runCoupling},
-	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 40 * time.Second, runCachePenetration},
-	{"pool-saturation", "worker-pool configuration under bursts (§5)", 40 * time.Second, runPoolSaturation},
-	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection},
-	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 60 * time.Second, runKnee},
-	{"keepalive", "gRPC MaxConnectionAge reconnects and the P99 (§7)", 30 * time.Second, runKeepalive},
+	{"p99-model", "P99 distorted by the wrong distribution (PITFALLS.md §2)", 30 * time.Second, runP99Model, Rule{
+		Compared:  "the P99 of an exponential fitted to the retrieve-stage samples against their empirical P99",
+		Interval:  "order-statistic 95% interval of the empirical P99 (at least 200 samples)",
+		Threshold: "the exponential fit's P99 lies below the interval's lower end",
+	}, "exponential/normal models under-estimate a heavy-tailed P99 (-40.1%, -51.4%)"},
+	{"coupling", "sync vs fanout vs async coupling of retrieval and generation (§3)", 40 * time.Second, runCoupling, Rule{
+		Compared:  "end-to-end P95 of sync coupling against async coupling under the same Poisson load",
+		Interval:  "order-statistic 95% interval of each P95",
+		Threshold: "the sync interval lies entirely above the async one",
+	}, "sync mean 890 ms vs async 320 ms"},
+	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 40 * time.Second, runCachePenetration, Rule{
+		Compared:  "end-to-end P99 of hot+1% cold keys against hot keys only; invalid keys reaching the store with the Bloom guard off and on",
+		Interval:  "order-statistic 95% interval of each P99; Wilson 95% interval of the share of invalid keys passing the guard",
+		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it",
+	}, "1% cold keys: P99 18 -> 142 ms; Bloom guard stops invalid keys"},
+	{"pool-saturation", "worker-pool configuration under bursts (§5)", 40 * time.Second, runPoolSaturation, Rule{
+		Compared:  "share of all offered requests meeting an SLO of 5 x a calibration run's median end-to-end latency (shed and failed ones count as misses), the article's advised pool (core = 2 x CPUs workers, a bounded queue of as many, rejecting) against its risky one (one worker, unbounded queue), same bursty load",
+		Interval:  "Wilson 95% interval of each share",
+		Threshold: "the advised pool's interval lies entirely above the risky pool's",
+	}, "risky pool (core 1, unbounded) raises P99/P99.9 under bursts"},
+	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection, Rule{
+		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the baseline arm's step P95 (the calibration), derived before the faulted arm runs",
+		Interval:  "Wilson 95% interval of each rate",
+		Threshold: "the faulted arm's interval lies entirely above the baseline's",
+	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
+	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 60 * time.Second, runKnee, Rule{
+		Compared:  "peak running sequences of paged against contiguous KV-cache allocation on the same cache and load ladder",
+		Interval:  "none: peak counters sampled every 200 ms from /admin/stats",
+		Threshold: "contiguous allocation's peak is below paged allocation's",
+	}, "contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},
+	{"keepalive", "gRPC MaxConnectionAge reconnects and the P99 (§7)", 30 * time.Second, runKeepalive, Rule{
+		Compared:  "end-to-end P99 of a service whose Qdrant-protocol server sends GOAWAY at a short MaxConnectionAge against one whose server never does",
+		Interval:  "order-statistic 95% interval of each P99",
+		Threshold: "the max-age arm's interval lies entirely above the other's",
+	}, "MaxConnectionAge reconnects: P99 +120 ms"},
+}
+
+// RuleOf returns the pre-registered verdict rule of the experiment called name.
+func RuleOf(name string) (Rule, bool) {
+	for _, e := range experiments {
+		if e.name == name {
+			return e.rule, true
+		}
+	}
+	return Rule{}, false
 }
 
 // Names lists the experiments in the order `all` runs them.
@@ -151,6 +211,18 @@ func DefaultDuration(name string) time.Duration {
 	return 0
 }
 
+// LoadDuration returns the load time Run gives the experiment called name under o.
+func LoadDuration(name string, o Options) time.Duration {
+	switch {
+	case o.Duration > 0:
+		return o.Duration
+	case o.Quick:
+		return DefaultDuration(name) / quickDivisor
+	default:
+		return DefaultDuration(name)
+	}
+}
+
 // Run runs the experiment called name against t. It restores the service's configuration as it
 // found it before returning.
 func Run(ctx context.Context, name string, t Target, o Options) (*Result, error) {
@@ -159,10 +231,7 @@ func Run(ctx context.Context, name string, t Target, o Options) (*Result, error)
 		return nil, fmt.Errorf("%w %q: want one of %s", ErrUnknownExperiment, name, strings.Join(Names(), ", "))
 	}
 	ex := experiments[i]
-	e := &env{t: t, o: o, dur: o.Duration}
-	if e.dur <= 0 {
-		e.dur = ex.def
-	}
+	e := &env{t: t, o: o, dur: LoadDuration(name, o)}
 	if e.t.HTTP == nil {
 		e.t.HTTP = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -170,13 +239,11 @@ func Run(ctx context.Context, name string, t Target, o Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	_, e.simulated = orig["llm"]
+	e.simulated = orig.LLM != nil
 	defer func() {
-		restore := map[string]any{}
-		for k, v := range orig {
-			if k != "version" {
-				restore[k] = v
-			}
+		restore := orig
+		if restore.Faults == nil {
+			restore.Faults = noFaults()
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -188,7 +255,7 @@ func Run(ctx context.Context, name string, t Target, o Options) (*Result, error)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", name, err)
 	}
-	res.Experiment, res.Title = ex.name, ex.title
+	res.Experiment, res.Title, res.Rule = ex.name, ex.title, ex.rule
 	return res, nil
 }
 
@@ -241,18 +308,6 @@ func (e *env) admin(ctx context.Context, method, path string, body any, out any)
 		}
 	}
 	return nil
-}
-
-func (e *env) getConfig(ctx context.Context) (map[string]any, error) {
-	var cfg map[string]any
-	if err := e.admin(ctx, http.MethodGet, "/admin/config", nil, &cfg); err != nil {
-		return nil, fmt.Errorf("read the service's runtime config (is --admin-url right?): %w", err)
-	}
-	return cfg, nil
-}
-
-func (e *env) put(ctx context.Context, settings map[string]any) error {
-	return e.admin(ctx, http.MethodPut, "/admin/config", settings, nil)
 }
 
 // serverStats is the subset of GET /admin/stats the experiments read.
@@ -326,8 +381,8 @@ type load struct {
 }
 
 // run applies settings, runs l and summarises it.
-func (e *env) run(ctx context.Context, name string, settings map[string]any, l load) (*Variant, *loadgen.Result, error) {
-	if len(settings) > 0 {
+func (e *env) run(ctx context.Context, name string, settings *Settings, l load) (*Variant, *loadgen.Result, error) {
+	if settings != nil {
 		if err := e.put(ctx, settings); err != nil {
 			return nil, nil, fmt.Errorf("variant %s: %w", name, err)
 		}
@@ -459,6 +514,33 @@ func fmtRate(k, n float64) string {
 	return fmt.Sprintf("%.1f%% [%.1f, %.1f] (%d/%d)", 100*p, 100*lo, 100*hi, int(k), int(n))
 }
 
+// WriteSummary writes the closing table of a run of several experiments: each one's article
+// claim beside its computed verdict and the figures it rests on.
+func WriteSummary(w io.Writer, results []*Result) error {
+	var b strings.Builder
+	b.WriteString("== summary\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXPERIMENT\tVERDICT\tARTICLE CLAIM\tMEASURED")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Experiment, strings.ToUpper(r.Verdict.Outcome), ClaimOf(r.Experiment), r.Verdict.Why)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ClaimOf returns the article's headline claim for the experiment called name.
+func ClaimOf(name string) string {
+	for _, e := range experiments {
+		if e.name == name {
+			return e.claim
+		}
+	}
+	return ""
+}
+
 // WriteText writes r as a terminal table.
 func WriteText(w io.Writer, r *Result) error {
 	var b strings.Builder
@@ -473,6 +555,9 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.Rule != (Rule{}) {
+		fmt.Fprintf(&b, "rule: %s\n", r.Rule)
 	}
 	fmt.Fprintf(&b, "verdict: %s — %s\n\n", strings.ToUpper(r.Verdict.Outcome), r.Verdict.Why)
 	_, err := io.WriteString(w, b.String())

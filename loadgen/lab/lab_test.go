@@ -3,6 +3,7 @@ package lab
 import (
 	"encoding/json"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +103,90 @@ func TestNames(t *testing.T) {
 		if DefaultDuration(n) <= 0 {
 			t.Errorf("%s has no default duration", n)
 		}
+	}
+}
+
+// TestRulesPreRegistered checks that every experiment has a verdict rule and that PITFALLS.md
+// quotes it word for word, so that the rule a reader sees is the rule the code applies.
+func TestRulesPreRegistered(t *testing.T) {
+	b, err := os.ReadFile("../../PITFALLS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.ToLower(strings.Join(strings.Fields(string(b)), " "))
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			r, ok := RuleOf(name)
+			if !ok || r.Compared == "" || r.Interval == "" || r.Threshold == "" {
+				t.Fatalf("rule %+v: every part must be stated", r)
+			}
+			if ClaimOf(name) == "" {
+				t.Error("no headline claim for the summary table")
+			}
+			if want := strings.ToLower(strings.Join(strings.Fields(r.String()), " ")); !strings.Contains(doc, want) {
+				t.Errorf("PITFALLS.md does not quote the rule %q", want)
+			}
+		})
+	}
+}
+
+func TestStepBudget(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		p95, want time.Duration
+	}{
+		{120 * ms, 240 * ms},
+		{1234567 * time.Nanosecond, 2 * ms},
+	}
+	for _, tt := range tests {
+		if got := stepBudget(tt.p95); got != tt.want {
+			t.Errorf("stepBudget(%v) = %v, want %v", tt.p95, got, tt.want)
+		}
+	}
+	if got := budgetsWith(250 * ms); len(got) != len(sessionBudgets) {
+		t.Errorf("budgetsWith(250ms) = %v: a listed budget must not be added twice", got)
+	}
+	if got := budgetsWith(333 * ms); got[len(got)-1] != 333*ms || len(got) != len(sessionBudgets)+1 {
+		t.Errorf("budgetsWith(333ms) = %v", got)
+	}
+}
+
+// TestSettingsPartialPut checks that a PUT body carries exactly the fields an experiment set:
+// unset ones are left out (the service keeps them), and an empty rule set is sent as [] so
+// that it clears the service's faults.
+func TestSettingsPartialPut(t *testing.T) {
+	tests := []struct {
+		name string
+		s    Settings
+		want string
+	}{
+		{"nothing set", Settings{}, `{}`},
+		{"coupling only", Settings{Coupling: ptr("sync")}, `{"coupling":"sync"}`},
+		{"clear faults", Settings{Faults: noFaults()}, `{"faults":[]}`},
+		{"zero values are sent when set", Settings{TopK: ptr(0), Bloom: &BloomSettings{Enabled: ptr(false)}}, `{"top_k":0,"bloom":{"enabled":false}}`},
+		{"relative delay", Settings{Faults: faults(FaultRule{Name: "r", Stage: "retrieve", Percent: 100, Relative: &RelativeDelay{}})},
+			`{"faults":[{"name":"r","stage":"retrieve","percent":100,"relative":{}}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(&tt.s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.want {
+				t.Errorf("body %s, want %s", b, tt.want)
+			}
+		})
+	}
+}
+
+// TestCloneIsolates checks that changing a clone's slices leaves the original as it was.
+func TestCloneIsolates(t *testing.T) {
+	s := &Settings{ShardLatency: []string{"fixed:1ms"}, Faults: faults(FaultRule{Name: "a"})}
+	c := clone(s)
+	c.ShardLatency[0] = "fixed:9ms"
+	(*c.Faults)[0].Name = "b"
+	if s.ShardLatency[0] != "fixed:1ms" || (*s.Faults)[0].Name != "a" {
+		t.Errorf("clone shares slices with its source: %+v", s)
 	}
 }

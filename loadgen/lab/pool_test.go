@@ -1,0 +1,108 @@
+package lab
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+)
+
+// TestOutcomeOf checks goodput and the P99 over all offered requests: a shed request misses the
+// SLO and counts as infinitely slow, so that a pool cannot improve its tail by dropping users.
+func TestOutcomeOf(t *testing.T) {
+	ms := time.Millisecond
+	ok := func(d time.Duration) loadgen.Record { return loadgen.Record{Status: 200, End: d} }
+	shed := loadgen.Record{Status: 503, ErrKind: "status", End: ms}
+	var recs []loadgen.Record
+	for i := range 300 {
+		recs = append(recs, ok(time.Duration(i+1)*ms)) // 1..300 ms
+	}
+	t.Run("all answered", func(t *testing.T) {
+		o := outcomeOf(recs, 150*ms)
+		if o.offered != 300 || o.good != 150 {
+			t.Errorf("offered %d good %d, want 300 and 150", o.offered, o.good)
+		}
+		if o.p99.Value != 297*ms { // nearest rank ceil(0.99*300) = 297
+			t.Errorf("P99 %v, want 297ms", o.p99.Value)
+		}
+	})
+	t.Run("shed ones count", func(t *testing.T) {
+		with := slices.Clone(recs)
+		for range 10 {
+			with = append(with, shed)
+		}
+		o := outcomeOf(with, 150*ms)
+		if o.offered != 310 || o.good != 150 {
+			t.Errorf("offered %d good %d, want 310 and 150", o.offered, o.good)
+		}
+		if o.p99.Value != infSlow {
+			t.Errorf("P99 %v: with 3%% shed the P99 falls on a shed request", o.p99.Value)
+		}
+		if got := fmtOffered(o.p99); !strings.HasPrefix(got, "∞ ms") {
+			t.Errorf("fmtOffered = %q", got)
+		}
+	})
+	t.Run("warmup and unsent steps are not offered", func(t *testing.T) {
+		o := outcomeOf([]loadgen.Record{{Status: 200, Warmup: true}, {NotSent: true}, ok(ms)}, 10*ms)
+		if o.offered != 1 || o.good != 1 {
+			t.Errorf("offered %d good %d, want 1 and 1", o.offered, o.good)
+		}
+	})
+}
+
+func TestPoolArms(t *testing.T) {
+	arms := poolArms(2)
+	if len(arms) != 3 {
+		t.Fatalf("%d arms", len(arms))
+	}
+	if *arms[0].adm.Workers != 1 || *arms[0].adm.Queue != -1 {
+		t.Errorf("risky arm %+v: want core 1 with an unbounded queue", arms[0].adm)
+	}
+	if *arms[1].adm.Workers != 4 || *arms[1].adm.Queue != 4 || *arms[1].adm.Policy != "reject" {
+		t.Errorf("advice arm %+v: want 2 x 2 CPUs workers, a queue of as many, reject", arms[1].adm)
+	}
+}
+
+// TestHotP99 checks that the hot keys' P99 is read from the hot keys' requests alone.
+func TestHotP99(t *testing.T) {
+	hot := hotSet()
+	if len(hot) != hotKeys || !hot["doc-00000#0"] || hot[fmt.Sprintf("doc-%05d#0", hotKeys)] {
+		t.Fatalf("hot set %d keys, want the first %d", len(hot), hotKeys)
+	}
+	var recs []loadgen.Record
+	for i := range 400 {
+		recs = append(recs, loadgen.Record{Status: 200, Key: "doc-00001#0", End: time.Millisecond * time.Duration(1+i%10)})
+		recs = append(recs, loadgen.Record{Status: 200, Key: "doc-00500#0", End: time.Second})
+	}
+	got := hotP99(recs, hot)
+	if !got.HasCI || got.Value != 10*time.Millisecond || got.Hi > 10*time.Millisecond {
+		t.Errorf("hot P99 %+v: want 10ms from the hot requests only", got)
+	}
+}
+
+func TestGuardHeld(t *testing.T) {
+	off := map[string]float64{"store_missing_lookups": 250}
+	tests := []struct {
+		name string
+		on   map[string]float64
+		want bool
+	}{
+		{"none pass", map[string]float64{"store_missing_lookups": 0, "bloom_blocked": 250}, true},
+		{"one false positive in 250", map[string]float64{"store_missing_lookups": 1, "bloom_blocked": 249}, true},
+		{"a tenth pass", map[string]float64{"store_missing_lookups": 25, "bloom_blocked": 225}, false},
+		{"no invalid key offered", map[string]float64{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := guardHeld(tt.on, off, 0.01); got != tt.want {
+				t.Errorf("guardHeld = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if guardHeld(map[string]float64{"bloom_blocked": 250}, map[string]float64{}, 0.01) {
+		t.Error("guard held although no invalid key reached the store with it off")
+	}
+}
