@@ -264,9 +264,7 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	tm.trace.GotFirstResponseByte = tm.gotFirstResponseByte
 	ctx = httptrace.WithClientTrace(ctx, &tm.trace)
 
-	// The body buffer is not pooled: the transport may still be writing it when a server that
-	// answered early has made Do return.
-	hreq, err := c.newRequest(ctx, req, new(bytes.Buffer))
+	hreq, err := c.newRequest(ctx, req)
 	if err != nil {
 		now := time.Since(origin)
 		rec.Sent, rec.End = now, now
@@ -343,8 +341,10 @@ func sentAt(tm *timing, before time.Duration) time.Duration {
 	return before
 }
 
-// newRequest builds the HTTP request for req, encoding its body into buf.
-func (c *Client) newRequest(ctx context.Context, req *loadgen.Request, buf *bytes.Buffer) (*http.Request, error) {
+// newRequest builds the HTTP request for req. A GET has no body; a chat request's body buffer
+// is its own, never pooled: the transport may still be writing it when a server that answered
+// early has made Do return.
+func (c *Client) newRequest(ctx context.Context, req *loadgen.Request) (*http.Request, error) {
 	if req.Path != "" {
 		target := c.origin + req.Path
 		if !strings.HasPrefix(req.Path, "/") {
@@ -357,6 +357,7 @@ func (c *Client) newRequest(ctx context.Context, req *loadgen.Request, buf *byte
 		c.setHeaders(hreq, acceptJSON)
 		return hreq, nil
 	}
+	buf := new(bytes.Buffer)
 	if err := c.encodeBody(req, buf); err != nil {
 		return nil, err
 	}
