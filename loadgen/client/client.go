@@ -276,7 +276,7 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	rec.TraceID = traceID
 
 	before := time.Since(origin)
-	resp, err := c.hc.Do(hreq)
+	resp, err := c.roundTrip(hreq)
 	if err != nil {
 		rec.Sent, rec.End = sentAt(tm, before), time.Since(origin)
 		written := tm.wrote.Load() != 0
@@ -331,6 +331,32 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	if rec.PromptTokens == 0 {
 		rec.PromptTokens = req.PromptTokens
 	}
+}
+
+// roundTrip sends hreq on the client's transport directly. http.Client.Do would clone the
+// request's headers and URL for redirects the client never follows (its CheckRedirect stops at
+// the first response), a copy per request; its error is kept: a *url.Error naming the method
+// and URL.
+func (c *Client) roundTrip(hreq *http.Request) (*http.Response, error) {
+	resp, err := c.hc.Transport.RoundTrip(hreq)
+	if err != nil {
+		if resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		return nil, &url.Error{Op: urlErrorOp(hreq.Method), URL: hreq.URL.Redacted(), Err: err}
+	}
+	if resp == nil {
+		return nil, &url.Error{Op: urlErrorOp(hreq.Method), URL: hreq.URL.Redacted(), Err: errors.New("transport returned neither a response nor an error")}
+	}
+	return resp, nil
+}
+
+// urlErrorOp is the Op of a round trip's *url.Error, as http.Client spells it: "Get", "Post".
+func urlErrorOp(method string) string {
+	if method == "" {
+		return "Get"
+	}
+	return method[:1] + strings.ToLower(method[1:])
 }
 
 // sentAt is when the request was written: from the transport's hook, or before the round trip.
