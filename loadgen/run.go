@@ -22,10 +22,10 @@ var errDrain = errors.New("drain timeout expired")
 // an absolute offset on it (waits never accumulate drift), and every record measured from its
 // intended send time.
 //
-// Open loop (the default): each item is sent at its intended time on a goroutine of its own, with
-// no worker cap unless Concurrency sets one; with a cap, due requests queue for a slot and the
-// queueing counts into their latency. Closed loop (ClosedLoop): Concurrency users each send
-// their next item when the previous one ended.
+// Open loop (the default): each item is handed at its intended time to an idle sender goroutine,
+// or to a new one when all are busy, so there is no worker cap unless Concurrency sets one; with
+// a cap, due requests queue for a slot and the queueing counts into their latency. Closed loop
+// (ClosedLoop): Concurrency users each send their next item when the previous one ended.
 //
 // Sending stops after NumItems items, at Duration (both counted after the warmup), when the
 // workload ends, when Stop is closed, or when ctx is done. Run then waits for the requests in
@@ -165,6 +165,7 @@ func (r *runner) openLoop(ctx context.Context) {
 	defer unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	work := make(chan openItem) // unbuffered: an item goes only to a sender waiting for it
 	for n, measured := 0, 0; r.cfg.NumItems <= 0 || measured < r.cfg.NumItems; n++ {
 		item, ok := r.cfg.Workload.Next()
 		if !ok || (r.duration > 0 && item.At >= r.duration) {
@@ -177,13 +178,38 @@ func (r *runner) openLoop(ctx context.Context) {
 		if !warm {
 			measured++
 		}
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.runItem(item, item.At, warm)
-		}()
+		r.dispatch(work, openItem{item: item, warm: warm})
 	}
+	close(work)
 	r.sendingEnded = r.since()
+}
+
+// openItem is a due item handed from the pacer to a sender.
+type openItem struct {
+	item Item
+	warm bool
+}
+
+// dispatch hands a due item to an idle sender, or starts one when every sender is busy: the
+// open loop never waits for a sender, so there is no cap unless Concurrency sets one. Senders
+// are reused rather than started per request: a new goroutine grows its stack anew (copying it
+// each time) on the way through the HTTP client, a cost a reused one paid once.
+func (r *runner) dispatch(work chan openItem, it openItem) {
+	select {
+	case work <- it:
+	default:
+		r.wg.Add(1)
+		go r.sender(work, it)
+	}
+}
+
+// sender sends its first item, then every item handed to it, until the pacer closes work.
+func (r *runner) sender(work <-chan openItem, first openItem) {
+	defer r.wg.Done()
+	r.runItem(first.item, first.item.At, first.warm)
+	for it := range work {
+		r.runItem(it.item, it.item.At, it.warm)
+	}
 }
 
 // closedLoop runs Concurrency users until the claims run out, Duration passes or ctx is done.

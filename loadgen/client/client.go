@@ -264,9 +264,7 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	tm.trace.GotFirstResponseByte = tm.gotFirstResponseByte
 	ctx = httptrace.WithClientTrace(ctx, &tm.trace)
 
-	// The body buffer is not pooled: the transport may still be writing it when a server that
-	// answered early has made Do return.
-	hreq, err := c.newRequest(ctx, req, new(bytes.Buffer))
+	hreq, err := c.newRequest(ctx, req)
 	if err != nil {
 		now := time.Since(origin)
 		rec.Sent, rec.End = now, now
@@ -278,7 +276,7 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	rec.TraceID = traceID
 
 	before := time.Since(origin)
-	resp, err := c.hc.Do(hreq)
+	resp, err := c.roundTrip(hreq)
 	if err != nil {
 		rec.Sent, rec.End = sentAt(tm, before), time.Since(origin)
 		written := tm.wrote.Load() != 0
@@ -335,6 +333,32 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	}
 }
 
+// roundTrip sends hreq on the client's transport directly. http.Client.Do would clone the
+// request's headers and URL for redirects the client never follows (its CheckRedirect stops at
+// the first response), a copy per request; its error is kept: a *url.Error naming the method
+// and URL.
+func (c *Client) roundTrip(hreq *http.Request) (*http.Response, error) {
+	resp, err := c.hc.Transport.RoundTrip(hreq)
+	if err != nil {
+		if resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		return nil, &url.Error{Op: urlErrorOp(hreq.Method), URL: hreq.URL.Redacted(), Err: err}
+	}
+	if resp == nil {
+		return nil, &url.Error{Op: urlErrorOp(hreq.Method), URL: hreq.URL.Redacted(), Err: errors.New("transport returned neither a response nor an error")}
+	}
+	return resp, nil
+}
+
+// urlErrorOp is the Op of a round trip's *url.Error, as http.Client spells it: "Get", "Post".
+func urlErrorOp(method string) string {
+	if method == "" {
+		return "Get"
+	}
+	return method[:1] + strings.ToLower(method[1:])
+}
+
 // sentAt is when the request was written: from the transport's hook, or before the round trip.
 func sentAt(tm *timing, before time.Duration) time.Duration {
 	if w := tm.wrote.Load(); w != 0 {
@@ -343,8 +367,10 @@ func sentAt(tm *timing, before time.Duration) time.Duration {
 	return before
 }
 
-// newRequest builds the HTTP request for req, encoding its body into buf.
-func (c *Client) newRequest(ctx context.Context, req *loadgen.Request, buf *bytes.Buffer) (*http.Request, error) {
+// newRequest builds the HTTP request for req. A GET has no body; a chat request's body buffer
+// is its own, never pooled: the transport may still be writing it when a server that answered
+// early has made Do return.
+func (c *Client) newRequest(ctx context.Context, req *loadgen.Request) (*http.Request, error) {
 	if req.Path != "" {
 		target := c.origin + req.Path
 		if !strings.HasPrefix(req.Path, "/") {
@@ -357,6 +383,7 @@ func (c *Client) newRequest(ctx context.Context, req *loadgen.Request, buf *byte
 		c.setHeaders(hreq, acceptJSON)
 		return hreq, nil
 	}
+	buf := new(bytes.Buffer)
 	if err := c.encodeBody(req, buf); err != nil {
 		return nil, err
 	}
