@@ -14,19 +14,22 @@ import (
 // WriteHTML writes one self-contained HTML page (inline CSS and SVG, no script, no network)
 // for a *Bench (a single or merged run), a *Sweep, or a *File holding either. The page is
 // well-formed XML as well as HTML.
-func WriteHTML(w io.Writer, d Document) error {
+func WriteHTML(w io.Writer, d Document) error { return WriteHTMLWith(w, d, HTMLOptions{}) }
+
+// WriteHTMLWith is WriteHTML with options.
+func WriteHTMLWith(w io.Writer, d Document, opt HTMLOptions) error {
 	var p page
 	switch x := d.(type) {
 	case *Bench:
-		p = benchPage(x)
+		p = benchPage(x, opt)
 	case *Sweep:
 		p = sweepPage(x)
 	case *File:
 		switch {
 		case x.Bench != nil:
-			return WriteHTML(w, x.Bench)
+			return WriteHTMLWith(w, x.Bench, opt)
 		case x.Sweep != nil:
-			return WriteHTML(w, x.Sweep)
+			return WriteHTMLWith(w, x.Sweep, opt)
 		}
 		return fmt.Errorf("write html: empty file")
 	default:
@@ -104,7 +107,7 @@ func benchSubtitle(b *Bench) []string {
 	return out
 }
 
-func benchPage(b *Bench) page {
+func benchPage(b *Bench, opt HTMLOptions) page {
 	p := page{Title: "ragtail bench report", Subtitle: benchSubtitle(b)}
 	if b.MergedFrom > 1 {
 		p.Title = "ragtail bench report (merged)"
@@ -122,7 +125,7 @@ func benchPage(b *Bench) page {
 	}
 	p.Sections = append(p.Sections,
 		section{"errors", "Errors", errorsHTML(b)},
-		section{"slowest", "Slowest requests", slowestHTML(b)},
+		section{"slowest", "Slowest requests: client latency joined with server stages", slowestHTML(b, opt)},
 		section{"config", "Configuration", configHTML(b)},
 	)
 	return p
@@ -549,39 +552,6 @@ func errorsHTML(b *Bench) template.HTML {
 	return h.html()
 }
 
-func slowestHTML(b *Bench) template.HTML {
-	var h hb
-	if len(b.Slowest) == 0 {
-		h.p("note", "No requests.")
-		return h.html()
-	}
-	h.tableStart("trace id", "e2el ms", "ttft ms", "status", "intended at s", "session")
-	for _, s := range b.Slowest {
-		ttft := "-"
-		if s.TTFT > 0 {
-			ttft = fmtMS(s.TTFT)
-		}
-		status := fmt.Sprint(s.Status)
-		if s.ErrKind != "" {
-			status += " " + s.ErrKind
-		}
-		id := s.TraceID
-		if id == "" {
-			id = fmt.Sprintf("(request %d)", s.Index)
-		}
-		h.raw(`<tr>`)
-		h.cell("td", "k mono", id)
-		for _, c := range []string{fmtMS(s.E2EL), ttft, status, fmt.Sprintf("%.3f", s.Intended.Seconds()), s.Session} {
-			h.cell("td", "n", c)
-		}
-		h.raw(`</tr>`)
-	}
-	h.tableEnd()
-	h.p("note", "Look a trace id up in the service's trace store (GET /debug/traces on ragtail's admin listener) "+
-		"or your tracing backend; its profile window is on the same clock.")
-	return h.html()
-}
-
 func configHTML(b *Bench) template.HTML {
 	var h hb
 	c := b.Config
@@ -595,6 +565,11 @@ func configHTML(b *Bench) template.HTML {
 	}
 	if !b.Start.IsZero() {
 		rows = append(rows, [2]string{"start", b.Start.UTC().Format(time.RFC3339Nano)})
+	}
+	if c := b.Clock; c != nil {
+		rows = append(rows, [2]string{"server clock offset",
+			fmt.Sprintf("%+.3f ms ± %.3f ms (server minus generator, best of %d responses; %s)",
+				durationMS(c.Offset), durationMS(c.Uncertainty), c.Samples, c.Method)})
 	}
 	for _, s := range b.Sources {
 		rows = append(rows, [2]string{"source", s})

@@ -210,6 +210,14 @@ func (b *Bench) fields() object {
 			{"session_step_limit_ms", stepLimit},
 		}},
 	}
+	if c := b.Clock; c != nil {
+		o = append(o, field{"clock", object{
+			{"offset_ms", msv(c.Offset)},
+			{"uncertainty_ms", msv(c.Uncertainty)},
+			{"samples", c.Samples},
+			{"method", c.Method},
+		}})
+	}
 	if b.MergedFrom > 1 {
 		o = append(o, field{"merged_from", b.MergedFrom})
 	}
@@ -295,6 +303,9 @@ func (b *Bench) fields() object {
 		if s.ErrKind != "" {
 			so = append(so, field{"error", s.ErrKind})
 		}
+		if len(s.ServerTiming) > 0 {
+			so = append(so, field{"server_timing", serverTimingObject(s.ServerTiming)})
+		}
 		slow = append(slow, so)
 	}
 	o = append(o, field{"slowest", slow})
@@ -324,6 +335,19 @@ func (b *Bench) fields() object {
 		hs = append(hs, field{st, b.StageHistograms[st]})
 	}
 	o = append(o, field{"histograms", object{{"metrics", hm}, {"stages", hs}}})
+	return o
+}
+
+// serverTimingObject is the stages of one request in pipeline order, in ms to the microsecond.
+func serverTimingObject(st map[string]float64) object {
+	keys := make(map[string]*stats.Histogram, len(st))
+	for k := range st {
+		keys[k] = nil
+	}
+	o := make(object, 0, len(st))
+	for _, k := range stageOrder(keys) {
+		o = append(o, field{k, roundTo(st[k], 3)})
+	}
 	return o
 }
 
@@ -496,6 +520,25 @@ func (d *decodeError) ms(o jobj, key string, dst *time.Duration) bool {
 	}
 	*dst = msDuration(v)
 	return true
+}
+
+// maxStages bounds the stages of one request read from a file.
+const maxStages = 64
+
+// maxClockOffsetMS bounds a clock offset read from a file: a year.
+const maxClockOffsetMS = 365 * 24 * 3600 * 1e3
+
+// msSigned reads a duration in ms that may be negative (a clock offset), within a year.
+func (d *decodeError) msSigned(o jobj, key string, dst *time.Duration) {
+	var v float64
+	if !d.float(o, key, &v) {
+		return
+	}
+	if math.Abs(v) > maxClockOffsetMS {
+		d.fail(o.sub(key), "%g ms is out of range", v)
+		return
+	}
+	*dst = msDuration(v)
 }
 
 func (d *decodeError) optMS(o jobj, key string) *time.Duration {
@@ -714,6 +757,18 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	}
 	d.ms(opts, "session_step_limit_ms", &b.SessionStepLimit)
 
+	if raw := o.m["clock"]; !isNull(raw) {
+		co := d.object(o.sub("clock"), raw)
+		c := &Clock{}
+		var samples int64
+		d.msSigned(co, "offset_ms", &c.Offset)
+		d.ms(co, "uncertainty_ms", &c.Uncertainty)
+		d.count(co, "samples", &samples)
+		d.str(co, "method", &c.Method)
+		c.Samples = int(min(samples, 1<<40))
+		b.Clock = c
+	}
+
 	var merged int64
 	d.count(o, "merged_from", &merged)
 	b.MergedFrom = int(min(merged, 1<<30))
@@ -835,6 +890,19 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 		d.ms(so, "ttft_ms", &s.TTFT)
 		d.count(so, "status", &status)
 		d.str(so, "error", &s.ErrKind)
+		if raw := so.m["server_timing"]; !isNull(raw) {
+			sto := d.object(so.sub("server_timing"), raw)
+			if len(sto.m) > maxStages {
+				d.fail(so.sub("server_timing"), "%d stages, more than %d", len(sto.m), maxStages)
+			}
+			s.ServerTiming = make(map[string]float64, len(sto.m))
+			for _, k := range sto.keys() {
+				var v float64
+				if d.nonNeg(sto, k, &v) {
+					s.ServerTiming[k] = v
+				}
+			}
+		}
 		s.Index, s.Status = int(min(idx, 1<<40)), int(min(status, 1000))
 		b.Slowest = append(b.Slowest, s)
 	}

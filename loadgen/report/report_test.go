@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -277,6 +278,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	}{
 		{"bench", Summarize(syntheticResult(5, 700), goldenOptions(t))},
 		{"empty bench", Summarize(&loadgen.Result{Start: testStart}, Options{})},
+		{"bench with clock", withClock(Summarize(syntheticResult(6, 50), goldenOptions(t)))},
 		{"sweep", testSweep(t)},
 	}
 	for _, tt := range tests {
@@ -307,6 +309,39 @@ func TestJSONRoundTrip(t *testing.T) {
 				t.Fatalf("read back has %d lines, want %d", len(b), len(a))
 			}
 		})
+	}
+}
+
+// withClock gives b a clock estimate with a negative offset (the server behind the generator).
+func withClock(b *Bench) *Bench {
+	b.Clock = &Clock{Offset: -1234567 * time.Nanosecond, Uncertainty: 321 * time.Microsecond, Samples: 50,
+		Method: ClockMethod}
+	return b
+}
+
+func TestClockKeys(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, withClock(Summarize(syntheticResult(6, 50), goldenOptions(t)))); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Clock map[string]any `json:"clock"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"offset_ms": -1.235, "uncertainty_ms": 0.321, "samples": 50.0, "method": ClockMethod}
+	if !maps.Equal(got.Clock, want) {
+		t.Fatalf("clock = %v, want %v", got.Clock, want)
+	}
+	merged, err := Merge(withClock(Summarize(syntheticResult(6, 50), goldenOptions(t))),
+		withClock(Summarize(syntheticResult(7, 50), goldenOptions(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if merged.Clock != nil {
+		t.Fatalf("merged clock = %+v, want none: each host has its own offset", merged.Clock)
 	}
 }
 

@@ -2,6 +2,7 @@ package report
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -154,7 +155,7 @@ func (s *Summarizer) noteSlow(r *loadgen.Record) {
 		return
 	}
 	c := slowCandidate{index: r.Index, SlowRequest: SlowRequest{Index: r.Index, TraceID: r.TraceID, Session: r.Session,
-		Intended: r.Intended, E2EL: e2el, Status: r.Status}}
+		Intended: r.Intended, E2EL: e2el, Status: r.Status, ServerTiming: maps.Clone(r.ServerTiming)}}
 	if ttft, ok := r.TTFT(); ok {
 		c.TTFT = ttft
 	}

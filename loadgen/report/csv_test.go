@@ -1,0 +1,72 @@
+package report
+
+import (
+	"bytes"
+	"encoding/csv"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestWriteCSV(t *testing.T) {
+	t.Parallel()
+	res := syntheticResult(3, 200)
+	var jsonl bytes.Buffer
+	if err := WriteDetailedJSONL(&jsonl, res); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := WriteCSV(&out, bytes.NewReader(jsonl.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&out).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(res.Records)+1 {
+		t.Fatalf("%d rows, want a header and %d", len(rows), len(res.Records))
+	}
+	if strings.Join(rows[0], ",") != strings.Join(csvHeader, ",") {
+		t.Fatalf("header %v", rows[0])
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for k, rec := range res.Records {
+		row := rows[k+1]
+		if row[col["i"]] != strconv.Itoa(rec.Index) || row[col["trace_id"]] != rec.TraceID {
+			t.Fatalf("row %d: i=%s trace=%s, want %d %s", k, row[col["i"]], row[col["trace_id"]], rec.Index, rec.TraceID)
+		}
+		e2el, err := strconv.ParseFloat(row[col["e2el_ms"]], 64)
+		if err != nil || e2el != msv(rec.E2EL()) {
+			t.Fatalf("row %d: e2el_ms %q, want %v", k, row[col["e2el_ms"]], msv(rec.E2EL()))
+		}
+		if _, ok := rec.TTFT(); ok != (row[col["ttft_ms"]] != "") {
+			t.Fatalf("row %d: ttft_ms %q for a request with first token %v", k, row[col["ttft_ms"]], ok)
+		}
+		if got, want := row[col["server_timing"]], serverTimingCell(rec.ServerTiming); got != want {
+			t.Fatalf("row %d: server_timing %q, want %q", k, got, want)
+		}
+		if len(rec.ServerTiming) > 0 && !strings.HasPrefix(row[col["server_timing"]], "embed=") {
+			t.Fatalf("row %d: server_timing %q not sorted by stage", k, row[col["server_timing"]])
+		}
+	}
+}
+
+func TestWriteCSVRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, in, want string }{
+		{"empty", "", "empty file"},
+		{"bench json", `{"schema":"ragtail.bench/v1"}`, "not a ragtail.requests/v1 header"},
+		{"bad line", "{\"schema\":\"ragtail.requests/v1\"}\n{\"i\":\"x\"}\n", "line 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := WriteCSV(&bytes.Buffer{}, strings.NewReader(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
