@@ -147,7 +147,7 @@ func (o *reportOptions) writeCSV(stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--csv: %w", err)
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read only
 	return writeOutput(o.csv, stdout, func(w io.Writer) error {
 		if err := report.WriteCSV(w, in); err != nil {
 			return fmt.Errorf("%s: %w", o.files[0], err)
