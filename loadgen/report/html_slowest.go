@@ -41,9 +41,10 @@ var slowestTemplate = template.Must(template.New("slowest").Parse(`{{if not .Row
 	`{{if .TraceURL}}<a href="{{.TraceURL}}">trace</a> <a href="{{.ProfileURL}}">profile</a>{{else}}-{{end}}</td></tr>{{end}}` +
 	`</tbody></table>` +
 	`<p class="note">Client latency (from the intended send time) beside the server's own stage durations from ` +
-	`Server-Timing; "outside server" is the end-to-end latency the stages do not cover (queueing before the ` +
-	`server, network, the client). {{if .Origin}}The links open the trace and its profile windows on the target (ragtail report --debug-url sets where) ` +
-	`(GET /debug/traces and /debug/profiles, same clock as the spans).{{else}}Look a trace id up in the ` +
+	`Server-Timing; "outside server" is the end-to-end latency minus the sum of the stages (queueing before the ` +
+	`server, network, the client; it reads low if the server reports overlapping stages). {{if .Origin}}The links ` +
+	`open the trace and its profile windows (GET /debug/traces and /debug/profiles, on the spans' clock) on the ` +
+	`target's origin, or where ragtail report --debug-url points.{{else}}Look a trace id up in the ` +
 	`service's trace store (GET /debug/traces on ragtail's admin listener) or your tracing backend.{{end}}</p>{{end}}`))
 
 // debugOrigin is opt's DebugURL, else the scheme and host of the run's target, else "".
