@@ -53,6 +53,9 @@ type Bench struct {
 	Timeline []TimelineBin
 	Errors   []ErrorCount // by kind, most frequent first
 
+	// TokenLengths is the distribution of prompt and output lengths of completed requests.
+	TokenLengths TokenLengths
+
 	// Histograms holds one histogram per metric of AllMetrics and StageHistograms one per
 	// stage: the exact data every figure above is computed from, and what Merge adds up.
 	Histograms      map[string]*stats.Histogram

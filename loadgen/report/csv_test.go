@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/csv"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,5 +69,39 @@ func TestWriteCSVRejects(t *testing.T) {
 				t.Fatalf("err = %v, want one mentioning %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestTokenLengths(t *testing.T) {
+	t.Parallel()
+	res := syntheticResult(4, 400)
+	var want TokenLengths
+	for _, r := range res.Records {
+		if !r.OK() {
+			continue
+		}
+		in, out := tokenBin(r.PromptTokens), tokenBin(r.OutputTokens)
+		want.Input = countInto(want.Input, in)
+		want.Output = countInto(want.Output, out)
+		if lo, hi := tokenBinRange(in); float64(r.PromptTokens) < lo || float64(r.PromptTokens) > hi {
+			t.Fatalf("%d tokens in bin %d [%g, %g]", r.PromptTokens, in, lo, hi)
+		}
+	}
+	b := Summarize(res, Options{})
+	if !slices.Equal(b.TokenLengths.Input, want.Input) || !slices.Equal(b.TokenLengths.Output, want.Output) {
+		t.Fatalf("token lengths %+v, want %+v", b.TokenLengths, want)
+	}
+	ra, rb := splitBySession(res, 0)
+	m, err := Merge(Summarize(ra, Options{}), Summarize(rb, Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.TokenLengths.Input, want.Input) || !slices.Equal(m.TokenLengths.Output, want.Output) {
+		t.Fatalf("merged token lengths %+v, want %+v", m.TokenLengths, want)
+	}
+	for _, tt := range []struct{ n, bin int }{{0, 0}, {1, 0}, {2, 1}, {3, 1}, {4, 2}, {511, 8}, {512, 9}} {
+		if got := tokenBin(tt.n); got != tt.bin {
+			t.Errorf("tokenBin(%d) = %d, want %d", tt.n, got, tt.bin)
+		}
 	}
 }

@@ -117,6 +117,7 @@ func benchPage(b *Bench, opt HTMLOptions) page {
 		section{"latency-over-time", "Latency over time", timelineHTML(b)},
 		section{"percentile-spectrum", "Percentile spectrum", spectrumHTML(b)},
 		section{"histograms", "TTFT and ITL histograms", histogramsHTML(b)},
+		section{"token-lengths", "Input and output token lengths", tokenLengthsHTML(b)},
 		section{"stages", "Per-stage breakdown (Server-Timing)", stagesHTML(b)},
 		section{"tail", "Tail: fits against the data", tailHTML(b)},
 	)

@@ -107,7 +107,7 @@ func TestHTML(t *testing.T) {
 		t.Fatal(err)
 	}
 	benchSections := []string{"summary", "latency-over-time", "percentile-spectrum", "histograms", "stages", "tail",
-		"sessions", "errors", "slowest", "config"}
+		"sessions", "errors", "slowest", "config", "token-lengths"}
 	tests := []struct {
 		name     string
 		v        Document

@@ -324,6 +324,7 @@ func (b *Bench) fields() object {
 		}
 	}
 	o = append(o, field{"errors", errs}, field{"error_examples", examples})
+	o = append(o, field{"token_lengths", tokenLengthsObject(b.TokenLengths)})
 
 	hm, hs := object{}, object{}
 	for _, m := range AllMetrics {
@@ -923,6 +924,9 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 		emap[k] = e
 	}
 	b.Errors = sortErrors(emap)
+	if raw := o.m["token_lengths"]; !isNull(raw) {
+		b.TokenLengths = decodeTokenLengths(d, d.object(o.sub("token_lengths"), raw))
+	}
 	return b
 }
 

@@ -113,6 +113,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	out := outputTokens(r)
 	b.InputTokens += int64(r.PromptTokens)
 	b.OutputTokens += int64(out)
+	b.TokenLengths.add(r.PromptTokens, out)
 	lat := latencies(r, out)
 	b.Histograms[MetricE2EL].Record(lat.E2EL)
 	b.Histograms[MetricServiceE2EL].Record(r.ServiceE2EL())
