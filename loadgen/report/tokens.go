@@ -106,6 +106,9 @@ func tokenLengthsHTML(b *Bench) template.HTML {
 		pts := make([]pt, 0, len(s.bins))
 		for k, c := range s.bins {
 			n += c
+			if n == 0 {
+				continue // leading empty bins would only stretch the axis
+			}
 			lo, hi := tokenBinRange(k)
 			pts = append(pts, pt{X: math.Max(lo, 0.5), X2: hi + 1, Y: float64(c)})
 		}
