@@ -53,6 +53,10 @@ type Bench struct {
 	Timeline []TimelineBin
 	Errors   []ErrorCount // by kind, most frequent first
 
+	// ServerMetrics is the target's own metrics during the run; nil when none were scraped,
+	// and after a merge.
+	ServerMetrics *ServerMetrics
+
 	// TokenLengths is the distribution of prompt and output lengths of completed requests.
 	TokenLengths TokenLengths
 

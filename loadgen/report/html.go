@@ -124,6 +124,11 @@ func benchPage(b *Bench, opt HTMLOptions) page {
 	if b.Sessions != nil {
 		p.Sections = append(p.Sections, section{"sessions", "Sessions", sessionsHTML(b.Sessions)})
 	}
+	// The server's own metrics during the run, when the run scraped them.
+	if b.ServerMetrics != nil {
+		p.Sections = append(p.Sections, section{"server-metrics", "Server metrics during the run",
+			serverMetricsHTML(b.ServerMetrics, b.Duration)})
+	}
 	p.Sections = append(p.Sections,
 		section{"errors", "Errors", errorsHTML(b)},
 		section{"slowest", "Slowest requests: client latency joined with server stages", slowestHTML(b, opt)},

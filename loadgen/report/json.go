@@ -325,6 +325,9 @@ func (b *Bench) fields() object {
 	}
 	o = append(o, field{"errors", errs}, field{"error_examples", examples})
 	o = append(o, field{"token_lengths", tokenLengthsObject(b.TokenLengths)})
+	if b.ServerMetrics != nil {
+		o = append(o, field{"server_metrics", serverMetricsValue(b.ServerMetrics)})
+	}
 
 	hm, hs := object{}, object{}
 	for _, m := range AllMetrics {
@@ -926,6 +929,9 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	b.Errors = sortErrors(emap)
 	if raw := o.m["token_lengths"]; !isNull(raw) {
 		b.TokenLengths = decodeTokenLengths(d, d.object(o.sub("token_lengths"), raw))
+	}
+	if raw := o.m["server_metrics"]; !isNull(raw) {
+		b.ServerMetrics = decodeServerMetrics(d, o.sub("server_metrics"), raw)
 	}
 	return b
 }

@@ -279,6 +279,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		{"bench", Summarize(syntheticResult(5, 700), goldenOptions(t))},
 		{"empty bench", Summarize(&loadgen.Result{Start: testStart}, Options{})},
 		{"bench with clock", withClock(Summarize(syntheticResult(6, 50), goldenOptions(t)))},
+		{"bench with server metrics", withServerMetrics(Summarize(syntheticResult(6, 50), goldenOptions(t)))},
 		{"sweep", testSweep(t)},
 	}
 	for _, tt := range tests {
@@ -317,6 +318,61 @@ func withClock(b *Bench) *Bench {
 	b.Clock = &Clock{Offset: -1234567 * time.Nanosecond, Uncertainty: 321 * time.Microsecond, Samples: 50,
 		Method: ClockMethod}
 	return b
+}
+
+// withServerMetrics gives b two scraped series, one with a NaN sample.
+func withServerMetrics(b *Bench) *Bench {
+	b.ServerMetrics = &ServerMetrics{Interval: time.Second, Series: []ServerSeries{
+		{Name: "vllm:num_requests_running", Labels: map[string]string{"model_name": "m"},
+			Points: [][2]float64{{0, 1}, {1, 4}, {2, 7}, {3, 4}}},
+		{Name: "DCGM_FI_DEV_FB_USED", Points: [][2]float64{{0, 100}, {1, math.NaN()}, {2, 300}}},
+	}}
+	return b
+}
+
+func TestServerMetrics(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, withServerMetrics(Summarize(syntheticResult(6, 50), goldenOptions(t)))); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		SM struct {
+			IntervalS float64 `json:"interval_s"`
+			Series    []struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+				Points [][2]float64      `json:"points"`
+				Peak   *float64          `json:"peak"`
+				Mean   *float64          `json:"mean"`
+			} `json:"series"`
+		} `json:"server_metrics"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	sm := got.SM
+	if sm.IntervalS != 1 || len(sm.Series) != 2 {
+		t.Fatalf("server_metrics = %+v", sm)
+	}
+	run, fb := sm.Series[0], sm.Series[1]
+	if run.Labels["model_name"] != "m" || *run.Peak != 7 || *run.Mean != 4 || len(run.Points) != 4 {
+		t.Errorf("running series = %+v", run)
+	}
+	if len(fb.Points) != 2 || *fb.Peak != 300 || *fb.Mean != 200 {
+		t.Errorf("memory series (NaN left out) = %+v", fb)
+	}
+	var page bytes.Buffer
+	if err := WriteHTML(&page, withServerMetrics(Summarize(syntheticResult(6, 50), goldenOptions(t)))); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, page.Bytes(), syntheticResult(6, 1).Config.URL, true, "server-metrics")
+	if !strings.Contains(page.String(), `vllm:num_requests_running{model_name=&#34;m&#34;}`) {
+		t.Error("page lacks the series label")
+	}
+	if _, err := Decode(strings.NewReader(`{"schema":"ragtail.bench/v1","server_metrics":{"interval_s":-1,"series":[]}}`)); err == nil {
+		t.Error("read a negative interval")
+	}
 }
 
 func TestClockKeys(t *testing.T) {
