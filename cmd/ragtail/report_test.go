@@ -131,6 +131,8 @@ func TestReportErrors(t *testing.T) {
 		{"same output twice", []string{good, "--html", "x", "--json", "x"}, nil, "both name"},
 		{"csv of a bench file", []string{good, "--csv", filepath.Join(dir, "x.csv")}, nil, "not a ragtail.requests/v1 header"},
 		{"csv of two files", []string{good, good, "--csv", "-"}, nil, "one per-request file"},
+		{"compare one file", []string{good, "--compare", "--html", "-"}, nil, "at least two"},
+		{"compare without html", []string{good, good, "--compare"}, nil, "give --html"},
 		{"csv with html", []string{good, "--csv", "-", "--html", "x"}, nil, "does not combine"},
 	}
 	for _, tt := range tests {
@@ -196,6 +198,23 @@ func TestReportCSVAndDebugLinks(t *testing.T) {
 	want := `href="http://127.0.0.1:9464/debug/profiles?trace_id=` + fmt.Sprintf("%032x", 1) + `"` // equal latencies: the lowest index first
 	if !strings.Contains(page.String(), want) {
 		t.Errorf("page lacks %s", want)
+	}
+}
+
+func TestReportCompare(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := writeBenchFile(t, dir, "a.json", 1, 200)
+	b := writeBenchFile(t, dir, "b.json", 2, 300)
+	var page bytes.Buffer
+	if err := run(context.Background(), []string{"report", a, b, "--compare", "--html", "-"}, &page, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ragtail bench comparison (2 runs)", `id="compare-summary"`, `id="compare-spectrum"`,
+		"a.json", "b.json", "<td class=\"n\">200</td><td class=\"n\">300</td>"} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("page lacks %s", want)
+		}
 	}
 }
 

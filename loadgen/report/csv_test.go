@@ -105,3 +105,20 @@ func TestTokenLengths(t *testing.T) {
 		}
 	}
 }
+
+func TestComparisonHTML(t *testing.T) {
+	t.Parallel()
+	res := syntheticResult(9, 300)
+	c, err := NewComparison([]string{"a.json", "b.json"}, []*Bench{Summarize(res, Options{}), Summarize(syntheticResult(10, 200), Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page bytes.Buffer
+	if err := WriteHTML(&page, c); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, page.Bytes(), res.Config.URL, true, "compare-summary", "compare-spectrum")
+	if _, err := NewComparison([]string{"a"}, []*Bench{Summarize(res, Options{})}); err == nil {
+		t.Error("compared one result")
+	}
+}

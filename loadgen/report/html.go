@@ -24,6 +24,8 @@ func WriteHTMLWith(w io.Writer, d Document, opt HTMLOptions) error {
 		p = benchPage(x, opt)
 	case *Sweep:
 		p = sweepPage(x)
+	case *Comparison:
+		p = comparePage(x)
 	case *File:
 		switch {
 		case x.Bench != nil:

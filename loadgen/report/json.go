@@ -1014,7 +1014,7 @@ func decodeTail(d *decodeError, o jobj) stats.Tail {
 }
 
 // Document is what WriteHTML renders and Decode reads: a *Bench, a *Sweep, or a *File that
-// holds one of them.
+// holds one of them; WriteHTML also renders a *Comparison.
 type Document interface{ isDocument() }
 
 func (*Bench) isDocument() {}
