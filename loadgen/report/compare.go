@@ -47,12 +47,16 @@ var compareRows = []struct {
 	{"E2EL p99 ms", quantileCell(MetricE2EL, 0.99)},
 }
 
-// quantileCell reads quantile q of metric m from a bench's histogram ("-" when empty).
+// quantileCell reads quantile q of metric m from a bench's histogram: "-" when empty, n/a
+// when too few samples support a 95% interval around it (as the terminal report does).
 func quantileCell(m string, q float64) func(b *Bench) string {
 	return func(b *Bench) string {
 		h := b.Histograms[m]
 		if h == nil || h.Count() == 0 {
 			return "-"
+		}
+		if need := minSamplesForCI(q, DefaultConfidence); h.Count() < need {
+			return fmt.Sprintf("n/a (n=%d < %d)", h.Count(), need)
 		}
 		return fmtMS(h.Quantile(q))
 	}
@@ -78,7 +82,7 @@ func compareTableHTML(c *Comparison) template.HTML {
 		h.rowCells(cells...)
 	}
 	h.tableEnd()
-	h.p("note", "Percentiles are read from each run's HDR histogram; the terminal report of each file gives their intervals.")
+	h.p("note", "Percentiles are read from each run's HDR histogram, and given only where the samples support a 95% interval; the terminal report of each file prints the intervals.")
 	return h.html()
 }
 
