@@ -122,3 +122,22 @@ func TestComparisonHTML(t *testing.T) {
 		t.Error("compared one result")
 	}
 }
+
+func TestInFlight(t *testing.T) {
+	t.Parallel()
+	res := syntheticResult(11, 500)
+	b := Summarize(res, Options{})
+	got := inFlight(b.Timeline)
+	for i, bin := range b.Timeline {
+		end := bin.T + bin.Width
+		var want int
+		for _, r := range res.Records {
+			if r.Sent < end && r.End >= end {
+				want++
+			}
+		}
+		if int(got[i].Y) != want {
+			t.Fatalf("bin %d (end %v): %v in flight, want %d", i, end, got[i].Y, want)
+		}
+	}
+}

@@ -247,10 +247,25 @@ func timelineHTML(b *Bench) template.HTML {
 			{Name: "completed", Mode: modeStep, Color: palette[2], Pts: done},
 			{Name: "failed", Mode: modeStep, Color: palette[1], Pts: failed},
 		}}.render())
-	h.p("note", fmt.Sprintf("Bins of %s. Latencies are placed at the intended send time of their requests, so a stall shows "+
+	h.raw(chart{Title: "Requests in flight at the end of each bin", XLabel: "seconds since start", YLabel: "requests",
+		YFromZero: true, Series: []series{{Name: "in flight", Mode: modeStep, Color: palette[3], Pts: inFlight(b.Timeline)}}}.render())
+	h.p("note", fmt.Sprintf("Bins of %s. In flight is requests sent minus requests ended, counted up to each bin's end. Latencies are placed at the intended send time of their requests, so a stall shows "+
 		"at the arrivals it delayed; P99 is drawn only for bins with enough samples for an interval (368)%s.",
 		b.Timeline[0].Width, mergedNote(b)))
 	return h.html()
+}
+
+// inFlight is, at each bin, the requests sent and not yet ended by the bin's end: the running
+// sum of sent minus completed and failed. Sent counts by send time and the others by end time,
+// so the sum is exact at bin boundaries.
+func inFlight(tl []TimelineBin) []pt {
+	out := make([]pt, 0, len(tl))
+	var n int64
+	for _, t := range tl {
+		n += t.Sent - t.Completed - t.Failed
+		out = append(out, pt{X: (t.T + t.Width/2).Seconds(), Y: float64(n)})
+	}
+	return out
 }
 
 func mergedNote(b *Bench) string {
