@@ -678,10 +678,15 @@ Example (the article's command, against ragtail llm-sim):
 			return err
 		}
 	}
+	off, hasClock := c.ClockOffset()
+	if hasClock {
+		bench.Clock = &report.Clock{Offset: off.Offset, Uncertainty: off.Uncertainty, Samples: off.Samples,
+			Method: report.ClockMethod}
+	}
 	if err := writeOutputs(stdout, bench, o.jsonOut, o.htmlOut); err != nil {
 		return err
 	}
-	if off, ok := c.ClockOffset(); ok {
+	if hasClock {
 		fmt.Fprintf(stderr, "server clock: %+.3f ms from ours (+- %.3f ms, best of %d responses)\n",
 			float64(off.Offset)/1e6, float64(off.Uncertainty)/1e6, off.Samples)
 	}

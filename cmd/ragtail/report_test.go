@@ -129,6 +129,11 @@ func TestReportErrors(t *testing.T) {
 		{"sweeps do not merge", []string{good, sweep}, nil, "only bench results merge"},
 		{"unknown flag", []string{good, "--pdf", "x"}, errUsage, ""},
 		{"same output twice", []string{good, "--html", "x", "--json", "x"}, nil, "both name"},
+		{"csv of a bench file", []string{good, "--csv", filepath.Join(dir, "x.csv")}, nil, "not a ragtail.requests/v1 header"},
+		{"csv of two files", []string{good, good, "--csv", "-"}, nil, "one per-request file"},
+		{"compare one file", []string{good, "--compare", "--html", "-"}, nil, "at least two"},
+		{"compare without html", []string{good, good, "--compare"}, nil, "give --html"},
+		{"csv with html", []string{good, "--csv", "-", "--html", "x"}, nil, "does not combine"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,6 +149,72 @@ func TestReportErrors(t *testing.T) {
 				t.Errorf("error %q (stderr %q) does not say %q", err, stderr.String(), tt.msg)
 			}
 		})
+	}
+}
+
+func TestReportCSVAndDebugLinks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res := &loadgen.Result{Start: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		Config: loadgen.RunInfo{URL: "http://127.0.0.1:8000/v1/chat/completions", Shape: "constant(rate=10)", RequestRate: 10}}
+	for i := range 20 {
+		at := time.Duration(i) * 100 * time.Millisecond
+		res.Records = append(res.Records, loadgen.Record{Index: i, Intended: at, Sent: at, FirstToken: at + 40*time.Millisecond,
+			End: at + 90*time.Millisecond, Status: 200, OutputTokens: 1, TraceID: fmt.Sprintf("%032x", i+1),
+			ServerTiming: map[string]float64{"retrieve": 12.5, "generate": 70}})
+		res.Duration = max(res.Duration, at+90*time.Millisecond)
+	}
+	jsonl := filepath.Join(dir, "r.jsonl")
+	var buf bytes.Buffer
+	if err := report.WriteDetailedJSONL(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jsonl, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var csvOut bytes.Buffer
+	if err := run(context.Background(), []string{"report", jsonl, "--csv", "-"}, &csvOut, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(csvOut.String()), "\n")
+	if len(lines) != 21 || !strings.HasPrefix(lines[0], "i,") || !strings.HasSuffix(lines[1], "generate=70;retrieve=12.5") {
+		t.Fatalf("csv has %d lines, first two %q", len(lines), lines[:min(2, len(lines))])
+	}
+
+	benchPath := filepath.Join(dir, "r.json")
+	buf.Reset()
+	if err := report.WriteJSON(&buf, report.Summarize(res, report.Options{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(benchPath, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var page bytes.Buffer
+	err := run(context.Background(), []string{"report", benchPath, "--html", "-", "--debug-url", "http://127.0.0.1:9464"},
+		&page, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `href="http://127.0.0.1:9464/debug/profiles?trace_id=` + fmt.Sprintf("%032x", 1) + `"` // equal latencies: the lowest index first
+	if !strings.Contains(page.String(), want) {
+		t.Errorf("page lacks %s", want)
+	}
+}
+
+func TestReportCompare(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := writeBenchFile(t, dir, "a.json", 1, 200)
+	b := writeBenchFile(t, dir, "b.json", 2, 300)
+	var page bytes.Buffer
+	if err := run(context.Background(), []string{"report", a, b, "--compare", "--html", "-"}, &page, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ragtail bench comparison (2 runs)", `id="compare-summary"`, `id="compare-spectrum"`,
+		"a.json", "b.json", "<td class=\"n\">200</td><td class=\"n\">300</td>"} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("page lacks %s", want)
+		}
 	}
 }
 

@@ -23,6 +23,10 @@ type Bench struct {
 	Goodput          stats.SLOs
 	SessionStepLimit time.Duration
 
+	// Clock is the load generator's estimate of the target's clock during the run; nil when no
+	// response carried the server's time, and after a merge (each host has its own offset).
+	Clock *Clock
+
 	MergedFrom int      // runs merged into this one; 0 or 1 for a single run
 	Sources    []string // files merged, when known
 
@@ -50,6 +54,13 @@ type Bench struct {
 	Slowest  []SlowRequest // slowest first
 	Timeline []TimelineBin
 	Errors   []ErrorCount // by kind, most frequent first
+
+	// ServerMetrics is the target's own metrics during the run; nil when none were scraped,
+	// and after a merge.
+	ServerMetrics *ServerMetrics
+
+	// TokenLengths is the distribution of prompt and output lengths of completed requests.
+	TokenLengths TokenLengths
 
 	// Histograms holds one histogram per metric of AllMetrics and StageHistograms one per
 	// stage: the exact data every figure above is computed from, and what Merge adds up.
@@ -135,6 +146,23 @@ type SlowRequest struct {
 	TTFT     time.Duration // 0 when no content token arrived
 	Status   int
 	ErrKind  string // "" when it completed
+	// ServerTiming is the server's stage durations in ms from its Server-Timing header (nil
+	// when it sent none), to join the client's latency with what the server spent it on.
+	ServerTiming map[string]float64
+}
+
+// ClockMethod names how Clock is estimated.
+const ClockMethod = "ntp-style: server time (Server-Timing or Date) bracketed by send and first byte; " +
+	"the sample with the shortest round trip"
+
+// Clock is the estimated offset of the target's clock from the load generator's: server time
+// minus client time, within plus or minus Uncertainty (half the round trip of the best of
+// Samples responses). Subtract Offset from a server timestamp to put it on the run's clock.
+type Clock struct {
+	Offset      time.Duration
+	Uncertainty time.Duration
+	Samples     int
+	Method      string
 }
 
 // TimelineBin is one bin of the timeline. Sent counts requests by actual send time, Completed

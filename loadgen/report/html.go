@@ -14,19 +14,24 @@ import (
 // WriteHTML writes one self-contained HTML page (inline CSS and SVG, no script, no network)
 // for a *Bench (a single or merged run), a *Sweep, or a *File holding either. The page is
 // well-formed XML as well as HTML.
-func WriteHTML(w io.Writer, d Document) error {
+func WriteHTML(w io.Writer, d Document) error { return WriteHTMLWith(w, d, HTMLOptions{}) }
+
+// WriteHTMLWith is WriteHTML with options.
+func WriteHTMLWith(w io.Writer, d Document, opt HTMLOptions) error {
 	var p page
 	switch x := d.(type) {
 	case *Bench:
-		p = benchPage(x)
+		p = benchPage(x, opt)
 	case *Sweep:
 		p = sweepPage(x)
+	case *Comparison:
+		p = comparePage(x)
 	case *File:
 		switch {
 		case x.Bench != nil:
-			return WriteHTML(w, x.Bench)
+			return WriteHTMLWith(w, x.Bench, opt)
 		case x.Sweep != nil:
-			return WriteHTML(w, x.Sweep)
+			return WriteHTMLWith(w, x.Sweep, opt)
 		}
 		return fmt.Errorf("write html: empty file")
 	default:
@@ -104,7 +109,7 @@ func benchSubtitle(b *Bench) []string {
 	return out
 }
 
-func benchPage(b *Bench) page {
+func benchPage(b *Bench, opt HTMLOptions) page {
 	p := page{Title: "ragtail bench report", Subtitle: benchSubtitle(b)}
 	if b.MergedFrom > 1 {
 		p.Title = "ragtail bench report (merged)"
@@ -114,15 +119,21 @@ func benchPage(b *Bench) page {
 		section{"latency-over-time", "Latency over time", timelineHTML(b)},
 		section{"percentile-spectrum", "Percentile spectrum", spectrumHTML(b)},
 		section{"histograms", "TTFT and ITL histograms", histogramsHTML(b)},
+		section{"token-lengths", "Input and output token lengths", tokenLengthsHTML(b)},
 		section{"stages", "Per-stage breakdown (Server-Timing)", stagesHTML(b)},
 		section{"tail", "Tail: fits against the data", tailHTML(b)},
 	)
 	if b.Sessions != nil {
 		p.Sections = append(p.Sections, section{"sessions", "Sessions", sessionsHTML(b.Sessions)})
 	}
+	// The server's own metrics during the run, when the run scraped them.
+	if b.ServerMetrics != nil {
+		p.Sections = append(p.Sections, section{"server-metrics", "Server metrics during the run",
+			serverMetricsHTML(b.ServerMetrics, b.Duration)})
+	}
 	p.Sections = append(p.Sections,
 		section{"errors", "Errors", errorsHTML(b)},
-		section{"slowest", "Slowest requests", slowestHTML(b)},
+		section{"slowest", "Slowest requests: client latency joined with server stages", slowestHTML(b, opt)},
 		section{"config", "Configuration", configHTML(b)},
 	)
 	return p
@@ -236,10 +247,25 @@ func timelineHTML(b *Bench) template.HTML {
 			{Name: "completed", Mode: modeStep, Color: palette[2], Pts: done},
 			{Name: "failed", Mode: modeStep, Color: palette[1], Pts: failed},
 		}}.render())
-	h.p("note", fmt.Sprintf("Bins of %s. Latencies are placed at the intended send time of their requests, so a stall shows "+
+	h.raw(chart{Title: "Requests in flight at the end of each bin", XLabel: "seconds since start", YLabel: "requests",
+		YFromZero: true, Series: []series{{Name: "in flight", Mode: modeStep, Color: palette[3], Pts: inFlight(b.Timeline)}}}.render())
+	h.p("note", fmt.Sprintf("Bins of %s. In flight is requests sent minus requests ended, counted up to each bin's end. Latencies are placed at the intended send time of their requests, so a stall shows "+
 		"at the arrivals it delayed; P99 is drawn only for bins with enough samples for an interval (368)%s.",
 		b.Timeline[0].Width, mergedNote(b)))
 	return h.html()
+}
+
+// inFlight is, at each bin, the requests sent and not yet ended by the bin's end: the running
+// sum of sent minus completed and failed. Sent counts by send time and the others by end time,
+// so the sum is exact at bin boundaries.
+func inFlight(tl []TimelineBin) []pt {
+	out := make([]pt, 0, len(tl))
+	var n int64
+	for _, t := range tl {
+		n += t.Sent - t.Completed - t.Failed
+		out = append(out, pt{X: (t.T + t.Width/2).Seconds(), Y: float64(n)})
+	}
+	return out
 }
 
 func mergedNote(b *Bench) string {
@@ -549,39 +575,6 @@ func errorsHTML(b *Bench) template.HTML {
 	return h.html()
 }
 
-func slowestHTML(b *Bench) template.HTML {
-	var h hb
-	if len(b.Slowest) == 0 {
-		h.p("note", "No requests.")
-		return h.html()
-	}
-	h.tableStart("trace id", "e2el ms", "ttft ms", "status", "intended at s", "session")
-	for _, s := range b.Slowest {
-		ttft := "-"
-		if s.TTFT > 0 {
-			ttft = fmtMS(s.TTFT)
-		}
-		status := fmt.Sprint(s.Status)
-		if s.ErrKind != "" {
-			status += " " + s.ErrKind
-		}
-		id := s.TraceID
-		if id == "" {
-			id = fmt.Sprintf("(request %d)", s.Index)
-		}
-		h.raw(`<tr>`)
-		h.cell("td", "k mono", id)
-		for _, c := range []string{fmtMS(s.E2EL), ttft, status, fmt.Sprintf("%.3f", s.Intended.Seconds()), s.Session} {
-			h.cell("td", "n", c)
-		}
-		h.raw(`</tr>`)
-	}
-	h.tableEnd()
-	h.p("note", "Look a trace id up in the service's trace store (GET /debug/traces on ragtail's admin listener) "+
-		"or your tracing backend; its profile window is on the same clock.")
-	return h.html()
-}
-
 func configHTML(b *Bench) template.HTML {
 	var h hb
 	c := b.Config
@@ -595,6 +588,11 @@ func configHTML(b *Bench) template.HTML {
 	}
 	if !b.Start.IsZero() {
 		rows = append(rows, [2]string{"start", b.Start.UTC().Format(time.RFC3339Nano)})
+	}
+	if c := b.Clock; c != nil {
+		rows = append(rows, [2]string{"server clock offset",
+			fmt.Sprintf("%+.3f ms ± %.3f ms (server minus generator, best of %d responses; %s)",
+				durationMS(c.Offset), durationMS(c.Uncertainty), c.Samples, c.Method)})
 	}
 	for _, s := range b.Sources {
 		rows = append(rows, [2]string{"source", s})

@@ -210,6 +210,14 @@ func (b *Bench) fields() object {
 			{"session_step_limit_ms", stepLimit},
 		}},
 	}
+	if c := b.Clock; c != nil {
+		o = append(o, field{"clock", object{
+			{"offset_ms", msv(c.Offset)},
+			{"uncertainty_ms", msv(c.Uncertainty)},
+			{"samples", c.Samples},
+			{"method", c.Method},
+		}})
+	}
 	if b.MergedFrom > 1 {
 		o = append(o, field{"merged_from", b.MergedFrom})
 	}
@@ -297,6 +305,9 @@ func (b *Bench) fields() object {
 		if s.ErrKind != "" {
 			so = append(so, field{"error", s.ErrKind})
 		}
+		if len(s.ServerTiming) > 0 {
+			so = append(so, field{"server_timing", serverTimingObject(s.ServerTiming)})
+		}
 		slow = append(slow, so)
 	}
 	o = append(o, field{"slowest", slow})
@@ -315,6 +326,10 @@ func (b *Bench) fields() object {
 		}
 	}
 	o = append(o, field{"errors", errs}, field{"error_examples", examples})
+	o = append(o, field{"token_lengths", tokenLengthsObject(b.TokenLengths)})
+	if b.ServerMetrics != nil {
+		o = append(o, field{"server_metrics", serverMetricsValue(b.ServerMetrics)})
+	}
 
 	hm, hs := object{}, object{}
 	for _, m := range AllMetrics {
@@ -326,6 +341,19 @@ func (b *Bench) fields() object {
 		hs = append(hs, field{st, b.StageHistograms[st]})
 	}
 	o = append(o, field{"histograms", object{{"metrics", hm}, {"stages", hs}}})
+	return o
+}
+
+// serverTimingObject is the stages of one request in pipeline order, in ms to the microsecond.
+func serverTimingObject(st map[string]float64) object {
+	keys := make(map[string]*stats.Histogram, len(st))
+	for k := range st {
+		keys[k] = nil
+	}
+	o := make(object, 0, len(st))
+	for _, k := range stageOrder(keys) {
+		o = append(o, field{k, roundTo(st[k], 3)})
+	}
 	return o
 }
 
@@ -498,6 +526,25 @@ func (d *decodeError) ms(o jobj, key string, dst *time.Duration) bool {
 	}
 	*dst = msDuration(v)
 	return true
+}
+
+// maxStages bounds the stages of one request read from a file.
+const maxStages = 64
+
+// maxClockOffsetMS bounds a clock offset read from a file: a year.
+const maxClockOffsetMS = 365 * 24 * 3600 * 1e3
+
+// msSigned reads a duration in ms that may be negative (a clock offset), within a year.
+func (d *decodeError) msSigned(o jobj, key string, dst *time.Duration) {
+	var v float64
+	if !d.float(o, key, &v) {
+		return
+	}
+	if math.Abs(v) > maxClockOffsetMS {
+		d.fail(o.sub(key), "%g ms is out of range", v)
+		return
+	}
+	*dst = msDuration(v)
 }
 
 func (d *decodeError) optMS(o jobj, key string) *time.Duration {
@@ -716,6 +763,18 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	}
 	d.ms(opts, "session_step_limit_ms", &b.SessionStepLimit)
 
+	if raw := o.m["clock"]; !isNull(raw) {
+		co := d.object(o.sub("clock"), raw)
+		c := &Clock{}
+		var samples int64
+		d.msSigned(co, "offset_ms", &c.Offset)
+		d.ms(co, "uncertainty_ms", &c.Uncertainty)
+		d.count(co, "samples", &samples)
+		d.str(co, "method", &c.Method)
+		c.Samples = int(min(samples, 1<<40))
+		b.Clock = c
+	}
+
 	var merged int64
 	d.count(o, "merged_from", &merged)
 	b.MergedFrom = int(min(merged, 1<<30))
@@ -839,6 +898,19 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 		d.ms(so, "ttft_ms", &s.TTFT)
 		d.count(so, "status", &status)
 		d.str(so, "error", &s.ErrKind)
+		if raw := so.m["server_timing"]; !isNull(raw) {
+			sto := d.object(so.sub("server_timing"), raw)
+			if len(sto.m) > maxStages {
+				d.fail(so.sub("server_timing"), "%d stages, more than %d", len(sto.m), maxStages)
+			}
+			s.ServerTiming = make(map[string]float64, len(sto.m))
+			for _, k := range sto.keys() {
+				var v float64
+				if d.nonNeg(sto, k, &v) {
+					s.ServerTiming[k] = v
+				}
+			}
+		}
 		s.Index, s.Status = int(min(idx, 1<<40)), int(min(status, 1000))
 		b.Slowest = append(b.Slowest, s)
 	}
@@ -859,6 +931,12 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 		emap[k] = e
 	}
 	b.Errors = sortErrors(emap)
+	if raw := o.m["token_lengths"]; !isNull(raw) {
+		b.TokenLengths = decodeTokenLengths(d, d.object(o.sub("token_lengths"), raw))
+	}
+	if raw := o.m["server_metrics"]; !isNull(raw) {
+		b.ServerMetrics = decodeServerMetrics(d, o.sub("server_metrics"), raw)
+	}
 	return b
 }
 
@@ -940,7 +1018,7 @@ func decodeTail(d *decodeError, o jobj) stats.Tail {
 }
 
 // Document is what WriteHTML renders and Decode reads: a *Bench, a *Sweep, or a *File that
-// holds one of them.
+// holds one of them; WriteHTML also renders a *Comparison.
 type Document interface{ isDocument() }
 
 func (*Bench) isDocument() {}

@@ -114,6 +114,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 			m.Sessions.FirstSteps += s.FirstSteps
 			m.Sessions.FirstStepsGood += s.FirstStepsGood
 		}
+		m.TokenLengths.merge(b.TokenLengths)
 		m.Slowest = append(m.Slowest, b.Slowest...)
 		slowN = max(slowN, len(b.Slowest))
 		m.Sources = append(m.Sources, b.Sources...)

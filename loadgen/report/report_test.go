@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -277,6 +278,8 @@ func TestJSONRoundTrip(t *testing.T) {
 	}{
 		{"bench", Summarize(syntheticResult(5, 700), goldenOptions(t))},
 		{"empty bench", Summarize(&loadgen.Result{Start: testStart}, Options{})},
+		{"bench with clock", withClock(Summarize(syntheticResult(6, 50), goldenOptions(t)))},
+		{"bench with server metrics", withServerMetrics(Summarize(syntheticResult(6, 50), goldenOptions(t)))},
 		{"sweep", testSweep(t)},
 	}
 	for _, tt := range tests {
@@ -307,6 +310,94 @@ func TestJSONRoundTrip(t *testing.T) {
 				t.Fatalf("read back has %d lines, want %d", len(b), len(a))
 			}
 		})
+	}
+}
+
+// withClock gives b a clock estimate with a negative offset (the server behind the generator).
+func withClock(b *Bench) *Bench {
+	b.Clock = &Clock{Offset: -1234567 * time.Nanosecond, Uncertainty: 321 * time.Microsecond, Samples: 50,
+		Method: ClockMethod}
+	return b
+}
+
+// withServerMetrics gives b two scraped series, one with a NaN sample.
+func withServerMetrics(b *Bench) *Bench {
+	b.ServerMetrics = &ServerMetrics{Interval: time.Second, Series: []ServerSeries{
+		{Name: "vllm:num_requests_running", Labels: map[string]string{"model_name": "m"},
+			Points: [][2]float64{{0, 1}, {1, 4}, {2, 7}, {3, 4}}},
+		{Name: "DCGM_FI_DEV_FB_USED", Points: [][2]float64{{0, 100}, {1, math.NaN()}, {2, 300}}},
+	}}
+	return b
+}
+
+func TestServerMetrics(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, withServerMetrics(Summarize(syntheticResult(6, 50), goldenOptions(t)))); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		SM struct {
+			IntervalS float64 `json:"interval_s"`
+			Series    []struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+				Points [][2]float64      `json:"points"`
+				Peak   *float64          `json:"peak"`
+				Mean   *float64          `json:"mean"`
+			} `json:"series"`
+		} `json:"server_metrics"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	sm := got.SM
+	if sm.IntervalS != 1 || len(sm.Series) != 2 {
+		t.Fatalf("server_metrics = %+v", sm)
+	}
+	run, fb := sm.Series[0], sm.Series[1]
+	if run.Labels["model_name"] != "m" || *run.Peak != 7 || *run.Mean != 4 || len(run.Points) != 4 {
+		t.Errorf("running series = %+v", run)
+	}
+	if len(fb.Points) != 2 || *fb.Peak != 300 || *fb.Mean != 200 {
+		t.Errorf("memory series (NaN left out) = %+v", fb)
+	}
+	var page bytes.Buffer
+	if err := WriteHTML(&page, withServerMetrics(Summarize(syntheticResult(6, 50), goldenOptions(t)))); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, page.Bytes(), syntheticResult(6, 1).Config.URL, true, "server-metrics")
+	if !strings.Contains(page.String(), `vllm:num_requests_running{model_name=&#34;m&#34;}`) {
+		t.Error("page lacks the series label")
+	}
+	if _, err := Decode(strings.NewReader(`{"schema":"ragtail.bench/v1","server_metrics":{"interval_s":-1,"series":[]}}`)); err == nil {
+		t.Error("read a negative interval")
+	}
+}
+
+func TestClockKeys(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, withClock(Summarize(syntheticResult(6, 50), goldenOptions(t)))); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Clock map[string]any `json:"clock"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"offset_ms": -1.235, "uncertainty_ms": 0.321, "samples": 50.0, "method": ClockMethod}
+	if !maps.Equal(got.Clock, want) {
+		t.Fatalf("clock = %v, want %v", got.Clock, want)
+	}
+	merged, err := Merge(withClock(Summarize(syntheticResult(6, 50), goldenOptions(t))),
+		withClock(Summarize(syntheticResult(7, 50), goldenOptions(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if merged.Clock != nil {
+		t.Fatalf("merged clock = %+v, want none: each host has its own offset", merged.Clock)
 	}
 }
 

@@ -2,6 +2,7 @@ package report
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -114,6 +115,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	b.OutputTokens += int64(out)
 	b.CachedTokens += int64(r.CachedTokens)
 	b.ReasoningTokens += int64(r.ReasoningTokens)
+	b.TokenLengths.add(r.PromptTokens, out)
 	lat := latencies(r, out)
 	b.Histograms[MetricE2EL].Record(lat.E2EL)
 	b.Histograms[MetricServiceE2EL].Record(r.ServiceE2EL())
@@ -156,7 +158,7 @@ func (s *Summarizer) noteSlow(r *loadgen.Record) {
 		return
 	}
 	c := slowCandidate{index: r.Index, SlowRequest: SlowRequest{Index: r.Index, TraceID: r.TraceID, Session: r.Session,
-		Intended: r.Intended, E2EL: e2el, Status: r.Status}}
+		Intended: r.Intended, E2EL: e2el, Status: r.Status, ServerTiming: maps.Clone(r.ServerTiming)}}
 	if ttft, ok := r.TTFT(); ok {
 		c.TTFT = ttft
 	}

@@ -1,5 +1,131 @@
 package report
 
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"math"
+	"math/bits"
+)
+
+// maxTokenBins bounds the bins of TokenLengths (2^63 tokens is beyond any length).
+const maxTokenBins = 64
+
+// TokenLengths counts the completed requests by prompt (Input) and output token length in
+// power-of-two bins: bin 0 holds lengths 0 and 1, bin k >= 1 the lengths in [2^k, 2^(k+1)).
+// Bins are exact counts, so merged runs add up bin by bin.
+type TokenLengths struct {
+	Input, Output []int64
+}
+
+// tokenBin is the bin of a length n.
+func tokenBin(n int) int {
+	if n < 2 {
+		return 0
+	}
+	return bits.Len(uint(n)) - 1
+}
+
+func countInto(dst []int64, bin int) []int64 {
+	for len(dst) <= bin {
+		dst = append(dst, 0)
+	}
+	dst[bin]++
+	return dst
+}
+
+func (t *TokenLengths) add(in, out int) {
+	t.Input = countInto(t.Input, tokenBin(in))
+	t.Output = countInto(t.Output, tokenBin(out))
+}
+
+func addBins(dst, src []int64) []int64 {
+	for len(dst) < len(src) {
+		dst = append(dst, 0)
+	}
+	for i, c := range src {
+		dst[i] += c
+	}
+	return dst
+}
+
+func (t *TokenLengths) merge(o TokenLengths) {
+	t.Input = addBins(t.Input, o.Input)
+	t.Output = addBins(t.Output, o.Output)
+}
+
+// tokenBinRange is the lengths [lo, hi] of bin k.
+func tokenBinRange(k int) (lo, hi float64) {
+	if k == 0 {
+		return 0, 1
+	}
+	return math.Ldexp(1, k), math.Ldexp(1, k+1) - 1
+}
+
+func tokenLengthsObject(t TokenLengths) object {
+	return object{{"bins", "log2"}, {"input", orEmpty(t.Input)}, {"output", orEmpty(t.Output)}}
+}
+
+func decodeTokenLengths(d *decodeError, o jobj) TokenLengths {
+	var t TokenLengths
+	var bins string
+	d.str(o, "bins", &bins)
+	if bins != "" && bins != "log2" {
+		d.fail(o.sub("bins"), "unknown binning %q (want log2)", bins)
+	}
+	t.Input = decodeCounts(d, o, "input")
+	t.Output = decodeCounts(d, o, "output")
+	return t
+}
+
+func decodeCounts(d *decodeError, o jobj, key string) []int64 {
+	raws := d.array(o, key)
+	if len(raws) > maxTokenBins {
+		d.fail(o.sub(key), "%d bins, more than %d", len(raws), maxTokenBins)
+		return nil
+	}
+	var out []int64
+	for i, raw := range raws {
+		item := jobj{path: fmt.Sprintf("%s[%d]", o.sub(key), i), m: map[string]json.RawMessage{"": raw}}
+		var n int64
+		d.count(item, "", &n)
+		out = append(out, n)
+	}
+	return out
+}
+
+// tokenLengthsHTML draws the two distributions as bars over log-scaled lengths.
+func tokenLengthsHTML(b *Bench) template.HTML {
+	var h hb
+	drew := false
+	for i, s := range []struct {
+		name string
+		bins []int64
+	}{{"Input (prompt)", b.TokenLengths.Input}, {"Output", b.TokenLengths.Output}} {
+		var n int64
+		pts := make([]pt, 0, len(s.bins))
+		for k, c := range s.bins {
+			n += c
+			if n == 0 {
+				continue // leading empty bins would only stretch the axis
+			}
+			lo, hi := tokenBinRange(k)
+			pts = append(pts, pt{X: math.Max(lo, 0.5), X2: hi + 1, Y: float64(c)})
+		}
+		if n == 0 || (len(s.bins) == 1 && i == 0) {
+			continue // no requests, or no prompt counts reported (every length in bin 0)
+		}
+		drew = true
+		h.raw(chart{Title: fmt.Sprintf("%s token lengths (n=%d, power-of-two bins)", s.name, n),
+			XLabel: "tokens (log scale)", YLabel: "requests", XLog: true, YFromZero: true, H: 240,
+			Series: []series{{Mode: modeBars, Color: palette[[]int{0, 4}[i]], Pts: pts}}}.render())
+	}
+	if !drew {
+		h.p("note", "No token counts: no request completed, or the target reported no usage.")
+	}
+	return h.html()
+}
+
 // Token details the server reports in usage: prompt tokens its prefix cache held
 // (usage.prompt_tokens_details.cached_tokens) and reasoning tokens among the output
 // (usage.completion_tokens_details.reasoning_tokens). A server that reports neither leaves both

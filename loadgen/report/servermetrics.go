@@ -1,0 +1,163 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ServerMetrics is what the target's own metrics did during the run: series scraped from its
+// Prometheus endpoint on the run's clock (t in seconds from Bench.Start). The bench JSON holds
+// it as {"interval_s": 1, "series": [{"name", "labels", "points": [[t_s, v], ...], "peak",
+// "mean"}]}; peak and mean are computed from the points when written.
+type ServerMetrics struct {
+	Interval time.Duration
+	Series   []ServerSeries
+}
+
+// ServerSeries is one scraped series: a metric family's name, its labels and its samples.
+type ServerSeries struct {
+	Name   string
+	Labels map[string]string
+	Points [][2]float64 // [t_s, value]; non-finite values are left out when written
+}
+
+// Limits on a server_metrics object read from a file.
+const (
+	maxServerSeries = 4096
+	maxSeriesPoints = 1 << 20
+)
+
+// PeakMean is the largest and the mean finite value of the series; NaN without one.
+func (s ServerSeries) PeakMean() (peak, mean float64) {
+	peak, mean = math.NaN(), math.NaN()
+	var sum float64
+	n := 0
+	for _, p := range s.Points {
+		v := p[1]
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		if n == 0 || v > peak {
+			peak = v
+		}
+		sum += v
+		n++
+	}
+	if n > 0 {
+		mean = sum / float64(n)
+	}
+	return peak, mean
+}
+
+// serverSeriesJSON is the file form of one series.
+type serverSeriesJSON struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+	Points [][2]float64      `json:"points"`
+	Peak   *float64          `json:"peak"`
+	Mean   *float64          `json:"mean"`
+}
+
+type serverMetricsJSON struct {
+	IntervalS float64            `json:"interval_s"`
+	Series    []serverSeriesJSON `json:"series"`
+}
+
+func finitePtr(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	x = sig(x)
+	return &x
+}
+
+func serverMetricsValue(m *ServerMetrics) serverMetricsJSON {
+	out := serverMetricsJSON{IntervalS: roundTo(m.Interval.Seconds(), 6), Series: make([]serverSeriesJSON, 0, len(m.Series))}
+	for _, s := range m.Series {
+		pts := make([][2]float64, 0, len(s.Points))
+		for _, p := range s.Points {
+			if !math.IsNaN(p[1]) && !math.IsInf(p[1], 0) && !math.IsNaN(p[0]) && !math.IsInf(p[0], 0) {
+				pts = append(pts, [2]float64{roundTo(p[0], 3), sig(p[1])})
+			}
+		}
+		labels := s.Labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		peak, mean := s.PeakMean()
+		out.Series = append(out.Series, serverSeriesJSON{Name: s.Name, Labels: labels, Points: pts,
+			Peak: finitePtr(peak), Mean: finitePtr(mean)})
+	}
+	return out
+}
+
+// decodeServerMetrics reads a server_metrics object; peak and mean are recomputed from the points.
+func decodeServerMetrics(d *decodeError, path string, raw json.RawMessage) *ServerMetrics {
+	var v serverMetricsJSON
+	if err := json.Unmarshal(raw, &v); err != nil {
+		d.fail(path, "want {interval_s, series: [{name, labels, points: [[t_s, v]...]}]}: %v", err)
+		return nil
+	}
+	if !(v.IntervalS >= 0 && v.IntervalS <= 86400) {
+		d.fail(path+".interval_s", "want seconds between 0 and 86400, got %g", v.IntervalS)
+		return nil
+	}
+	if len(v.Series) > maxServerSeries {
+		d.fail(path+".series", "%d series, more than %d", len(v.Series), maxServerSeries)
+		return nil
+	}
+	m := &ServerMetrics{Interval: time.Duration(math.Round(v.IntervalS * 1e9))}
+	for i, s := range v.Series {
+		if len(s.Points) > maxSeriesPoints {
+			d.fail(fmt.Sprintf("%s.series[%d].points", path, i), "%d points, more than %d", len(s.Points), maxSeriesPoints)
+			return nil
+		}
+		m.Series = append(m.Series, ServerSeries{Name: s.Name, Labels: s.Labels, Points: s.Points})
+	}
+	return m
+}
+
+// seriesLabel is name{k="v",...} with sorted labels.
+func seriesLabel(s ServerSeries) string {
+	if len(s.Labels) == 0 {
+		return s.Name
+	}
+	parts := make([]string, 0, len(s.Labels))
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		parts = append(parts, fmt.Sprintf("%s=%q", k, s.Labels[k]))
+	}
+	return s.Name + "{" + strings.Join(parts, ",") + "}"
+}
+
+// serverMetricsHTML draws each series over the run's clock with its peak and mean.
+func serverMetricsHTML(m *ServerMetrics, runEnd time.Duration) template.HTML {
+	var h hb
+	h.p("note", fmt.Sprintf("Scraped from the target's metrics every %s, on the run's clock (0 is the run's start; "+
+		"the run ended at %.1f s).", m.Interval, runEnd.Seconds()))
+	h.tableStart("series", "peak", "mean", "points")
+	for _, s := range m.Series {
+		peak, mean := s.PeakMean()
+		h.rowCells(seriesLabel(s), fmt.Sprintf("%.6g", peak), fmt.Sprintf("%.6g", mean), fmt.Sprint(len(s.Points)))
+	}
+	h.tableEnd()
+	for i, s := range m.Series {
+		pts := make([]pt, 0, len(s.Points))
+		for _, p := range s.Points {
+			if !math.IsNaN(p[1]) && !math.IsInf(p[1], 0) {
+				pts = append(pts, pt{X: p[0], Y: p[1]})
+			}
+		}
+		if len(pts) < 2 {
+			continue
+		}
+		h.raw(chart{Title: seriesLabel(s), XLabel: "s since the run's start", YLabel: "value", H: 200, YFromZero: true,
+			Series: []series{{Mode: modeLine, Color: palette[i%len(palette)], Pts: pts}}}.render())
+	}
+	return h.html()
+}
