@@ -533,13 +533,11 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		NumItems: o.NumPrompts, Duration: o.Duration, DrainTimeout: o.Load.drain(),
 		Warmup: o.Load.Warmup, WarmupDuration: o.Load.WarmupDuration, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: o.Load.runInfo(p, o.Concurrency, o.NumPrompts),
+		Info: o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(hash, seg),
 	}
-	cfg.Info.ScheduleHash = hash
 	if seg != nil {
 		// The share ends where the whole schedule would: the segment counts the prompts.
 		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *seg, o.NumPrompts, o.Load.WarmupDuration), 0
-		cfg.Info.Segment = seg
 	}
 	var detailed *report.DetailedWriter
 	var detailedFile *outputFile
@@ -589,8 +587,8 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 // runInfo describes a run of plan p for the reports.
 func (o *Load) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
-	return loadgen.RunInfo{URL: o.URL, Model: o.Model, Shape: p.desc, RequestRate: p.rate, Burstiness: p.burstiness,
-		Concurrency: concurrency, NumPrompts: numPrompts, MaxTokens: o.MaxTokens, Seed: o.Seed}
+	return loadgen.NewRunInfo(o.URL, o.Model, p.desc, p.rate, o.Seed).
+		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness)
 }
 
 // multiHost reads --segment and --start-at, and warns when several hosts would send the same
