@@ -8,7 +8,6 @@ import (
 	"io"
 
 	"github.com/ragtail/ragtail/loadgen/bench"
-	"github.com/ragtail/ragtail/loadgen/report"
 )
 
 type reportOptions struct {
@@ -57,70 +56,11 @@ Examples:
 		return errors.New("--html and --json cannot both go to standard output")
 	}
 
-	var doc report.Document // *report.Bench or *report.Sweep
-	if len(o.files) == 1 {
-		f, err := report.Read(o.files[0])
-		if err != nil {
-			return err
-		}
-		doc = f.Bench
-		if f.Sweep != nil {
-			doc = f.Sweep
-		}
-	} else {
-		benches := make([]*report.Bench, 0, len(o.files))
-		for _, path := range o.files {
-			f, err := report.Read(path)
-			if err != nil {
-				return err
-			}
-			if f.Bench == nil {
-				return fmt.Errorf("%s is a sweep result: only bench results merge (render it alone)", path)
-			}
-			if len(f.Bench.Sources) == 0 {
-				f.Bench.Sources = []string{path}
-			}
-			benches = append(benches, f.Bench)
-		}
-		note, err := report.CheckSegments(benches)
-		switch {
-		case err != nil && !o.partial || err != nil && note == "":
-			if note != "" {
-				return fmt.Errorf("%w (pass --partial to merge what is there)", err)
-			}
-			return err
-		case err != nil:
-			fmt.Fprintf(stderr, "ragtail report: warning: %v\n", err)
-		case note != "":
-			fmt.Fprintf(stderr, "ragtail report: %s\n", note)
-		}
-		merged, err := report.Merge(benches...)
-		if err != nil {
-			return err
-		}
-		doc = merged
+	doc, err := bench.ReadResults(o.files, o.partial, stderr)
+	if err != nil {
+		return err
 	}
-
-	if o.json != "" {
-		if err := bench.WriteOutput(o.json, stdout, func(w io.Writer) error { return report.WriteJSON(w, doc) }); err != nil {
-			return err
-		}
-	}
-	if o.html != "" {
-		if err := bench.WriteOutput(o.html, stdout, func(w io.Writer) error { return report.WriteHTML(w, doc) }); err != nil {
-			return err
-		}
-	}
-	if o.quiet || o.json == "-" || o.html == "-" {
-		return nil
-	}
-	switch d := doc.(type) {
-	case *report.Bench:
-		return report.WriteText(stdout, d)
-	case *report.Sweep:
-		return report.WriteSweepText(stdout, d)
-	}
-	return nil
+	return bench.WriteDocument(stdout, doc, o.json, o.html, o.quiet)
 }
 
 // parseFlagsAndArgs parses flags that may come before, between or after positional arguments

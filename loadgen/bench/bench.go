@@ -730,13 +730,7 @@ func WriteOutputs(stdout io.Writer, v report.Document, jsonOut, htmlOut string) 
 	if jsonOut == "-" {
 		return report.WriteJSON(stdout, v)
 	}
-	switch x := v.(type) {
-	case *report.Bench:
-		return report.WriteText(stdout, x)
-	case *report.Sweep:
-		return report.WriteSweepText(stdout, x)
-	}
-	return nil
+	return writeText(stdout, v)
 }
 
 // progressPrinter shows a run's progress: one line rewritten in place on a terminal, a plain
