@@ -138,3 +138,31 @@ type RunInfo struct {
 	ScheduleHash string `json:"schedule_hash,omitempty"`
 	Interrupted  bool   `json:"interrupted,omitempty"` // stopped by Ctrl-C
 }
+
+// NewRunInfo starts the description of a run for the reports: the target url, the model sent
+// ("" for the server's default), the arrival process as the reports name it, its mean request
+// rate (+Inf for a closed loop or all at once, 0 when a profile sets it) and the seed. The
+// With methods fill in the rest; every caller that runs a load describes it this way.
+func NewRunInfo(url, model, shape string, rate float64, seed uint64) RunInfo {
+	return RunInfo{URL: url, Model: model, Shape: shape, RequestRate: rate, Seed: seed}
+}
+
+// WithLimits sets the cap on requests in flight (or the closed-loop users), the requests asked
+// for and the max_tokens sent; 0 is none for each.
+func (i RunInfo) WithLimits(concurrency, numPrompts, maxTokens int) RunInfo {
+	i.Concurrency, i.NumPrompts, i.MaxTokens = concurrency, numPrompts, maxTokens
+	return i
+}
+
+// WithBurstiness sets the gamma shape of the gaps (1 is Poisson; 0 when it does not apply).
+func (i RunInfo) WithBurstiness(b float64) RunInfo {
+	i.Burstiness = b
+	return i
+}
+
+// WithSchedule sets the hash of the seeded schedule and the share of it this generator sends
+// (nil for the whole schedule).
+func (i RunInfo) WithSchedule(hash string, seg *SegmentOf) RunInfo {
+	i.ScheduleHash, i.Segment = hash, seg
+	return i
+}

@@ -115,3 +115,16 @@ func TestParseSegment(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRunInfo(t *testing.T) {
+	t.Parallel()
+	seg := &loadgen.SegmentOf{Index: 1, Count: 4}
+	got := loadgen.NewRunInfo("http://h/v1/chat/completions", "m", "gamma(rate=5, shape=0.5)", 5, 7).
+		WithLimits(8, 100, 256).WithBurstiness(0.5).WithSchedule("abc", seg)
+	want := loadgen.RunInfo{URL: "http://h/v1/chat/completions", Model: "m", Shape: "gamma(rate=5, shape=0.5)",
+		RequestRate: 5, Burstiness: 0.5, Concurrency: 8, NumPrompts: 100, MaxTokens: 256, Seed: 7,
+		Segment: seg, ScheduleHash: "abc"}
+	if got != want {
+		t.Errorf("NewRunInfo:\n%+v\nwant\n%+v", got, want)
+	}
+}

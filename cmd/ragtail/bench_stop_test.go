@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -136,32 +135,6 @@ func (l *lineWatch) Write(p []byte) (int, error) {
 		l.once.Do(l.seen)
 	}
 	return l.w.Write(p)
-}
-
-func TestWatchInterrupts(t *testing.T) {
-	t.Parallel()
-	sigs := make(chan os.Signal, 2)
-	unwatched := false
-	runCtx, stop, release := watchInterrupts(context.Background(), sigs, func() { unwatched = true }, io.Discard, time.Minute)
-	sigs <- syscall.SIGINT
-	select {
-	case <-stop:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first signal did not stop the run")
-	}
-	if runCtx.Err() != nil {
-		t.Fatal("the first signal aborted the run")
-	}
-	sigs <- syscall.SIGTERM
-	select {
-	case <-runCtx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second signal did not abort the run")
-	}
-	release()
-	if !unwatched {
-		t.Error("release did not stop watching the signals")
-	}
 }
 
 func TestBenchWarmup(t *testing.T) {

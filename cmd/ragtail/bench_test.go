@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/rag/llmsim"
 )
 
@@ -269,25 +268,5 @@ func TestBenchInterrupted(t *testing.T) {
 	cfg, _ := r["config"].(map[string]any)
 	if cfg["interrupted"] != true || r["completed"].(float64) < 1 {
 		t.Errorf("config %v, completed %v", cfg, r["completed"])
-	}
-}
-
-func TestProgressPrinter(t *testing.T) {
-	t.Parallel()
-	var buf bytes.Buffer
-	p := newProgressPrinter(&buf, false)
-	if p.tty || p.interval != 5*time.Second {
-		t.Fatalf("a buffer is taken for a terminal: %+v", p)
-	}
-	p.print(loadgen.Progress{Elapsed: 2500 * time.Millisecond, Sent: 10, Done: 8, Failed: 1, InFlight: 2, Queued: 3, Rate: 4.25, P99E2EL: 1234500 * time.Microsecond})
-	p.print(loadgen.Progress{Final: true})
-	want := "    2.5s  sent 10  done 8  failed 1  in flight 2  queued 3  4.2 req/s  p99 e2el 1234.5 ms\n"
-	if buf.String() != want {
-		t.Errorf("progress:\n%q\nwant\n%q", buf.String(), want)
-	}
-	quiet := newProgressPrinter(&buf, true)
-	quiet.print(loadgen.Progress{Sent: 1})
-	if buf.String() != want {
-		t.Error("--quiet printed progress")
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
+	"github.com/ragtail/ragtail/loadgen/bench"
 	"github.com/ragtail/ragtail/loadgen/report"
 )
 
@@ -73,72 +73,11 @@ Examples:
 		return errors.New("--html and --json cannot both go to standard output")
 	}
 
-	var doc report.Document // *report.Bench or *report.Sweep
-	if len(o.files) == 1 {
-		f, err := report.Read(o.files[0])
-		if err != nil {
-			return err
-		}
-		doc = f.Bench
-		if f.Sweep != nil {
-			doc = f.Sweep
-		}
-	} else {
-		benches := make([]*report.Bench, 0, len(o.files))
-		for _, path := range o.files {
-			f, err := report.Read(path)
-			if err != nil {
-				return err
-			}
-			if f.Bench == nil {
-				return fmt.Errorf("%s is a sweep result: only bench results merge (render it alone)", path)
-			}
-			if len(f.Bench.Sources) == 0 {
-				f.Bench.Sources = []string{path}
-			}
-			benches = append(benches, f.Bench)
-		}
-		note, err := report.CheckSegments(benches)
-		switch {
-		case err != nil && !o.partial || err != nil && note == "":
-			if note != "" {
-				return fmt.Errorf("%w (pass --partial to merge what is there)", err)
-			}
-			return err
-		case err != nil:
-			fmt.Fprintf(stderr, "ragtail report: warning: %v\n", err)
-		case note != "":
-			fmt.Fprintf(stderr, "ragtail report: %s\n", note)
-		}
-		merged, err := report.Merge(benches...)
-		if err != nil {
-			return err
-		}
-		doc = merged
+	doc, err := bench.ReadResults(o.files, o.partial, stderr)
+	if err != nil {
+		return err
 	}
-
-	if o.json != "" {
-		if err := writeOutput(o.json, stdout, func(w io.Writer) error { return report.WriteJSON(w, doc) }); err != nil {
-			return err
-		}
-	}
-	if o.html != "" {
-		if err := writeOutput(o.html, stdout, func(w io.Writer) error {
-			return report.WriteHTMLWith(w, doc, report.HTMLOptions{DebugURL: o.debugURL})
-		}); err != nil {
-			return err
-		}
-	}
-	if o.quiet || o.json == "-" || o.html == "-" {
-		return nil
-	}
-	switch d := doc.(type) {
-	case *report.Bench:
-		return report.WriteText(stdout, d)
-	case *report.Sweep:
-		return report.WriteSweepText(stdout, d)
-	}
-	return nil
+	return bench.WriteDocument(stdout, doc, o.json, o.html, o.quiet, report.HTMLOptions{DebugURL: o.debugURL})
 }
 
 // writeComparison renders several bench files side by side.
@@ -161,7 +100,7 @@ func (o *reportOptions) writeComparison(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return writeOutput(o.html, stdout, func(w io.Writer) error {
+	return bench.WriteOutput(o.html, stdout, func(w io.Writer) error {
 		return report.WriteHTMLWith(w, c, report.HTMLOptions{DebugURL: o.debugURL})
 	})
 }
@@ -179,7 +118,7 @@ func (o *reportOptions) writeCSV(stdout io.Writer) error {
 		return fmt.Errorf("--csv: %w", err)
 	}
 	defer func() { _ = in.Close() }() // read only
-	return writeOutput(o.csv, stdout, func(w io.Writer) error {
+	return bench.WriteOutput(o.csv, stdout, func(w io.Writer) error {
 		if err := report.WriteCSV(w, in); err != nil {
 			return fmt.Errorf("%s: %w", o.files[0], err)
 		}
@@ -216,68 +155,5 @@ func parseFlagsAndArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
-	}
-}
-
-// writeOutput writes a file through a temporary file renamed into place, so a failed or
-// interrupted write never leaves half a report; "-" writes to stdout.
-func writeOutput(path string, stdout io.Writer, write func(io.Writer) error) error {
-	f, err := createOutput(path, stdout)
-	if err != nil {
-		return err
-	}
-	defer f.abort()
-	if err := write(f); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.commit()
-}
-
-// outputFile is a result file being written: a temporary file beside it, renamed into place by
-// commit, or stdout for "-".
-type outputFile struct {
-	io.Writer
-	path string
-	tmp  *os.File // nil for stdout, and once committed or aborted
-}
-
-func createOutput(path string, stdout io.Writer) (*outputFile, error) {
-	if path == "-" {
-		return &outputFile{Writer: stdout, path: path}, nil
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", path, err)
-	}
-	return &outputFile{Writer: tmp, path: path, tmp: tmp}, nil
-}
-
-// commit puts the file in place.
-func (f *outputFile) commit() error {
-	if f.tmp == nil {
-		return nil
-	}
-	tmp := f.tmp
-	f.tmp = nil
-	err := tmp.Chmod(0o644)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), f.path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	return nil
-}
-
-// abort removes the temporary file unless it was committed.
-func (f *outputFile) abort() {
-	if f.tmp != nil {
-		_ = f.tmp.Close()
-		_ = os.Remove(f.tmp.Name())
-		f.tmp = nil
 	}
 }

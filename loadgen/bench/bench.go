@@ -1,0 +1,807 @@
+// Package bench drives the load of ragtail's bench and sweep commands from their configuration
+// (the commands' flags as structs): it plans the workload (datasets, arrival shapes, sessions,
+// warmup, multi-host segments), runs it with Ctrl-C handling and progress, writes the result
+// files, and bisects a sweep's highest rate under an SLO. It speaks HTTP only, through
+// loadgen/client.
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/loadgen/report"
+	"github.com/ragtail/ragtail/loadgen/shape"
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// Load is the part of a run's configuration that bench and sweep share (their common flags):
+// the target, what each request sends, and the shape of the load. Its methods build the
+// client, the workload and the report options it describes; their errors name the flags.
+type Load struct {
+	URL, Model, APIKey string
+	MaxTokens          int
+	Temperature        float64
+	// SendTemperature sends Temperature (otherwise the server's default applies).
+	SendTemperature bool
+	// OverrideMaxTokens applies MaxTokens to every request, also to those whose dataset or
+	// session step brings its own output length.
+	OverrideMaxTokens bool
+	Stream            bool
+	Timeout           time.Duration // per request, connecting included; 0: none
+	ExtraBody         string        // JSON object of extra body fields
+	Headers           Headers
+	Seed              uint64
+
+	Shape      string  // arrival process, as shape.ParseProcess reads it, or "article"
+	Burstiness float64 // gamma shape of the gaps
+	Dataset    string  // prompts: a length class, a file, or keys[:FILE]
+	Sessions   string  // a sessions JSONL file or "synthetic"
+	Think      time.Duration
+	// Trace paces a trace dataset (Dataset mooncake:FILE, azure:FILE or burstgpt:FILE).
+	Trace TraceOptions
+
+	Article shape.ArticleConfig
+	Keys    KeyOptions
+
+	DrainTimeout      time.Duration // 0: wait as long as it takes
+	Warmup            int
+	WarmupDuration    time.Duration
+	MaxErrorRate      float64
+	Goodput           string // stats.ParseGoodput
+	PercentileMetrics string // report.ParseMetrics
+	Percentiles       string // report.ParsePercentiles
+	SessionPatience   time.Duration
+	Quiet             bool // no progress line
+}
+
+// KeyOptions configure key lookups (Dataset keys[:FILE]).
+type KeyOptions struct {
+	Pattern       string
+	Count, Hot    int
+	Cold, Invalid float64
+}
+
+// Headers is a repeatable "Name: value" flag.
+type Headers [][2]string
+
+// String returns the headers as "Name: value, ...".
+func (h *Headers) String() string {
+	var parts []string
+	for _, kv := range *h {
+		parts = append(parts, kv[0]+": "+kv[1])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Set adds a header given as "Name: value".
+func (h *Headers) Set(s string) error {
+	k, v, ok := strings.Cut(s, ":")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("header %q: want \"Name: value\"", s)
+	}
+	*h = append(*h, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+	return nil
+}
+
+// NewClient builds the HTTP client of o, asking the server for its model when none was given.
+func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.Client, error) {
+	opts := []client.Option{client.WithStream(o.Stream), client.WithTimeout(o.Timeout)}
+	key := o.APIKey
+	if key == "" {
+		key = os.Getenv("OPENAI_API_KEY")
+	}
+	if key != "" {
+		opts = append(opts, client.WithAPIKey(key))
+	}
+	// The default applies to requests that bring no output length of their own (a dataset's or
+	// a session step's), and to all of them when --max-tokens is given (see maxTokensOverride).
+	opts = append(opts, client.WithMaxTokens(o.MaxTokens))
+	if o.SendTemperature {
+		opts = append(opts, client.WithTemperature(o.Temperature))
+	}
+	if o.ExtraBody != "" {
+		var body map[string]any
+		if err := json.Unmarshal([]byte(o.ExtraBody), &body); err != nil {
+			return nil, fmt.Errorf("--extra-body: want a JSON object: %w", err)
+		}
+		opts = append(opts, client.WithBody(body))
+	}
+	for _, kv := range o.Headers {
+		opts = append(opts, client.WithHeader(kv[0], kv[1]))
+	}
+	c, err := client.New(o.URL, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("--url: %w", err)
+	}
+	o.URL = c.URL()
+	if o.Model == "" && !o.isKeyLookups() {
+		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		models, err := c.Models(lctx)
+		cancel()
+		var ue *url.Error
+		switch {
+		case errors.As(err, &ue) && !errors.Is(err, context.Canceled):
+			return nil, fmt.Errorf("cannot reach %s: %w (is the server running, and is --url right?)", o.URL, ue.Err)
+		case err != nil:
+			return nil, fmt.Errorf("%w; pass --model", err)
+		}
+		if len(models) == 0 {
+			return nil, errors.New("the server lists no models; pass --model")
+		}
+		o.Model = models[0]
+	}
+	if o.Model != "" {
+		c, err = client.New(o.URL, append(append(opts, client.WithModel(o.Model)), extra...)...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Preflight sends the first request of the workload once, before the run: a dead URL, a
+// wrong model or a bad key stops here with the server's whole message.
+func (o *Load) Preflight(ctx context.Context, c *client.Client) error {
+	p, err := o.plan(math.Inf(1), 1)
+	if err != nil {
+		return err
+	}
+	item, ok := p.workload.Next()
+	if !ok {
+		return errors.New("the workload has no request")
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(o.Timeout, 0)+time.Minute)
+	defer cancel()
+	err = c.Preflight(pctx, &item.Request)
+	var pe *client.PreflightError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errors.New("interrupted during the preflight request")
+	case o.isKeyLookups() && errors.As(err, &pe) && pe.Status == http.StatusNotFound:
+		return nil // a key that does not exist is an answer (--invalid-keys asks for some)
+	}
+	return err
+}
+
+// measure runs cfg and summarises it as the records come: the run keeps none of them, so its
+// memory does not grow with its length. Each record also goes to detailed, when given.
+func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, detailed *report.DetailedWriter) (*loadgen.Result, *report.Bench, error) {
+	s := report.NewSummarizer(ropts)
+	cfg.Stream = func(recs []loadgen.Record) {
+		if detailed != nil {
+			detailed.Write(recs...)
+		}
+		s.Add(recs...)
+	}
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, s.Bench(res), nil
+}
+
+// checkErrorRate fails when more than max of the measured requests failed.
+func checkErrorRate(b *report.Bench, maxRate float64) error {
+	n := b.Completed + b.Failed
+	if n == 0 || float64(b.Failed) <= maxRate*float64(n) {
+		return nil
+	}
+	msg := fmt.Sprintf("%d of %d requests failed (%.1f%%), more than --max-error-rate %g allows", b.Failed, n,
+		100*float64(b.Failed)/float64(n), maxRate)
+	if len(b.Errors) > 0 {
+		e := b.Errors[0]
+		msg += fmt.Sprintf("; most were %s (%d): %s", e.Kind, e.Count, e.Example)
+	}
+	return errors.New(msg)
+}
+
+// interrupts maps the first Ctrl-C (SIGINT or SIGTERM, or ctx done) to a graceful stop and the
+// second to an abort. Run the load under runCtx with Stop set to stop; release ends the watch.
+func interrupts(ctx context.Context, stderr io.Writer, drain time.Duration) (runCtx context.Context, stop <-chan struct{}, release func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	return WatchInterrupts(ctx, sigs, func() { signal.Stop(sigs) }, stderr, drain)
+}
+
+// WatchInterrupts is interrupts with the signals read from sigs; unwatch is called on release.
+func WatchInterrupts(ctx context.Context, sigs <-chan os.Signal, unwatch func(), stderr io.Writer, drain time.Duration) (context.Context, <-chan struct{}, func()) {
+	runCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	stopC := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		stopped := false
+		stopNow := func() {
+			if !stopped {
+				stopped = true
+				close(stopC)
+				limit := "as long as they take"
+				if drain > 0 {
+					limit = "up to " + drain.String()
+				}
+				fmt.Fprintf(stderr, "\nstopping: no more requests; waiting %s for those in flight (Ctrl-C again to abort)\n", limit)
+			}
+		}
+		ctxDone := ctx.Done()
+		n := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctxDone:
+				ctxDone = nil
+				stopNow()
+			case <-sigs:
+				if n++; n == 1 {
+					stopNow()
+					continue
+				}
+				fmt.Fprintln(stderr, "aborting: cancelling the requests in flight")
+				abort()
+				return
+			}
+		}
+	})
+	return runCtx, stopC, func() {
+		close(done)
+		wg.Wait()
+		unwatch()
+		abort()
+	}
+}
+
+func (o *Load) isKeyLookups() bool {
+	return o.Dataset == "keys" || strings.HasPrefix(o.Dataset, "keys:")
+}
+
+// source builds the prompt source of --dataset.
+func (o *Load) source() (shape.Source, error) {
+	d := o.Dataset
+	switch {
+	case o.isKeyLookups():
+		cfg := shape.KeyConfig{Pattern: o.Keys.Pattern, Count: o.Keys.Count, Hot: o.Keys.Hot, Alpha: o.Article.Alpha,
+			ColdFraction: o.Keys.Cold, InvalidFraction: o.Keys.Invalid}
+		if file, ok := strings.CutPrefix(d, "keys:"); ok {
+			f, err := os.Open(file)
+			if err != nil {
+				return nil, fmt.Errorf("--dataset: %w", err)
+			}
+			defer func() { _ = f.Close() }() // read only
+			if cfg.Keys, err = shape.ReadKeys(f); err != nil {
+				return nil, fmt.Errorf("--dataset %s: %w", file, err)
+			}
+		}
+		src, err := shape.Keys(cfg, o.Seed)
+		if err != nil {
+			return nil, fmt.Errorf("--dataset keys: %w", err)
+		}
+		return src, nil
+	case strings.HasPrefix(d, "synthetic:"):
+		return o.synthetic(strings.TrimPrefix(d, "synthetic:"))
+	}
+	if _, err := os.Stat(d); err != nil {
+		if lengths, perr := shape.ParseLengths(d); perr == nil {
+			return shape.Synthetic(lengths, o.Seed)
+		}
+		return nil, fmt.Errorf("--dataset %q: neither a file nor short, medium, long, mixed, N, MIN-MAX or keys[:FILE]", d)
+	}
+	f, err := os.Open(d)
+	if err != nil {
+		return nil, fmt.Errorf("--dataset: %w", err)
+	}
+	defer func() { _ = f.Close() }() // read only
+	prompts, err := shape.ReadDataset(f)
+	if err != nil {
+		return nil, fmt.Errorf("--dataset %s: %w", d, err)
+	}
+	src, err := shape.Prompts(prompts, o.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("--dataset %s: %w", d, err)
+	}
+	return src, nil
+}
+
+func (o *Load) synthetic(spec string) (shape.Source, error) {
+	lengths, err := shape.ParseLengths(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--dataset: %w", err)
+	}
+	return shape.Synthetic(lengths, o.Seed)
+}
+
+// maxTokensOverride drops the output lengths a dataset or a session brings, so that a
+// --max-tokens given on the command line applies to every request.
+type maxTokensOverride struct{ loadgen.Workload }
+
+func (m maxTokensOverride) Next() (loadgen.Item, bool) {
+	item, ok := m.Workload.Next()
+	item.Request.MaxTokens = 0
+	if len(item.Then) > 0 {
+		then := make([]loadgen.Step, len(item.Then))
+		copy(then, item.Then)
+		for i := range then {
+			then[i].Request.MaxTokens = 0
+		}
+		item.Then = then
+	}
+	return item, ok
+}
+
+// plan is a workload and how to describe it.
+type plan struct {
+	workload   loadgen.Workload
+	desc       string  // RunInfo.Shape
+	rate       float64 // RunInfo.RequestRate
+	burstiness float64
+	closedLoop bool
+}
+
+// plan builds the workload of o at the given rate (+Inf for none) and concurrency.
+func (o *Load) plan(rate float64, concurrency int) (plan, error) {
+	p, err := o.planWorkload(rate, concurrency)
+	if err == nil && o.OverrideMaxTokens {
+		p.workload = maxTokensOverride{p.workload}
+	}
+	return p, err
+}
+
+func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
+	inf := math.IsInf(rate, 1)
+	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(o.Shape)), ":")
+	profiled := name == "ramp" || name == "step" || name == "steps"
+	p := plan{rate: rate}
+	if tp, ok, err := o.tracePlan(rate); ok {
+		return tp, err
+	}
+
+	if name == "article" {
+		if o.Sessions != "" {
+			return p, errors.New("--shape article makes its own prompts: it does not combine with --sessions")
+		}
+		cfg := o.Article
+		if !inf {
+			cfg = cfg.WithRate(rate)
+		}
+		w, err := shape.Article(cfg, o.Seed)
+		if err != nil {
+			return p, fmt.Errorf("--shape article: %w", err)
+		}
+		p.workload, p.desc, p.rate = w, cfg.String(), cfg.MeanRate()
+		return p, nil
+	}
+
+	// Closed loop: the rate is infinite, users are given, and the shape does not set a rate.
+	p.closedLoop = inf && concurrency > 0 && !profiled
+	var proc shape.Process
+	switch {
+	case p.closedLoop:
+		// The report says "closed loop of N users" from the rate and the concurrency; the
+		// shape only names what else there is (sessions).
+		proc = shape.Infinite()
+	default:
+		var err error
+		proc, err = shape.ParseProcess(o.Shape, rate, o.Burstiness, o.Seed)
+		if err != nil {
+			return p, fmt.Errorf("--shape: %w", err)
+		}
+		p.desc = proc.String()
+		if name == "gamma" || profiled {
+			p.burstiness = o.Burstiness
+		}
+		if profiled {
+			p.rate = 0
+		}
+	}
+
+	if o.Sessions != "" {
+		var src shape.SessionSource
+		if o.Sessions == "synthetic" {
+			cfg := shape.SessionConfig{Think: o.Think}
+			if o.isKeyLookups() {
+				keys, err := o.source()
+				if err != nil {
+					return p, err
+				}
+				cfg.Products = keys
+			}
+			var err error
+			if src, err = shape.SyntheticSessions(cfg, o.Seed); err != nil {
+				return p, fmt.Errorf("--sessions: %w", err)
+			}
+			p.desc = strings.TrimPrefix(p.desc+", synthetic sessions", ", ")
+		} else {
+			f, err := os.Open(o.Sessions)
+			if err != nil {
+				return p, fmt.Errorf("--sessions: %w", err)
+			}
+			sessions, err := shape.ReadSessions(f)
+			_ = f.Close()
+			if err != nil {
+				return p, fmt.Errorf("--sessions %s: %w", o.Sessions, err)
+			}
+			if sessions[0].HasStart {
+				p.desc = "sessions replayed at their start times"
+				p.closedLoop = false
+				proc = nil
+			} else {
+				p.desc = strings.TrimPrefix(p.desc+", sessions from "+filepath.Base(o.Sessions), ", ")
+			}
+			src = shape.Replay(sessions)
+		}
+		p.workload = shape.Sessions(proc, src)
+		return p, nil
+	}
+
+	src, err := o.source()
+	if err != nil {
+		return p, err
+	}
+	p.workload = shape.Open(proc, src)
+	return p, nil
+}
+
+// drain is the drain timeout for loadgen.Config: --drain-timeout 0 waits as long as it takes.
+func (o *Load) drain() time.Duration {
+	if o.DrainTimeout == 0 {
+		return -1
+	}
+	return o.DrainTimeout
+}
+
+// reportOptions builds the report options of o.
+func (o *Load) reportOptions() (report.Options, error) {
+	var ro report.Options
+	var err error
+	if ro.Goodput, err = stats.ParseGoodput(o.Goodput); err != nil {
+		return ro, fmt.Errorf("--goodput: %w", err)
+	}
+	if ro.Metrics, err = report.ParseMetrics(o.PercentileMetrics); err != nil {
+		return ro, fmt.Errorf("--percentile-metrics: %w", err)
+	}
+	if ro.Percentiles, err = report.ParsePercentiles(o.Percentiles); err != nil {
+		return ro, fmt.Errorf("--metric-percentiles: %w", err)
+	}
+	ro.SessionStepLimit = o.SessionPatience
+	return ro, nil
+}
+
+// Options configure a bench run (the bench command's flags).
+type Options struct {
+	Load
+	Concurrency  int     // cap on requests in flight with a rate, closed-loop users without one
+	NumPrompts   int     // requests (or sessions) to send; 0 with a Duration: no limit
+	RequestRate  float64 // +Inf: none
+	Duration     time.Duration
+	JSONOut      string // ragtail.bench/v1 JSON file, "-" for stdout
+	HTMLOut      string
+	SaveDetailed string // JSONL of every record
+	Segment      string // i/n of a multi-host run
+	StartAt      string // RFC 3339 or Unix seconds
+}
+
+// Run runs the bench o describes: it checks o, builds the client and the workload, sends a
+// preflight request, runs the load (the first Ctrl-C drains it, a second aborts it), writes
+// the files o names and prints the text report (or the JSON, for --json -) to stdout.
+// Progress and notes go to stderr.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	ropts, err := o.Load.reportOptions()
+	if err != nil {
+		return err
+	}
+	c, err := o.Load.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.CloseIdleConnections()
+	p, err := o.Load.plan(o.RequestRate, o.Concurrency)
+	if err != nil {
+		return err
+	}
+	seg, start, err := o.multiHost(p, stderr)
+	if err != nil {
+		return err
+	}
+	hash, err := o.Load.scheduleHash(o.RequestRate, o.Concurrency, o.NumPrompts, o.Duration)
+	if err != nil {
+		return err
+	}
+	if err := o.Load.Preflight(ctx, c); err != nil {
+		return err
+	}
+	if o.StartAt == "" {
+		start = time.Now() // the run starts after the preflight, whose wait is no request's send lag
+	}
+
+	progress := newProgressPrinter(stderr, o.Load.Quiet)
+	cfg := loadgen.Config{
+		Workload: p.workload, Client: c, Concurrency: o.Concurrency, ClosedLoop: p.closedLoop,
+		NumItems: o.NumPrompts, Duration: o.Duration, DrainTimeout: o.Load.drain(),
+		Warmup: o.Load.Warmup, WarmupDuration: o.Load.WarmupDuration, Start: start,
+		Progress: progress.print, ProgressInterval: progress.interval,
+		Info: o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(hash, seg),
+	}
+	if seg != nil {
+		// The share ends where the whole schedule would: the segment counts the prompts.
+		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *seg, o.NumPrompts, o.Load.WarmupDuration), 0
+	}
+	var detailed *report.DetailedWriter
+	var detailedFile *outputFile
+	if o.SaveDetailed != "" {
+		if detailedFile, err = createOutput(o.SaveDetailed, stdout); err != nil {
+			return err
+		}
+		defer detailedFile.abort()
+		detailed = report.NewDetailedWriter(detailedFile, cfg.Start, cfg.Info)
+	}
+	fmt.Fprintf(stderr, "ragtail bench: %s, %s\n", o.Load.URL, describeStop(p, o.NumPrompts, o.Duration, o.Concurrency))
+	if seg != nil {
+		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, hash)
+	}
+	if wait := time.Until(start); wait > 10*time.Millisecond {
+		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), o.StartAt)
+	}
+	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
+	cfg.Stop = stop
+	res, bench, err := measure(runCtx, cfg, ropts, detailed)
+	release()
+	if err != nil {
+		return err
+	}
+	// The files first: when stdout is a closed pipe (| tee and Ctrl-C), printing may fail or
+	// end the process, and the results must be on disk by then.
+	if detailed != nil {
+		if err := detailed.Close(); err != nil {
+			return fmt.Errorf("--save-detailed: %w", err)
+		}
+		if err := detailedFile.commit(); err != nil {
+			return err
+		}
+	}
+	off, hasClock := c.ClockOffset()
+	if hasClock {
+		bench.Clock = &report.Clock{Offset: off.Offset, Uncertainty: off.Uncertainty, Samples: off.Samples,
+			Method: report.ClockMethod}
+	}
+	if err := WriteOutputs(stdout, bench, o.JSONOut, o.HTMLOut); err != nil {
+		return err
+	}
+	if hasClock {
+		fmt.Fprintf(stderr, "server clock: %+.3f ms from ours (+- %.3f ms, best of %d responses)\n",
+			float64(off.Offset)/1e6, float64(off.Uncertainty)/1e6, off.Samples)
+	}
+	if res.Config.Interrupted {
+		return errors.New("interrupted: the results above cover what completed")
+	}
+	return checkErrorRate(bench, o.Load.MaxErrorRate)
+}
+
+// runInfo describes a run of plan p for the reports.
+func (o *Load) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
+	return loadgen.NewRunInfo(o.URL, o.Model, p.desc, p.rate, o.Seed).
+		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness)
+}
+
+// multiHost reads --segment and --start-at, and warns when several hosts would send the same
+// schedule.
+func (o *Options) multiHost(p plan, stderr io.Writer) (*loadgen.SegmentOf, time.Time, error) {
+	start := time.Now()
+	if o.StartAt != "" {
+		at, err := parseWallTime(o.StartAt)
+		if err != nil {
+			return nil, start, fmt.Errorf("--start-at: %w", err)
+		}
+		wait := time.Until(at)
+		if wait < 0 {
+			return nil, start, fmt.Errorf("--start-at %s is %s in the past", o.StartAt, (-wait).Round(time.Millisecond))
+		}
+		start = start.Add(wait) // on the monotonic clock, from now
+	}
+	if o.Segment == "" {
+		if o.StartAt != "" || os.Getenv("JOB_COMPLETION_INDEX") != "" {
+			fmt.Fprintln(stderr, "warning: every host started together without --segment sends the same seeded schedule, so their\n"+
+				"arrivals come in synchronised bursts; give each host --segment i/n (or its own --seed)")
+		}
+		return nil, start, nil
+	}
+	seg, err := loadgen.ParseSegment(o.Segment)
+	if err != nil {
+		return nil, start, fmt.Errorf("--segment: %w", err)
+	}
+	switch {
+	case p.closedLoop:
+		return nil, start, errors.New("--segment shares out a schedule of arrivals: give a --request-rate (a closed loop has none)")
+	case o.Load.Warmup > 0:
+		return nil, start, errors.New("--segment: use --warmup-duration, the same stretch on every host, rather than --warmup")
+	}
+	return &seg, start, nil
+}
+
+// parseWallTime reads an RFC 3339 time or Unix seconds.
+func parseWallTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e11 {
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(frac*1e9)), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-05-01T12:00:00Z) or Unix seconds", s)
+}
+
+// scheduleHash identifies the schedule the flags make: the first items of its workload (their
+// intended times, sessions and requests) and its limits. Hosts that build the same schedule
+// get the same hash, whatever their URL.
+func (o *Load) scheduleHash(rate float64, concurrency, numPrompts int, d time.Duration) (string, error) {
+	p, err := o.plan(rate, concurrency)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "ragtail schedule v1\n%s\nprompts %d duration %d warmup %d %d\n", p.desc, numPrompts, d, o.Warmup, o.WarmupDuration)
+	enc := json.NewEncoder(h)
+	for range 1000 {
+		item, ok := p.workload.Next()
+		if !ok {
+			break
+		}
+		if err := enc.Encode(item); err != nil {
+			return "", fmt.Errorf("schedule hash: %w", err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Concurrency < 0:
+		return errors.New("--concurrency must not be negative")
+	case o.NumPrompts < 0:
+		return errors.New("--num-prompts must not be negative")
+	case o.Duration < 0:
+		return errors.New("--duration must not be negative")
+	case o.NumPrompts == 0 && o.Duration == 0:
+		return errors.New("give --num-prompts or --duration: the run would never end")
+	case math.IsInf(o.RequestRate, 1) && o.Concurrency == 0 && o.NumPrompts == 0 &&
+		!strings.HasPrefix(o.Load.Shape, "ramp") && !strings.HasPrefix(o.Load.Shape, "step") && o.Load.Shape != "article":
+		return errors.New("an infinite rate without --concurrency sends every request at once: give --num-prompts, a --request-rate or --concurrency")
+	case o.Load.MaxTokens < 1:
+		return errors.New("--max-tokens must be positive")
+	}
+	return o.Load.validate()
+}
+
+// validate checks the flags bench and sweep share.
+func (o *Load) validate() error {
+	switch {
+	case o.Warmup < 0:
+		return errors.New("--warmup must not be negative")
+	case o.WarmupDuration < 0:
+		return errors.New("--warmup-duration must not be negative")
+	case !(o.MaxErrorRate >= 0 && o.MaxErrorRate <= 1):
+		return errors.New("--max-error-rate must be between 0 and 1")
+	}
+	return nil
+}
+
+// describeStop says what a run will do, for the line printed before it starts.
+func describeStop(p plan, n int, d time.Duration, concurrency int) string {
+	var parts []string
+	if p.desc != "" {
+		parts = append(parts, p.desc)
+	}
+	switch {
+	case p.closedLoop:
+		parts = append(parts, fmt.Sprintf("closed loop of %d users", concurrency))
+	case concurrency > 0:
+		parts = append(parts, fmt.Sprintf("at most %d in flight", concurrency))
+	}
+	if n > 0 {
+		parts = append(parts, fmt.Sprintf("%d requests", n))
+	}
+	if d > 0 {
+		parts = append(parts, "for "+d.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// WriteOutputs writes the JSON and HTML files asked for, then prints the text report (or the
+// JSON, for --json -): files first, so that a closed stdout cannot lose them.
+func WriteOutputs(stdout io.Writer, v report.Document, jsonOut, htmlOut string) error {
+	if jsonOut != "" && jsonOut != "-" {
+		if err := WriteOutput(jsonOut, stdout, func(w io.Writer) error { return report.WriteJSON(w, v) }); err != nil {
+			return err
+		}
+	}
+	if htmlOut != "" {
+		if err := WriteOutput(htmlOut, stdout, func(w io.Writer) error { return report.WriteHTML(w, v) }); err != nil {
+			return err
+		}
+	}
+	if jsonOut == "-" {
+		return report.WriteJSON(stdout, v)
+	}
+	return writeText(stdout, v)
+}
+
+// progressPrinter shows a run's progress: one line rewritten in place on a terminal, a plain
+// line every few seconds otherwise.
+type progressPrinter struct {
+	w        io.Writer
+	tty      bool
+	quiet    bool
+	interval time.Duration
+	mu       sync.Mutex
+	width    int
+}
+
+func newProgressPrinter(w io.Writer, quiet bool) *progressPrinter {
+	p := &progressPrinter{w: w, tty: isTerminal(w), quiet: quiet, interval: 5 * time.Second}
+	if p.tty {
+		p.interval = 250 * time.Millisecond
+	}
+	return p
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func (p *progressPrinter) print(pr loadgen.Progress) {
+	if p.quiet {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	line := progressLine(pr)
+	switch {
+	case p.tty && pr.Final:
+		fmt.Fprintf(p.w, "\r%-*s\n", p.width, line)
+	case p.tty:
+		fmt.Fprintf(p.w, "\r%-*s", p.width, line)
+		p.width = max(p.width, len(line))
+	case !pr.Final:
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func progressLine(pr loadgen.Progress) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%7.1fs  sent %d  done %d  failed %d  in flight %d", pr.Elapsed.Seconds(), pr.Sent, pr.Done, pr.Failed, pr.InFlight)
+	if pr.Queued > 0 {
+		fmt.Fprintf(&b, "  queued %d", pr.Queued)
+	}
+	fmt.Fprintf(&b, "  %.1f req/s", pr.Rate)
+	if pr.P99E2EL > 0 {
+		fmt.Fprintf(&b, "  p99 e2el %s ms", strconv.FormatFloat(float64(pr.P99E2EL)/1e6, 'f', 1, 64))
+	}
+	return b.String()
+}

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// WriteOutput writes a file through a temporary file renamed into place, so a failed or
+// interrupted write never leaves half a report; "-" writes to stdout.
+func WriteOutput(path string, stdout io.Writer, write func(io.Writer) error) error {
+	f, err := createOutput(path, stdout)
+	if err != nil {
+		return err
+	}
+	defer f.abort()
+	if err := write(f); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.commit()
+}
+
+// outputFile is a result file being written: a temporary file beside it, renamed into place by
+// commit, or stdout for "-".
+type outputFile struct {
+	io.Writer
+	path string
+	tmp  *os.File // nil for stdout, and once committed or aborted
+}
+
+func createOutput(path string, stdout io.Writer) (*outputFile, error) {
+	if path == "-" {
+		return &outputFile{Writer: stdout, path: path}, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	return &outputFile{Writer: tmp, path: path, tmp: tmp}, nil
+}
+
+// commit puts the file in place.
+func (f *outputFile) commit() error {
+	if f.tmp == nil {
+		return nil
+	}
+	tmp := f.tmp
+	f.tmp = nil
+	err := tmp.Chmod(0o644)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), f.path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	return nil
+}
+
+// abort removes the temporary file unless it was committed.
+func (f *outputFile) abort() {
+	if f.tmp != nil {
+		_ = f.tmp.Close()
+		_ = os.Remove(f.tmp.Name())
+		f.tmp = nil
+	}
+}

@@ -1,0 +1,361 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/loadgen/report"
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// SweepOptions configure a sweep (the sweep command's flags).
+type SweepOptions struct {
+	Load
+	Rates                        string // comma-separated request rates
+	RateStart, RateStep, RateMax float64
+	Concurrencies                string // comma-separated closed-loop users
+	Concurrency                  int    // with rates: cap on requests in flight
+	PointDuration                time.Duration
+	PointPrompts                 int
+	SLO                          string  // pP_METRIC:MS or METRIC:pP:MS
+	KneeThreshold                float64 // ms per extra req/s
+	Bisect                       bool
+	Tolerance                    float64 // req/s; 0: 5% of the bracket's low end
+	Pause                        time.Duration
+	JSONOut, HTMLOut             string
+}
+
+// Sweep runs the sweep o describes: a ladder of bench points, each of --point-duration, then
+// (with an SLO and rates) a bisection of the highest rate that meets it; it writes the files
+// o names and prints the text report. Progress and notes go to stderr.
+func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error {
+	rates, users, err := o.ladder()
+	if err != nil {
+		return err
+	}
+	var slo *report.PercentileSLO
+	if o.SLO != "" {
+		s, err := ParseSLO(o.SLO)
+		if err != nil {
+			return fmt.Errorf("--slo: %w", err)
+		}
+		slo = &s
+	}
+	if o.PointDuration <= 0 {
+		return errors.New("--point-duration must be positive")
+	}
+	if err := o.Load.validate(); err != nil {
+		return err
+	}
+	ropts, err := o.Load.reportOptions()
+	if err != nil {
+		return err
+	}
+	c, err := o.Load.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.CloseIdleConnections()
+	if err := o.Load.Preflight(ctx, c); err != nil {
+		return err
+	}
+
+	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
+	defer release()
+	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop}
+	ctx = runCtx
+	var benches []*report.Bench
+	interrupted := false
+	points := max(len(rates), len(users))
+	for i := range points {
+		rate, n := math.Inf(1), o.Concurrency
+		if len(rates) > 0 {
+			rate = rates[i]
+		} else {
+			n = users[i]
+		}
+		b, err := s.point(ctx, rate, n, fmt.Sprintf("point %d/%d", i+1, points))
+		if errors.Is(err, errInterrupted) {
+			interrupted = true
+			break
+		}
+		if err != nil {
+			return err
+		}
+		benches = append(benches, b)
+		if b.Config.Interrupted {
+			interrupted = true
+			break
+		}
+		if i == 0 && checkErrorRate(b, o.Load.MaxErrorRate) != nil {
+			fmt.Fprintln(stderr, "the first point failed too often: the sweep stops here")
+			break
+		}
+		if err := s.rest(ctx); err != nil {
+			interrupted = true
+			break
+		}
+	}
+
+	sopts := report.SweepOptions{KneeThreshold: o.KneeThreshold, SLO: slo}
+	if slo != nil && len(rates) > 0 && o.Bisect && !interrupted {
+		maxRPS, probes, err := s.bisect(ctx, benches)
+		switch {
+		case errors.Is(err, stats.ErrSLONeverMet):
+			fmt.Fprintf(stderr, "the SLO %s is not met even at %g req/s: no max rate\n", slo, benches[0].Config.RequestRate)
+		case errors.Is(err, stats.ErrSLOAlwaysMet):
+			fmt.Fprintf(stderr, "the SLO %s still held at the highest rate tried: the max rate is at least that\n", slo)
+		case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
+			interrupted = true
+		case err != nil:
+			return err
+		}
+		if maxRPS != nil {
+			sopts.MaxRPS = maxRPS
+		}
+		sopts.Probes = probes
+	}
+	sw := report.SummarizeSweep(benches, sopts)
+	if err := WriteOutputs(stdout, sw, o.JSONOut, o.HTMLOut); err != nil {
+		return err
+	}
+	if err := sweepErrorRate(benches, o.Load.MaxErrorRate); err != nil {
+		return err
+	}
+	if interrupted {
+		return errors.New("interrupted: the results above cover the points that ran")
+
+	}
+	return nil
+}
+
+// errInterrupted ends a sweep that a first Ctrl-C stopped.
+var errInterrupted = errors.New("interrupted")
+
+// sweepErrorRate fails when more than max of the sweep's measured requests failed, over all its
+// points (overload failures at the top of a ladder are data, a broken target fails them all).
+func sweepErrorRate(benches []*report.Bench, maxRate float64) error {
+	total := &report.Bench{}
+	errs := map[string]*report.ErrorCount{}
+	for _, b := range benches {
+		total.Completed += b.Completed
+		total.Failed += b.Failed
+		for _, e := range b.Errors {
+			if errs[e.Kind] == nil {
+				errs[e.Kind] = &report.ErrorCount{Kind: e.Kind, Example: e.Example}
+			}
+			errs[e.Kind].Count += e.Count
+		}
+	}
+	for _, e := range errs {
+		if len(total.Errors) == 0 || e.Count > total.Errors[0].Count {
+			total.Errors = []report.ErrorCount{*e}
+		}
+	}
+	return checkErrorRate(total, maxRate)
+}
+
+// ladder returns the rates or the user counts of the ladder.
+func (o *SweepOptions) ladder() (rates []float64, users []int, err error) {
+	arith := o.RateStart > 0 || o.RateStep > 0 || o.RateMax > 0
+	given := 0
+	for _, b := range []bool{o.Rates != "", arith, o.Concurrencies != ""} {
+		if b {
+			given++
+		}
+	}
+	if given != 1 {
+		return nil, nil, errors.New("give one ladder: --rates, --rate-start/--rate-step/--rate-max, or --concurrencies")
+	}
+	switch {
+	case o.Rates != "":
+		for f := range strings.SplitSeq(o.Rates, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(r > 0) || math.IsInf(r, 0) {
+				return nil, nil, fmt.Errorf("--rates: %q is not a positive rate", f)
+			}
+			rates = append(rates, r)
+		}
+	case arith:
+		if !(o.RateStart > 0) || !(o.RateStep > 0) || o.RateMax < o.RateStart {
+			return nil, nil, errors.New("--rate-start and --rate-step must be positive and --rate-max at least --rate-start")
+		}
+		for i := 0; ; i++ {
+			r := o.RateStart + float64(i)*o.RateStep
+			if r > o.RateMax*(1+1e-9) {
+				break
+			}
+			rates = append(rates, r)
+			if len(rates) > 1000 {
+				return nil, nil, errors.New("the ladder has over 1000 points")
+			}
+		}
+	default:
+		for f := range strings.SplitSeq(o.Concurrencies, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return nil, nil, fmt.Errorf("--concurrencies: %q is not a positive count", f)
+			}
+			users = append(users, n)
+		}
+	}
+	for i := 1; i < len(rates); i++ {
+		if rates[i] <= rates[i-1] {
+			return nil, nil, errors.New("the ladder's rates must increase")
+		}
+	}
+	for i := 1; i < len(users); i++ {
+		if users[i] <= users[i-1] {
+			return nil, nil, errors.New("the ladder's concurrencies must increase")
+		}
+	}
+	return rates, users, nil
+}
+
+// sweepSLORE matches the pP_METRIC:MS spelling of an SLO (p95_e2el:2000).
+var sweepSLORE = regexp.MustCompile(`^[pP]([0-9.]+)_([a-z0-9_]+):([0-9.eE+-]+)$`)
+
+// ParseSLO parses an SLO as p95_e2el:2000 or as report.ParsePercentileSLO does.
+func ParseSLO(s string) (report.PercentileSLO, error) {
+	s = strings.TrimSpace(s)
+	if m := sweepSLORE.FindStringSubmatch(s); m != nil {
+		return report.ParsePercentileSLO(m[2] + ":p" + m[1] + ":" + m[3])
+	}
+	return report.ParsePercentileSLO(s)
+}
+
+// sweeper runs the points and probes of a sweep.
+type sweeper struct {
+	o      *SweepOptions
+	c      *client.Client
+	ropts  report.Options
+	stderr io.Writer
+	slo    *report.PercentileSLO
+	stop   <-chan struct{} // closed by a first Ctrl-C: the point drains and the sweep ends
+}
+
+// point runs one point of the sweep and summarises it.
+func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, label string) (*report.Bench, error) {
+	p, err := s.o.Load.plan(rate, concurrency)
+	if err != nil {
+		return nil, err
+	}
+	desc := fmt.Sprintf("%g req/s", rate)
+	if p.closedLoop {
+		desc = fmt.Sprintf("%d users", concurrency)
+	}
+	progress := newProgressPrinter(s.stderr, s.o.Load.Quiet)
+	fmt.Fprintf(s.stderr, "%s: %s for %s\n", label, desc, s.o.PointDuration)
+	select {
+	case <-s.stop:
+		return nil, errInterrupted
+	default:
+	}
+	_, b, err := measure(ctx, loadgen.Config{
+		Workload: p.workload, Client: s.c, Concurrency: concurrency, ClosedLoop: p.closedLoop,
+		NumItems: s.o.PointPrompts, Duration: s.o.PointDuration, DrainTimeout: s.o.Load.drain(),
+		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop,
+		Progress: progress.print, ProgressInterval: progress.interval,
+		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts),
+	}, s.ropts, nil)
+	if err != nil {
+		return nil, err
+	}
+	line := fmt.Sprintf("  achieved %.2f req/s, %d done, %d failed", b.RequestThroughput, b.Completed, b.Failed)
+	if h := b.Histograms[report.MetricE2EL]; h != nil && h.Count() > 0 {
+		line += fmt.Sprintf(", e2el p50 %.0f ms, p99 %.0f ms", msf(h.Quantile(0.5)), msf(h.Quantile(0.99)))
+	}
+	if s.slo != nil {
+		met, v := s.slo.Met(b)
+		line += fmt.Sprintf(", %s = %.0f ms: ", s.slo, msf(v))
+		if met {
+			line += "meets the SLO"
+		} else {
+			line += "misses the SLO"
+		}
+	}
+	fmt.Fprintln(s.stderr, line)
+	return b, nil
+}
+
+// rest waits between points.
+func (s *sweeper) rest(ctx context.Context) error {
+	if s.o.Pause <= 0 {
+		return nil
+	}
+	t := time.NewTimer(s.o.Pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return errInterrupted
+	}
+}
+
+// bisect brackets the max rate meeting the SLO with the ladder and refines it by probing. It
+// returns the achieved rate of the best probe (or rung) that met the SLO.
+func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64, []stats.Probe, error) {
+	byRate := map[float64]*report.Bench{}
+	lo, hi := 0.0, 0.0
+	for _, b := range ladder {
+		byRate[b.Config.RequestRate] = b
+	}
+	for _, b := range ladder {
+		met, _ := s.slo.Met(b)
+		if !met {
+			hi = b.Config.RequestRate
+			break
+		}
+		lo = b.Config.RequestRate
+	}
+	if lo == 0 {
+		return nil, nil, fmt.Errorf("bisect: %w", stats.ErrSLONeverMet)
+	}
+	if hi == 0 {
+		hi = 2 * lo // every rung met it: BisectMaxRate doubles from here
+	}
+	tol := s.o.Tolerance
+	if !(tol > 0) {
+		tol = 0.05 * lo
+	}
+	n := 0
+	rate, probes, err := stats.BisectMaxRate(ctx, lo, hi, tol, func(ctx context.Context, rate float64) (bool, error) {
+		if b, ok := byRate[rate]; ok {
+			met, _ := s.slo.Met(b)
+			return met, nil
+		}
+		if err := s.rest(ctx); err != nil {
+			return false, err
+		}
+		n++
+		b, err := s.point(ctx, rate, s.o.Concurrency, fmt.Sprintf("probe %d", n))
+		if err != nil {
+			return false, err
+		}
+		if b.Config.Interrupted {
+			return false, errInterrupted
+		}
+		byRate[rate] = b
+		met, _ := s.slo.Met(b)
+		return met, nil
+	})
+	if b, ok := byRate[rate]; ok && rate > 0 {
+		v := b.RequestThroughput
+		return &v, probes, err
+	}
+	return nil, probes, err
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
