@@ -588,6 +588,7 @@ Example (the article's command, against ragtail llm-sim):
 	fs.StringVar(&o.saveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
 	fs.StringVar(&o.segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
 	fs.StringVar(&o.startAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
+	otlp := fs.String("otlp", "", "export one client span per request (service ragtail-bench, warmup included) to this OTLP receiver,\ne.g. http://127.0.0.1:4318 (gRPC on port 4317); default: $OTEL_EXPORTER_OTLP_ENDPOINT if set")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
@@ -602,7 +603,12 @@ Example (the article's command, against ragtail llm-sim):
 	if err != nil {
 		return err
 	}
-	c, err := o.load.newClient(ctx)
+	spans, err := startBenchTracing(ctx, *otlp, os.Getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer spans.Shutdown(stderr)
+	c, err := o.load.newClient(ctx, client.WithTracerProvider(spans.Provider()))
 	if err != nil {
 		return err
 	}
