@@ -139,7 +139,9 @@ func (b *benchTracing) Provider() trace.TracerProvider {
 }
 
 // Describe returns a line saying where the client spans go.
-func (b *benchTracing) Describe() string { return "client spans (" + benchServiceName + ") to " + b.desc }
+func (b *benchTracing) Describe() string {
+	return "client spans (" + benchServiceName + ") to " + b.desc
+}
 
 // Shutdown flushes the spans still queued and stops, waiting benchOTLPShutdown at most: a dead
 // collector makes it give up, reported on w, and never fails the run.
@@ -157,5 +159,3 @@ func (b *benchTracing) Shutdown(w io.Writer) {
 		_, _ = fmt.Fprintf(w, "warning: client spans not all exported: %s\n", bounded(msg))
 	}
 }
-
-
