@@ -148,6 +148,26 @@ func TestJaegerE2E(t *testing.T) {
 	})
 	checkJaegerTrace(t, &tr)
 
+	// The diagnosis notebook reads the slowest traces from Jaeger (no admin API given).
+	t.Run("diagnosis.ipynb from Jaeger", func(t *testing.T) {
+		python := nbPython(t)
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		if err != nil {
+			t.Fatal(err)
+		}
+		figures := filepath.Join(dir, "figures-jaeger")
+		nb := executeNotebook(t, ctx, python, dir, filepath.Join(root, "notebooks", "diagnosis.ipynb"),
+			[]string{"RAGTAIL_RESULTS=" + out, "JAEGER_URL=" + queryURL, "RAGTAIL_FIGURES=" + figures})
+		nb.checkNoErrors(t)
+		nb.checkFigures(t, figures, []string{"waterfalls"})
+		text := nb.textOutputs()
+		for _, want := range []string{"traces found: 3", "trace sources: Jaeger\n"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("notebook output lacks %q:\n%s", want, text)
+			}
+		}
+	})
+
 	// Jaeger stopped: serve answers and bench completes without errors, through the environment.
 	if err := jp.stop(); err != nil {
 		t.Logf("jaeger exit: %v", err)
