@@ -20,14 +20,17 @@ import (
 	"github.com/ragtail/ragtail/rag/service"
 )
 
-// tracedRagtail starts an in-process ragtail whose spans go to the returned recorder.
-func tracedRagtail(t *testing.T) (*httptest.Server, *tracetest.SpanRecorder) {
+// tracedRagtail starts an in-process ragtail on the simulated engine profile (empty: the
+// default) whose spans go to the returned recorder.
+func tracedRagtail(t *testing.T, profile string) (*httptest.Server, *tracetest.SpanRecorder) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	cfg := service.DefaultConfig()
-	cfg.Profile = "tiny"
+	if profile != "" {
+		cfg.Profile = profile
+	}
 	svc, err := service.New(context.Background(), cfg, service.WithTelemetry(service.Telemetry{
 		TracerProvider: tp, Propagator: propagation.TraceContext{}}))
 	if err != nil {
@@ -50,7 +53,7 @@ func attrsOf(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 // TestBenchClientSpanJoinsServerTrace checks that a client span's context is the traceparent
 // sent: the server span of ragtail is its child, and the stage spans hang under that.
 func TestBenchClientSpanJoinsServerTrace(t *testing.T) {
-	srv, serverSpans := tracedRagtail(t)
+	srv, serverSpans := tracedRagtail(t, "tiny")
 	clientSpans := tracetest.NewSpanRecorder()
 	ctp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(clientSpans))
 	defer func() { _ = ctp.Shutdown(context.Background()) }()
@@ -191,7 +194,7 @@ func findSpan(spans []sdktrace.ReadOnlySpan, match func(sdktrace.ReadOnlySpan) b
 // TestBenchOTLPDeadCollector: a bench run exporting to a port nobody listens on completes as
 // without it, and --otlp rejects what is not a URL.
 func TestBenchOTLPDeadCollector(t *testing.T) {
-	srv, _ := tracedRagtail(t)
+	srv, _ := tracedRagtail(t, "")
 	dead := httptest.NewServer(nil)
 	deadURL := dead.URL
 	dead.Close()

@@ -125,8 +125,7 @@ func TestJaegerE2E(t *testing.T) {
 	nbWaitHTTP(t, ctx, queryURL+"/api/services")
 
 	api, admin := telFreeAddr(t), telFreeAddr(t)
-	serve := exec.CommandContext(ctx, bin, "serve", "--addr", api, "--admin-addr", admin,
-		"--profile", "tiny", "--corpus-docs", "60", "--log-level", "warn")
+	serve := exec.CommandContext(ctx, bin, "serve", "--addr", api, "--admin-addr", admin, "--log-level", "warn")
 	serve.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+otlpHTTP, "OTEL_SERVICE_NAME=ragtail", "OTEL_METRICS_EXPORTER=none",
 		"OTEL_BSP_SCHEDULE_DELAY=200")
 	startCmd(t, dir, "ragtail", serve)
