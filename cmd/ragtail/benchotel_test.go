@@ -146,7 +146,7 @@ func checkClientSpan(t *testing.T, cs sdktrace.ReadOnlySpan, model string, origi
 	}
 	for k, v := range want {
 		if a[k] != v {
-			t.Errorf("client span %s = %v, want %v", k, a[k].Emit(), v.Emit())
+			t.Errorf("client span %s = %v, want %v", k, a[k].String(), v.String())
 		}
 	}
 	if _, ok := a["server.port"]; !ok {
@@ -154,10 +154,10 @@ func checkClientSpan(t *testing.T, cs sdktrace.ReadOnlySpan, model string, origi
 	}
 	if rec.OK() {
 		if a["gen_ai.usage.output_tokens"].AsInt64() != int64(rec.OutputTokens) || rec.OutputTokens == 0 {
-			t.Errorf("output tokens on span %v, record %d", a["gen_ai.usage.output_tokens"].Emit(), rec.OutputTokens)
+			t.Errorf("output tokens on span %v, record %d", a["gen_ai.usage.output_tokens"].String(), rec.OutputTokens)
 		}
 		if a["gen_ai.usage.input_tokens"].AsInt64() != int64(rec.PromptTokens) || rec.PromptTokens == 0 {
-			t.Errorf("input tokens on span %v, record %d", a["gen_ai.usage.input_tokens"].Emit(), rec.PromptTokens)
+			t.Errorf("input tokens on span %v, record %d", a["gen_ai.usage.input_tokens"].String(), rec.PromptTokens)
 		}
 		ttft, _ := rec.TTFT()
 		var found bool
@@ -167,7 +167,7 @@ func checkClientSpan(t *testing.T, cs sdktrace.ReadOnlySpan, model string, origi
 			}
 		}
 		if !found || a["gen_ai.response.time_to_first_chunk"].AsFloat64() != ttft.Seconds() {
-			t.Errorf("first-token event at the record's first token: %v; ttft attr %v, want %v", found, a["gen_ai.response.time_to_first_chunk"].Emit(), ttft.Seconds())
+			t.Errorf("first-token event at the record's first token: %v; ttft attr %v, want %v", found, a["gen_ai.response.time_to_first_chunk"].String(), ttft.Seconds())
 		}
 		if cs.Status().Code == codes.Error {
 			t.Errorf("ok request has span status %v", cs.Status())
@@ -175,7 +175,7 @@ func checkClientSpan(t *testing.T, cs sdktrace.ReadOnlySpan, model string, origi
 		return
 	}
 	if a["error.type"].AsString() != "404" && a["error.type"].AsString() != "400" {
-		t.Errorf("failed request's error.type = %q, want its HTTP status", a["error.type"].Emit())
+		t.Errorf("failed request's error.type = %q, want its HTTP status", a["error.type"].String())
 	}
 	if cs.Status().Code != codes.Error {
 		t.Errorf("failed request has span status %v, want error", cs.Status())
