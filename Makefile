@@ -19,7 +19,7 @@ test:
 
 ## e2e: end-to-end tests against the built binary: a real Prometheus (Debian package
 ## prometheus) scrapes a running `ragtail serve`; its query API must return the telemetry
-e2e:
+e2e: bin/jaeger
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 		{ echo "make e2e needs prometheus and promtool: apt-get install prometheus"; exit 1; }
 	$(GO) test -count=1 -timeout 20m -tags e2e ./cmd/ragtail/
@@ -89,7 +89,10 @@ demo:
 ## jaeger: build the Jaeger v2 all-in-one (in-memory storage, OTLP on 4317/4318, query on
 ## 16686) into bin/jaeger from its Go module, pinned in tools/jaeger/go.mod so that its many
 ## dependencies stay out of ragtail's go.mod (about 2.5 minutes and 2.4 GB of build cache)
-jaeger:
+## (make e2e builds it when missing or older than tools/jaeger/go.sum; JaegerE2E runs it).
+jaeger: bin/jaeger
+
+bin/jaeger: tools/jaeger/go.mod tools/jaeger/go.sum
 	cd tools/jaeger && CGO_ENABLED=0 $(GO) build -trimpath -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
 
 clean:

@@ -825,8 +825,12 @@ def trace_from_jaeger(src: Sources, trace_id: str) -> Optional[dict]:
 
 
 def get_trace(src: Sources, trace_id: str) -> Optional[dict]:
-    """The trace from ragtail's ring, else from Jaeger (which keeps every exported trace)."""
-    return trace_from_admin(src, trace_id) or (trace_from_jaeger(src, trace_id) if src.jaeger else None)
+    """The trace from Jaeger when JAEGER_URL is set (it keeps every exported trace, with the
+    load generator's client span as its root when bench exported one), else from ragtail's ring;
+    each falls back to the other."""
+    if src.jaeger:
+        return trace_from_jaeger(src, trace_id) or trace_from_admin(src, trace_id)
+    return trace_from_admin(src, trace_id)
 
 
 def trace_window(trace: dict) -> tuple[int, int]:

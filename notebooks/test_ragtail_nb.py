@@ -429,3 +429,42 @@ class SourcesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestGetTraceOrder(unittest.TestCase):
+    """With JAEGER_URL set, traces come from Jaeger first, the ring second; without, the ring."""
+
+    JAEGER = {"data": [{"spans": [
+        {"spanID": "a", "operationName": "chat m", "startTime": 1_000_000, "duration": 5000, "references": [], "tags": []},
+        {"spanID": "b", "operationName": "rag.fetch", "startTime": 1_001_000, "duration": 1000,
+         "references": [{"refType": "CHILD_OF", "spanID": "a"}], "tags": [{"key": "rag.stage", "value": "fetch"}]},
+    ]}]}
+
+    def sources(self, jaeger_has: bool, admin_has: bool, jaeger: bool = True):
+        src = nb.Sources(results=[], admin="http://admin", jaeger="http://jaeger" if jaeger else None)
+        calls = []
+
+        def get_json(base, path, what, params=None, headers=None, not_found_ok=False):
+            calls.append(base)
+            if base == "http://jaeger":
+                return self.JAEGER if jaeger_has else None
+            return {"trace_id": "t", "waterfall": []} if admin_has else None
+        src.get_json = get_json
+        return src, calls
+
+    def test_order(self):
+        cases = [
+            ("jaeger first", True, True, True, "Jaeger", ["http://jaeger"]),
+            ("falls back to the ring", False, True, True, "ragtail /debug/traces", ["http://jaeger", "http://admin"]),
+            ("no JAEGER_URL: the ring", True, True, False, "ragtail /debug/traces", ["http://admin"]),
+        ]
+        for name, jaeger_has, admin_has, jaeger, want_source, want_calls in cases:
+            with self.subTest(name):
+                src, calls = self.sources(jaeger_has, admin_has, jaeger)
+                t = nb.get_trace(src, "t")
+                self.assertEqual(t["source"], want_source)
+                self.assertEqual(calls, want_calls)
+        src, _ = self.sources(True, False)
+        t = nb.get_trace(src, "t")
+        self.assertAlmostEqual(t["duration_ms"], 5.0)
+        self.assertAlmostEqual(t["stages"]["fetch"], 1.0)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/loadgen/client"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
 
@@ -124,9 +126,16 @@ Example (the article's command, against ragtail llm-sim):
 	fs.StringVar(&o.SaveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
 	fs.StringVar(&o.Segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
 	fs.StringVar(&o.StartAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
+	otlp := fs.String("otlp", "", "export one client span per request (service ragtail-bench, warmup included) to this OTLP receiver,\ne.g. http://127.0.0.1:4318 (gRPC on port 4317); default: $OTEL_EXPORTER_OTLP_ENDPOINT if set")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
+	spans, err := startBenchTracing(ctx, *otlp, os.Getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer spans.Shutdown(stderr)
+	o.ClientOptions = append(o.ClientOptions, client.WithTracerProvider(spans.Provider()))
 	set := flagsSet(fs)
 	o.SendTemperature, o.OverrideMaxTokens = set["temperature"], set["max-tokens"]
 	if set["duration"] && !set["num-prompts"] {

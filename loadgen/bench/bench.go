@@ -497,6 +497,8 @@ type Options struct {
 	SaveDetailed string // JSONL of every record
 	Segment      string // i/n of a multi-host run
 	StartAt      string // RFC 3339 or Unix seconds
+	// ClientOptions are added to the client's own (for example a tracer provider).
+	ClientOptions []client.Option
 }
 
 // Run runs the bench o describes: it checks o, builds the client and the workload, sends a
@@ -511,7 +513,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := o.Load.NewClient(ctx)
+	c, err := o.Load.NewClient(ctx, o.ClientOptions...)
 	if err != nil {
 		return err
 	}

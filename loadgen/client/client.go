@@ -17,8 +17,8 @@
 // last chunk's "server_timing" field (ragtail puts it in all three). When the server reports its
 // clock in a response header, the client estimates the offset between the two clocks.
 //
-// Client spans over OTLP are not emitted: the generator's clock and trace ids already line up
-// with the server's spans through traceparent.
+// With WithTracerProvider every request is also an OpenTelemetry client span whose context is
+// the traceparent sent, so the server's spans hang under it.
 //
 // A Client is safe for concurrent use.
 package client
@@ -40,6 +40,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/loadgen"
 )
@@ -71,6 +73,7 @@ type config struct {
 	timeout      time.Duration
 	transport    http.RoundTripper
 	clockHeaders []string
+	tracing      *tracing // client spans (see WithTracerProvider); nil for none
 }
 
 // Option configures New.
@@ -271,7 +274,14 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 		fail(rec, loadgen.ErrKindProtocol, fmt.Errorf("build request: %w", err))
 		return
 	}
-	traceID, traceparent := newTraceparent()
+	var traceID, traceparent string
+	if c.cfg.tracing != nil {
+		var span trace.Span
+		span, traceID, traceparent = c.startSpan(ctx, req, origin, rec)
+		defer endSpan(span, origin, rec)
+	} else {
+		traceID, traceparent = newTraceparent()
+	}
 	hreq.Header["Traceparent"] = []string{traceparent}
 	rec.TraceID = traceID
 
