@@ -52,6 +52,10 @@ type RuntimeConfig struct {
 type RuntimeCache struct {
 	Enabled bool `json:"enabled"`
 	Size    int  `json:"size"` // entries when enabled
+	// Policy is the in-memory cache's eviction policy: lru, 2q or arc. A change swaps in an
+	// empty cache of the new policy and keeps the store. With a remote cache tier it names the
+	// tier ("redis") and cannot change.
+	Policy string `json:"policy"`
 }
 
 // RuntimeBloom is the doc store's Bloom guard in RuntimeConfig.
@@ -140,7 +144,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 		Shards:       o.Shards,
 		ShardLatency: append([]latency.Law(nil), o.ShardLatency...),
 		FetchLatency: docs.FetchLatency(),
-		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize)},
+		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize), Policy: ds.CacheKind},
 		Bloom:        RuntimeBloom{Enabled: ds.BloomEnabled, FPRate: o.BloomFP},
 		Admission: RuntimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
 			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy)), QueueTarget: admission.FormatQueueTarget(ac.QueueTarget)},
@@ -167,6 +171,25 @@ func cmpPolicy(p admission.Policy) admission.Policy {
 		return admission.PolicyReject
 	}
 	return p
+}
+
+// validateCachePolicy normalizes c.Policy (lru, 2q or arc, any case; empty keeps the current
+// one) and returns what is wrong with it, or "".
+func (rt *Runtime) validateCachePolicy(c *RuntimeCache) string {
+	cur := rt.cur.Cache.Policy
+	if strings.TrimSpace(c.Policy) == "" || c.Policy == cur {
+		c.Policy = cur
+		return ""
+	}
+	p, err := docstore.ParseCachePolicy(c.Policy)
+	if err != nil {
+		return fmt.Sprintf("cache.policy must be lru, 2q or arc, got %.64q", c.Policy)
+	}
+	if _, memory := docstore.ParseCachePolicy(cur); memory != nil {
+		return fmt.Sprintf("cache.policy: the cache tier is %s, whose eviction is its own", cur)
+	}
+	c.Policy = string(p)
+	return ""
 }
 
 // Get implements httpapi.ConfigStore.
@@ -274,6 +297,9 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.Cache.Size > MaxCacheSize {
 		errs = append(errs, fmt.Sprintf("cache.size must be at most %d, got %d", MaxCacheSize, next.Cache.Size))
 	}
+	if msg := rt.validateCachePolicy(&next.Cache); msg != "" {
+		errs = append(errs, msg)
+	}
 	if d := time.Duration(next.AsyncDeadline); d > MaxAsyncDeadline {
 		errs = append(errs, fmt.Sprintf("async_deadline must be at most %v, got %v", MaxAsyncDeadline, d))
 	}
@@ -357,6 +383,11 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	if err := rt.docs.SetCache(size); err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
+	}
+	if next.Cache.Policy != rt.cur.Cache.Policy {
+		if err := rt.docs.SetCachePolicy(docstore.CachePolicy(next.Cache.Policy)); err != nil {
+			return nil, fmt.Errorf("cache: %w", err)
+		}
 	}
 	if err := rt.docs.SetBloom(next.Bloom.Enabled, next.Bloom.FPRate); err != nil {
 		return nil, fmt.Errorf("bloom: %w", err)
