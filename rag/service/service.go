@@ -315,6 +315,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}
 	apiOpts := []httpapi.Option{httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
 		httpapi.WithClock(tel.Now), httpapi.WithReadiness(ready), httpapi.WithRouteFaults(faultHook{faults})}
+	if e, ok := emb.(httpapi.Embedder); ok {
+		apiOpts = append(apiOpts, httpapi.WithEmbeddings(e))
+	}
 	if tel.TracerProvider != nil {
 		apiOpts = append(apiOpts, httpapi.WithTracerProvider(tel.TracerProvider))
 	}
