@@ -119,15 +119,16 @@ type RuntimeStats struct {
 
 // Runtime owns the runtime configuration of a service and applies changes to its parts.
 type Runtime struct {
-	mu     sync.Mutex
-	cur    RuntimeConfig
-	pipe   *pipeline.Pipeline
-	index  *retrieve.Memory // nil when retrieval is not the in-memory index
-	docs   *docstore.Store
-	pool   *admission.Pool
-	faults *fault.Injector
-	engine *engineSwitch // nil when generation goes to a real LLM
-	links  *links
+	engineArgs llmsim.EngineArgs // applied to every profile the engine switches to
+	mu         sync.Mutex
+	cur        RuntimeConfig
+	pipe       *pipeline.Pipeline
+	index      *retrieve.Memory // nil when retrieval is not the in-memory index
+	docs       *docstore.Store
+	pool       *admission.Pool
+	faults     *fault.Injector
+	engine     *engineSwitch // nil when generation goes to a real LLM
+	links      *links
 }
 
 var _ httpapi.ConfigStore = (*Runtime)(nil)
@@ -138,7 +139,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	pc := pipe.Config()
 	ac := pool.Config()
 	ds := docs.Stats()
-	rt := &Runtime{pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
+	rt := &Runtime{engineArgs: o.EngineArgs, pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
 	rt.cur = RuntimeConfig{
 		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: Duration(pc.AsyncDeadline),
 		Shards:       o.Shards,
@@ -340,6 +341,8 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.LLM != nil {
 		if prof, err = llmsim.ProfileByName(next.LLM.Profile); err != nil {
 			errs = append(errs, "llm.profile: "+err.Error())
+		} else if prof, err = rt.engineArgs.Apply(prof); err != nil {
+			errs = append(errs, "llm.profile with the engine arguments: "+err.Error())
 		}
 		if next.LLM.KVAlloc == "" {
 			alloc = prof.Alloc

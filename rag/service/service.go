@@ -140,6 +140,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if err != nil {
 		return nil, err
 	}
+	if prof, err = cfg.EngineArgs.Apply(prof); err != nil {
+		return nil, fmt.Errorf("engine arguments: %w", err)
+	}
 	engineOpts := []llmsim.Option{llmsim.WithSeed(cfg.Seed), llmsim.WithLogger(logger)}
 	if cfg.KVAlloc != "" {
 		mode, err := llmsim.ParseAllocMode(cfg.KVAlloc)
