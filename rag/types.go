@@ -70,3 +70,33 @@ type StageTiming struct {
 	Start    time.Time
 	Duration time.Duration
 }
+
+// CacheResult says how a doc store lookup was answered. Its String values are the result label
+// of rag_cache_requests_total and of the rag.fetch span's counts.
+type CacheResult uint8
+
+// The ways a doc store lookup can be answered.
+const (
+	// CacheHit means the chunk came from the cache, without touching the backing store.
+	CacheHit CacheResult = iota
+	// CacheMiss means the lookup went to the backing store and paid its latency, whether or not
+	// the id existed there.
+	CacheMiss
+	// CacheBlocked means a Bloom guard ruled the id out: ErrNotFound at once, no cache or store
+	// lookup.
+	CacheBlocked
+	// NumCacheResults is the number of CacheResult values; a CacheResult at or past it is
+	// invalid and labelled "other".
+	NumCacheResults
+)
+
+// cacheResultNames are the labels of the CacheResult values, and "other" for an invalid one.
+var cacheResultNames = [NumCacheResults + 1]string{"hit", "miss", "blocked", "other"}
+
+// String returns "hit", "miss" or "blocked", and "other" for a value past NumCacheResults.
+func (r CacheResult) String() string {
+	if r >= NumCacheResults {
+		return cacheResultNames[NumCacheResults]
+	}
+	return cacheResultNames[r]
+}

@@ -51,9 +51,8 @@ type stackOptions struct {
 // lookups adapts the doc store to pipeline.CacheReporter, as cmd/ragtail does.
 type lookups struct{ *docstore.Store }
 
-func (l lookups) LookupResult(ctx context.Context, id string) (rag.Chunk, string, error) {
-	c, r, err := l.Lookup(ctx, id)
-	return c, string(r), err
+func (l lookups) LookupResult(ctx context.Context, id string) (rag.Chunk, rag.CacheResult, error) {
+	return l.Lookup(ctx, id)
 }
 
 func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {

@@ -240,6 +240,8 @@ var wantServices = []struct {
 	{name: "ingest", oneShot: true},
 	{name: "wait-ready", image: "busybox", oneShot: true},
 	{name: "qdrant", image: "qdrant/qdrant", healthcheck: true},
+	{name: "postgres", image: "postgres", healthcheck: true},
+	{name: "redis", image: "redis", healthcheck: true},
 	{name: "jaeger", image: "cr.jaegertracing.io/jaegertracing/jaeger"},
 	{name: "pyroscope", image: "grafana/pyroscope"},
 	{name: "prometheus", image: "prom/prometheus", healthcheck: true},
@@ -463,6 +465,9 @@ func TestComposeDependencies(t *testing.T) {
 	// ragtail and the engine answer.
 	for _, w := range []struct{ service, dep, cond string }{
 		{"ingest", "qdrant", types.ServiceConditionHealthy},
+		{"ingest", "postgres", types.ServiceConditionHealthy},
+		{"ragtail", "postgres", types.ServiceConditionHealthy},
+		{"ragtail", "redis", types.ServiceConditionHealthy},
 		{"ragtail", "ingest", types.ServiceConditionCompletedSuccessfully},
 		{"load", "wait-ready", types.ServiceConditionCompletedSuccessfully},
 		{"jupyter", "prometheus", types.ServiceConditionHealthy},
@@ -470,6 +475,61 @@ func TestComposeDependencies(t *testing.T) {
 		if got := p.Services[w.service].DependsOn[w.dep].Condition; got != w.cond {
 			t.Errorf("%s depends on %s with condition %q, want %q", w.service, w.dep, got, w.cond)
 		}
+	}
+}
+
+// TestComposeRealParts checks the doc store and cache wiring: the ingest job writes chunk
+// payloads into the postgres service and ragtail reads them from there behind the redis
+// service, each through the environment variable of its flag (the URL holds a password, which
+// the environment keeps out of the command line), naming a port the target declares, with the
+// credentials the postgres service is started with.
+func TestComposeRealParts(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t)
+	pg := p.Services["postgres"]
+	env := func(s types.ServiceConfig, k string) string {
+		if v := s.Environment[k]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	tests := []struct {
+		service, variable, flag, scheme, host string
+		port                                  uint32
+	}{
+		{"ingest", envDocstore, "docstore", "postgres", "postgres", 5432},
+		{"ragtail", envDocstore, "docstore", "postgres", "postgres", 5432},
+		{"ragtail", envCache, "cache", "redis", "redis", 6379},
+	}
+	for _, tt := range tests {
+		t.Run(tt.service+" "+tt.variable, func(t *testing.T) {
+			s := p.Services[tt.service]
+			if len(s.Command) == 0 {
+				t.Fatalf("%s has no command", tt.service)
+			}
+			if _, ok := commandFlags(s.Command)[tt.flag]; ok {
+				t.Errorf("%s passes --%s on the command line; want %s (the URL may hold a password)", tt.service, tt.flag, tt.variable)
+			}
+			if flags, _ := ragtailFlags(t, s.Command[0]); !flags[tt.flag] {
+				t.Fatalf("ragtail %s has no --%s, which %s configures", s.Command[0], tt.flag, tt.variable)
+			}
+			raw := env(s, tt.variable)
+			u, err := url.Parse(raw)
+			if err != nil || u.Scheme != tt.scheme || u.Hostname() != tt.host {
+				t.Fatalf("%s=%q: want a %s:// URL of the %s service (%v)", tt.variable, raw, tt.scheme, tt.host, err)
+			}
+			port, _ := strconv.ParseUint(u.Port(), 10, 16)
+			if target := p.Services[tt.host]; uint32(port) != tt.port || !slices.Contains(declaredPorts(target), tt.port) {
+				t.Errorf("%s=%q: port %s, want %d, declared by %s (%v)", tt.variable, raw, u.Port(), tt.port, tt.host, declaredPorts(target))
+			}
+			if tt.scheme != "postgres" {
+				return
+			}
+			pass, _ := u.User.Password()
+			if u.User.Username() != env(pg, "POSTGRES_USER") || pass != env(pg, "POSTGRES_PASSWORD") || strings.TrimPrefix(u.Path, "/") != env(pg, "POSTGRES_DB") {
+				t.Errorf("%s=%q: user, password or database differ from the postgres service's POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_DB", tt.variable, raw)
+			}
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +58,11 @@ func (o *serviceOptions) register(fs *flag.FlagSet) {
 	c := &o.cfg
 	fs.StringVar(&c.Profile, "profile", c.Profile, "simulated LLM engine profile: "+profileNames())
 	fs.StringVar(&c.KVAlloc, "kv-alloc", "", "KV-cache allocation of the simulated engine: paged or contiguous (default: the profile's)")
+	fs.Func("llm-sim-args", "vLLM engine `flags` of the embedded simulated engine, as ragtail llm-sim takes them, in one\nstring: '--enable-prefix-caching --max-num-seqs 64' (engine flags only)", func(v string) error {
+		a, err := parseEngineArgs(v)
+		c.EngineArgs = a
+		return err
+	})
 	fs.IntVar(&c.Dim, "dim", c.Dim, "embedding dimension of the hash embedder")
 	fs.IntVar(&c.Shards, "shards", c.Shards, "number of index shards")
 	fs.Var((*lawList)(&c.ShardLatency), "shard-latency", "latency law of each shard search, one for all or one per shard separated by ';'\n(none, fixed:5ms, uniform:2ms,8ms, lognormal:MEDIAN,SIGMA[,CAP], pareto:XM,ALPHA[,CAP])")
@@ -216,7 +222,7 @@ func buildService(ctx context.Context, cfg service.Config, to telemetryOptions, 
 	svc, err := service.New(ctx, cfg, service.WithLogger(logger), service.WithTelemetry(service.Telemetry{
 		TracerProvider: tp, MeterProvider: tel.MeterProvider, Propagator: tel.Propagator,
 		Registry: tel.Registry, Now: tel.Now, CaptureContent: tel.CaptureContent,
-		Traces: tel.Ring.Handler(), Profiles: profile.Handler(profiler.Store()), Pprof: profile.PprofHandler(),
+		Traces: tel.Ring.Handler(), Profiles: profile.Handler(profiler.Store()), CPUProfile: profile.CPUProfileHandler(),
 	}))
 	if err != nil {
 		return nil, err
@@ -275,4 +281,34 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// engineFlagNames are the llm-sim flags that --llm-sim-args passes to the embedded engine.
+var engineFlagNames = []string{"max-num-seqs", "max-model-len", "max-num-batched-tokens", "block-size",
+	"num-gpu-blocks-override", "gpu-memory-utilization", "enable-chunked-prefill", "no-enable-chunked-prefill",
+	"enable-prefix-caching", "no-enable-prefix-caching"}
+
+// parseEngineArgs parses --llm-sim-args: llm-sim's engine flags, separated by spaces.
+func parseEngineArgs(v string) (llmsim.EngineArgs, error) {
+	var o llmSimOptions
+	fs := flag.NewFlagSet("llm-sim-args", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	b := o.register(fs)
+	if err := fs.Parse(strings.Fields(v)); err != nil {
+		return o.engine, fmt.Errorf("%w (engine flags: --%s)", err, strings.Join(engineFlagNames, ", --"))
+	}
+	if fs.NArg() > 0 {
+		return o.engine, fmt.Errorf("unexpected argument %.64q: give engine flags only", fs.Arg(0))
+	}
+	var bad error
+	fs.Visit(func(f *flag.Flag) {
+		if bad == nil && !slices.Contains(engineFlagNames, f.Name) {
+			bad = fmt.Errorf("--%s is not an engine flag (engine flags: --%s)", f.Name, strings.Join(engineFlagNames, ", --"))
+		}
+	})
+	if bad != nil {
+		return o.engine, bad
+	}
+	err := b.resolve(fs, &o.engine)
+	return o.engine, err
 }

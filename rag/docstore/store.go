@@ -43,20 +43,20 @@ const minBloomCapacity = 64
 // defaultSeed seeds the fetch latency source unless WithSeed sets another seed.
 const defaultSeed uint64 = 0xd0c5
 
-// Result says how a lookup was answered. Its values are the result label of the
-// rag_cache_requests_total metric.
-type Result string
+// Result says how a lookup was answered: rag.CacheResult, whose String values are the result
+// label of the rag_cache_requests_total metric.
+type Result = rag.CacheResult
 
 // The ways a lookup can be answered.
 const (
 	// ResultHit means the chunk came from the cache, without touching the backing store.
-	ResultHit Result = "hit"
+	ResultHit = rag.CacheHit
 	// ResultMiss means the lookup went to the backing store and paid its latency, whether or not
 	// the id existed there.
-	ResultMiss Result = "miss"
+	ResultMiss = rag.CacheMiss
 	// ResultBlocked means the Bloom guard ruled the id out: rag.ErrNotFound at once, no cache or
 	// store lookup.
-	ResultBlocked Result = "blocked"
+	ResultBlocked = rag.CacheBlocked
 )
 
 // cacheFailureLogEvery is the least time between two log lines about a failing cache tier.

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // DefaultBatchSize is how many texts EmbedBatch sends in one request unless WithBatchSize says
@@ -339,43 +340,9 @@ func statusError(status int, body []byte) error {
 	return fmt.Errorf("%w: embeddings server answered %d %s: %s", rag.ErrUnavailable, status, http.StatusText(status), msg)
 }
 
-// serverMessage extracts the error message from an OpenAI error body ({"error":{"message"}}),
-// a TEI or Ollama one ({"error":"..."}), or else returns the start of the body.
-func serverMessage(body []byte) string {
-	var e struct {
-		Error json.RawMessage `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 {
-		var s string
-		if json.Unmarshal(e.Error, &s) == nil && s != "" {
-			return truncate(s)
-		}
-		var o struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(e.Error, &o) == nil && o.Message != "" {
-			return truncate(o.Message)
-		}
-	}
-	if s := strings.TrimSpace(string(body)); s != "" {
-		return truncate(s)
-	}
-	return "no error message"
-}
-
-func truncate(s string) string {
-	const limit = 200
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// serverMessage extracts the error message from an error body (openai.ServerMessage), cut to
+// 200 bytes.
+func serverMessage(body []byte) string { return openai.ServerMessage(body, 200) }
 
 type embeddingResponse struct {
 	Data []struct {

@@ -20,6 +20,7 @@ type AdminOption interface{ applyAdmin(*adminConfig) }
 
 type adminConfig struct {
 	traces, profiles, pprof http.Handler
+	cpuProfile              http.Handler
 	config                  ConfigStore
 	access                  AdminAccess
 	stats                   func() any
@@ -39,9 +40,18 @@ func WithProfiles(h http.Handler) AdminOption {
 	return adminOptionFunc(func(c *adminConfig) { c.profiles = h })
 }
 
-// WithPprof serves /debug/pprof and everything under it with h, in place of net/http/pprof's
-// handlers. A continuous profiler holds the process's only CPU profile, so it must also answer
-// /debug/pprof/profile; h receives the full path.
+// WithCPUProfile serves /debug/pprof/profile with h in place of net/http/pprof's Profile. A
+// continuous profiler holds the process's only CPU profile, so it must answer that route itself
+// (telemetry/profile's CPUProfileHandler); every other /debug/pprof route stays the admin
+// handler's own.
+func WithCPUProfile(h http.Handler) AdminOption {
+	return adminOptionFunc(func(c *adminConfig) { c.cpuProfile = h })
+}
+
+// WithPprof serves /debug/pprof and everything under it but /debug/pprof/cmdline with h, in place
+// of the admin handler's pprof routes; h receives the full path.
+//
+// Deprecated: use WithCPUProfile, which replaces only the route a continuous profiler must own.
 func WithPprof(h http.Handler) AdminOption {
 	return adminOptionFunc(func(c *adminConfig) { c.pprof = h })
 }
@@ -77,19 +87,7 @@ func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 // mountAdmin mounts the guarded routes.
 func mountAdmin(r chi.Router, reg *prometheus.Registry, cfg adminConfig) {
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg}))
-	r.HandleFunc("/debug/pprof/cmdline", redactedCmdline)
-	if cfg.pprof != nil {
-		r.Handle("/debug/pprof", cfg.pprof)
-		r.Handle("/debug/pprof/*", cfg.pprof)
-	} else {
-		r.HandleFunc("/debug/pprof/", pprof.Index)
-		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		r.Handle("/debug/pprof/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			pprof.Handler(chi.URLParam(r, "name")).ServeHTTP(w, r)
-		}))
-	}
+	mountPprof(r, cfg)
 	if cfg.traces != nil {
 		r.Handle("/debug/traces", cfg.traces)
 	}
@@ -103,6 +101,27 @@ func mountAdmin(r chi.Router, reg *prometheus.Registry, cfg adminConfig) {
 	if cfg.config != nil {
 		r.Handle("/admin/config", configHandler(cfg.config, cfg.access))
 	}
+}
+
+// mountPprof mounts /debug/pprof and everything under it, the one place the pprof routes are
+// registered: net/http/pprof's handlers (Index also serves every named profile: heap, goroutine,
+// allocs, ...), the redacted cmdline, and the CPU profile of WithCPUProfile when it is given.
+func mountPprof(r chi.Router, cfg adminConfig) {
+	r.HandleFunc("/debug/pprof/cmdline", redactedCmdline)
+	if cfg.pprof != nil {
+		r.Handle("/debug/pprof", cfg.pprof)
+		r.Handle("/debug/pprof/*", cfg.pprof)
+		return
+	}
+	cpu := cfg.cpuProfile
+	if cpu == nil {
+		cpu = http.HandlerFunc(pprof.Profile)
+	}
+	r.Handle("/debug/pprof/profile", cpu)
+	r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	r.HandleFunc("/debug/pprof/*", pprof.Index)
+	r.Handle("/debug/pprof", http.RedirectHandler("/debug/pprof/", http.StatusMovedPermanently))
 }
 
 // redactedCmdline is net/http/pprof's Cmdline with RedactArgs applied: the program's arguments

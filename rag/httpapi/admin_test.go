@@ -18,7 +18,8 @@ import (
 )
 
 // adminRoutes are every route of a fully mounted admin handler but /healthz.
-var adminRoutes = []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap?debug=1",
+var adminRoutes = []string{"/metrics", "/debug/pprof/", "/debug/pprof", "/debug/pprof/cmdline", "/debug/pprof/heap?debug=1",
+	"/debug/pprof/goroutine?debug=1", "/debug/pprof/allocs?debug=1", "/debug/pprof/profile", "/debug/pprof/symbol",
 	"/debug/traces", "/debug/profiles", "/admin/config", "/admin/stats"}
 
 // fullAdmin serves an admin handler with every optional route mounted on a real loopback
@@ -29,7 +30,7 @@ func fullAdmin(tb testing.TB, access httpapi.AdminAccess) *httptest.Server {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })
 	}
 	h := httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithAccess(access),
-		httpapi.WithTraces(ok("traces")), httpapi.WithProfiles(ok("profiles")),
+		httpapi.WithTraces(ok("traces")), httpapi.WithProfiles(ok("profiles")), httpapi.WithCPUProfile(ok("cpu")),
 		httpapi.WithConfig(&counterStore{TopK: 5}), httpapi.WithStats(func() any { return map[string]int{"n": 1} }))
 	srv := httptest.NewServer(h)
 	tb.Cleanup(srv.Close)
@@ -105,6 +106,37 @@ func TestAdminReadsNeedTokenOffLoopback(t *testing.T) {
 				t.Errorf("GET /healthz: %d, want 200 without a token", resp.StatusCode)
 			}
 		})
+	}
+}
+
+// TestPprofRoutes checks that the admin handler's one set of pprof routes answers each route
+// from the right handler: the CPU profile from WithCPUProfile, everything else from
+// net/http/pprof, the command line redacted.
+func TestPprofRoutes(t *testing.T) {
+	t.Parallel()
+	cpu := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "cpu "+r.URL.Path) })
+	srv := httptest.NewServer(httpapi.NewAdmin(prometheus.NewRegistry(), httpapi.WithCPUProfile(cpu)))
+	defer srv.Close()
+	tests := []struct {
+		route, want string
+	}{
+		{"/debug/pprof/profile?seconds=1", "cpu /debug/pprof/profile"},
+		{"/debug/pprof/", "Types of profiles available"},
+		{"/debug/pprof", "Types of profiles available"},
+		{"/debug/pprof/heap?debug=1", "heap profile:"},
+		{"/debug/pprof/goroutine?debug=1", "goroutine profile:"},
+		{"/debug/pprof/symbol", "num_symbols:"},
+		{"/debug/pprof/trace?seconds=0.01", ""},
+		{"/debug/pprof/cmdline", os.Args[0]},
+	}
+	for _, tt := range tests {
+		resp, body := adminGet(t, srv.URL+tt.route, "")
+		if resp.StatusCode != 200 || !strings.Contains(body, tt.want) {
+			t.Errorf("GET %s: status %d, body %.120q; want 200 with %q", tt.route, resp.StatusCode, body, tt.want)
+		}
+	}
+	if resp, body := adminGet(t, srv.URL+"/debug/pprof/no-such-profile", ""); resp.StatusCode != 404 {
+		t.Errorf("GET an unknown profile: status %d, body %.120q; want 404", resp.StatusCode, body)
 	}
 }
 

@@ -46,6 +46,7 @@ type config struct {
 	meter      metric.MeterProvider
 	propagator propagation.TextMapPropagator
 	faults     RouteFaults
+	embedder   Embedder
 }
 
 // WithDocuments serves GET /v1/documents/{id} from docs (through its cache and Bloom guard).
@@ -145,6 +146,9 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 	})
 	r.Post("/v1/chat/completions", a.faulty("/v1/chat/completions", a.chatCompletions))
 	r.Get("/v1/models", a.faulty("/v1/models", a.models))
+	if cfg.embedder != nil {
+		r.Post("/v1/embeddings", a.faulty("/v1/embeddings", a.embeddings))
+	}
 	r.Get("/v1/documents/*", a.faulty("/v1/documents/*", a.document)) // ids of ingested files contain slashes
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		openai.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -37,9 +37,8 @@ type tracedService struct {
 // lookups adapts the doc store to pipeline.CacheReporter, as cmd/ragtail does.
 type lookups struct{ *docstore.Store }
 
-func (l lookups) LookupResult(ctx context.Context, id string) (rag.Chunk, string, error) {
-	c, r, err := l.Lookup(ctx, id)
-	return c, string(r), err
+func (l lookups) LookupResult(ctx context.Context, id string) (rag.Chunk, rag.CacheResult, error) {
+	return l.Lookup(ctx, id)
 }
 
 func newTracedService(tb testing.TB, capture bool) *tracedService {

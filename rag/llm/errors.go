@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ragtail/ragtail/rag"
+	wire "github.com/ragtail/ragtail/rag/openai"
 )
 
 // StatusError is an HTTP error answer of the LLM server. It matches the rag sentinel its status
@@ -80,58 +79,14 @@ func readStatusError(resp *http.Response) *StatusError {
 	return e
 }
 
-// serverMessage extracts an error message from the bodies servers send: OpenAI's and vLLM's
-// {"error":{"message":...}}, Ollama's and TGI's {"error":"..."}, vLLM's older top-level
-// {"object":"error","message":...}, llama.cpp's {"error":{"code","message","type"}}; otherwise
-// the start of the body, whatever it is.
-func serverMessage(body []byte) string {
-	var e struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-		Detail  any             `json:"detail"` // FastAPI's validation errors
-	}
-	if json.Unmarshal(body, &e) == nil {
-		if len(e.Error) > 0 {
-			var s string
-			if json.Unmarshal(e.Error, &s) == nil && s != "" {
-				return truncate(s)
-			}
-			var o struct {
-				Message string `json:"message"`
-			}
-			if json.Unmarshal(e.Error, &o) == nil && o.Message != "" {
-				return truncate(o.Message)
-			}
-		}
-		if e.Message != "" {
-			return truncate(e.Message)
-		}
-		if e.Detail != nil {
-			b, _ := json.Marshal(e.Detail)
-			return truncate(string(b))
-		}
-	}
-	text := string(body)
-	if strings.HasPrefix(strings.TrimSpace(text), "<") {
-		text = stripTags(text) // a proxy's HTML error page
-	}
-	if s := strings.Join(strings.Fields(text), " "); s != "" {
-		return truncate(s)
-	}
-	return "no error message"
-}
+// serverMessage extracts an error message from the bodies OpenAI-compatible servers send
+// (rag/openai.ServerMessage), cut to 300 bytes.
+func serverMessage(body []byte) string { return wire.ServerMessage(body, maxMessageLen) }
 
-func truncate(s string) string {
-	const limit = 300
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+// maxMessageLen bounds a server's error message in an error.
+const maxMessageLen = 300
+
+func truncate(s string) string { return wire.Truncate(s, maxMessageLen) }
 
 // requestError describes the failure of a request that got no usable answer: the context ended
 // (the caller's, or one of the client's timeouts), the server answered with an error status, or
@@ -157,22 +112,4 @@ func (c *Client) requestError(ctx context.Context, what string, err error) error
 		return fmt.Errorf("%s: %w: could not connect to %s within %v: %w", what, rag.ErrUnavailable, c.baseURL, c.cfg.connectTimeout, err)
 	}
 	return fmt.Errorf("%s: %w: %s: %w", what, rag.ErrUnavailable, c.baseURL, err)
-}
-
-// stripTags removes HTML tags, keeping the text between them.
-func stripTags(html string) string {
-	var b strings.Builder
-	inTag := false
-	for _, r := range html {
-		switch {
-		case r == '<':
-			inTag = true
-			b.WriteByte(' ')
-		case r == '>':
-			inTag = false
-		case !inTag:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }

@@ -345,8 +345,8 @@ func (rec *recorder) endFetch(st *stageSpan, err error, hits int, f fetched) tim
 	if rec.tracing() {
 		a = append(a, AttrStage.String(string(rag.StageFetch)), AttrHits.Int(hits), AttrChunksMissing.Int(f.missing))
 		if t.cache != nil {
-			a = append(a, AttrCacheHits.Int(int(f.results[cacheHit])), AttrCacheMisses.Int(int(f.results[cacheMiss])),
-				AttrCacheBlocked.Int(int(f.results[cacheBlocked])))
+			a = append(a, AttrCacheHits.Int(int(f.results[rag.CacheHit])), AttrCacheMisses.Int(int(f.results[rag.CacheMiss])),
+				AttrCacheBlocked.Int(int(f.results[rag.CacheBlocked])))
 		}
 	}
 	d := rec.end(st, rec.now(), err, a)

@@ -80,12 +80,12 @@ type ProviderNamer interface{ ProviderName() string }
 // Default: "ragtail.memory", the in-process sharded index.
 type DBSystemNamer interface{ DBSystem() string }
 
-// CacheReporter is a DocStore that says how each lookup was answered: "hit" (from the cache),
-// "miss" (from the backing store) or "blocked" (ruled out by a Bloom guard). The pipeline counts
+// CacheReporter is a DocStore that says how each lookup was answered: rag.CacheHit (from the
+// cache), rag.CacheMiss (from the backing store) or rag.CacheBlocked (ruled out by a Bloom guard). The pipeline counts
 // the results in rag_cache_requests_total{result} and on the rag.fetch span. Without it, fetches
 // go through DocStore.Get and are not counted.
 type CacheReporter interface {
-	LookupResult(ctx context.Context, id string) (rag.Chunk, string, error)
+	LookupResult(ctx context.Context, id string) (rag.Chunk, rag.CacheResult, error)
 }
 
 // WaitReporter is an Admitter that reports how long a request waited for its slot, for
@@ -240,14 +240,9 @@ func setOpts(set attribute.Set) (recordOpts, addOpts) {
 // Cache lookup results as rag_cache_requests_total labels them; other is for a reporter that
 // answers something else.
 const (
-	cacheHit = iota
-	cacheMiss
-	cacheBlocked
-	cacheOther
-	numCacheResults
+	cacheOther      = int(rag.NumCacheResults)
+	numCacheResults = cacheOther + 1
 )
-
-var cacheResults = [numCacheResults]string{"hit", "miss", "blocked", "other"}
 
 // numCouplings is len(rag.Couplings).
 const numCouplings = 3
@@ -320,8 +315,8 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 		}
 		_, t.faultSets[i] = setOpts(attribute.NewSet(AttrStage.String(string(s))))
 	}
-	for i, r := range cacheResults {
-		_, t.cacheSets[i] = setOpts(attribute.NewSet(attribute.String("result", r)))
+	for i := range numCacheResults {
+		_, t.cacheSets[i] = setOpts(attribute.NewSet(attribute.String("result", rag.CacheResult(i).String())))
 	}
 	t.dbAttrs = []attribute.KeyValue{
 		AttrStage.String(string(rag.StageRetrieve)),
@@ -421,13 +416,11 @@ func couplingIndex(c rag.Coupling) int {
 	return 0
 }
 
-func cacheIndex(result string) int {
-	for i, r := range cacheResults[:cacheOther] {
-		if r == result {
-			return i
-		}
+func cacheIndex(result rag.CacheResult) int {
+	if result >= rag.NumCacheResults {
+		return cacheOther
 	}
-	return cacheOther
+	return int(result)
 }
 
 // withError returns opts, the options of set, or when err is not nil the options of set with

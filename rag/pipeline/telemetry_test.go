@@ -452,14 +452,14 @@ type reportingDocs struct {
 	seen map[string]bool
 }
 
-func (d *reportingDocs) LookupResult(ctx context.Context, id string) (rag.Chunk, string, error) {
+func (d *reportingDocs) LookupResult(ctx context.Context, id string) (rag.Chunk, rag.CacheResult, error) {
 	d.mu.Lock()
 	if d.seen == nil {
 		d.seen = map[string]bool{}
 	}
-	result := "hit"
+	result := rag.CacheHit
 	if !d.seen[id] {
-		result = "miss"
+		result = rag.CacheMiss
 	}
 	d.seen[id] = true
 	d.mu.Unlock()

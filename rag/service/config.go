@@ -27,6 +27,10 @@ type Config struct {
 	// Profile names the simulated engine's profile (llmsim.Profiles); KVAlloc overrides its
 	// KV-cache allocation ("", "paged" or "contiguous").
 	Profile, KVAlloc string
+	// EngineArgs reshape the simulated engine's profile with vLLM's engine arguments (prefix
+	// caching, max-num-seqs, ...), as `ragtail llm-sim`'s flags do; they apply to every profile
+	// the engine is switched to at run time as well.
+	EngineArgs llmsim.EngineArgs
 	// Dim is the hash embedder's vector size.
 	Dim int
 	// Shards is the number of index shards; ShardLatency holds one law for all of them or one

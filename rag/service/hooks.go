@@ -50,7 +50,6 @@ type cacheReporting struct{ *docstore.Store }
 var _ pipeline.CacheReporter = cacheReporting{}
 
 // LookupResult implements pipeline.CacheReporter.
-func (c cacheReporting) LookupResult(ctx context.Context, id string) (rag.Chunk, string, error) {
-	chunk, result, err := c.Lookup(ctx, id)
-	return chunk, string(result), err
+func (c cacheReporting) LookupResult(ctx context.Context, id string) (rag.Chunk, rag.CacheResult, error) {
+	return c.Lookup(ctx, id)
 }

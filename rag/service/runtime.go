@@ -52,6 +52,10 @@ type RuntimeConfig struct {
 type RuntimeCache struct {
 	Enabled bool `json:"enabled"`
 	Size    int  `json:"size"` // entries when enabled
+	// Policy is the in-memory cache's eviction policy: lru, 2q or arc. A change swaps in an
+	// empty cache of the new policy and keeps the store. With a remote cache tier it names the
+	// tier ("redis") and cannot change.
+	Policy string `json:"policy"`
 }
 
 // RuntimeBloom is the doc store's Bloom guard in RuntimeConfig.
@@ -115,15 +119,16 @@ type RuntimeStats struct {
 
 // Runtime owns the runtime configuration of a service and applies changes to its parts.
 type Runtime struct {
-	mu     sync.Mutex
-	cur    RuntimeConfig
-	pipe   *pipeline.Pipeline
-	index  *retrieve.Memory // nil when retrieval is not the in-memory index
-	docs   *docstore.Store
-	pool   *admission.Pool
-	faults *fault.Injector
-	engine *engineSwitch // nil when generation goes to a real LLM
-	links  *links
+	engineArgs llmsim.EngineArgs // applied to every profile the engine switches to
+	mu         sync.Mutex
+	cur        RuntimeConfig
+	pipe       *pipeline.Pipeline
+	index      *retrieve.Memory // nil when retrieval is not the in-memory index
+	docs       *docstore.Store
+	pool       *admission.Pool
+	faults     *fault.Injector
+	engine     *engineSwitch // nil when generation goes to a real LLM
+	links      *links
 }
 
 var _ httpapi.ConfigStore = (*Runtime)(nil)
@@ -134,13 +139,13 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	pc := pipe.Config()
 	ac := pool.Config()
 	ds := docs.Stats()
-	rt := &Runtime{pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
+	rt := &Runtime{engineArgs: o.EngineArgs, pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
 	rt.cur = RuntimeConfig{
 		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: Duration(pc.AsyncDeadline),
 		Shards:       o.Shards,
 		ShardLatency: append([]latency.Law(nil), o.ShardLatency...),
 		FetchLatency: docs.FetchLatency(),
-		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize)},
+		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize), Policy: ds.CacheKind},
 		Bloom:        RuntimeBloom{Enabled: ds.BloomEnabled, FPRate: o.BloomFP},
 		Admission: RuntimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
 			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy)), QueueTarget: admission.FormatQueueTarget(ac.QueueTarget)},
@@ -167,6 +172,25 @@ func cmpPolicy(p admission.Policy) admission.Policy {
 		return admission.PolicyReject
 	}
 	return p
+}
+
+// validateCachePolicy normalizes c.Policy (lru, 2q or arc, any case; empty keeps the current
+// one) and returns what is wrong with it, or "".
+func (rt *Runtime) validateCachePolicy(c *RuntimeCache) string {
+	cur := rt.cur.Cache.Policy
+	if strings.TrimSpace(c.Policy) == "" || c.Policy == cur {
+		c.Policy = cur
+		return ""
+	}
+	p, err := docstore.ParseCachePolicy(c.Policy)
+	if err != nil {
+		return fmt.Sprintf("cache.policy must be lru, 2q or arc, got %.64q", c.Policy)
+	}
+	if _, memory := docstore.ParseCachePolicy(cur); memory != nil {
+		return fmt.Sprintf("cache.policy: the cache tier is %s, whose eviction is its own", cur)
+	}
+	c.Policy = string(p)
+	return ""
 }
 
 // Get implements httpapi.ConfigStore.
@@ -274,6 +298,9 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.Cache.Size > MaxCacheSize {
 		errs = append(errs, fmt.Sprintf("cache.size must be at most %d, got %d", MaxCacheSize, next.Cache.Size))
 	}
+	if msg := rt.validateCachePolicy(&next.Cache); msg != "" {
+		errs = append(errs, msg)
+	}
 	if d := time.Duration(next.AsyncDeadline); d > MaxAsyncDeadline {
 		errs = append(errs, fmt.Sprintf("async_deadline must be at most %v, got %v", MaxAsyncDeadline, d))
 	}
@@ -314,6 +341,8 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.LLM != nil {
 		if prof, err = llmsim.ProfileByName(next.LLM.Profile); err != nil {
 			errs = append(errs, "llm.profile: "+err.Error())
+		} else if prof, err = rt.engineArgs.Apply(prof); err != nil {
+			errs = append(errs, "llm.profile with the engine arguments: "+err.Error())
 		}
 		if next.LLM.KVAlloc == "" {
 			alloc = prof.Alloc
@@ -357,6 +386,11 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	if err := rt.docs.SetCache(size); err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
+	}
+	if next.Cache.Policy != rt.cur.Cache.Policy {
+		if err := rt.docs.SetCachePolicy(docstore.CachePolicy(next.Cache.Policy)); err != nil {
+			return nil, fmt.Errorf("cache: %w", err)
+		}
 	}
 	if err := rt.docs.SetBloom(next.Bloom.Enabled, next.Bloom.FPRate); err != nil {
 		return nil, fmt.Errorf("bloom: %w", err)

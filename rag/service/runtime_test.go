@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -18,6 +20,9 @@ func TestRuntimeApplyBounds(t *testing.T) {
 		name, body string
 		wantErr    string // "" accepts
 	}{
+		{name: "cache policy 2q", body: `{"cache":{"enabled":true,"size":64,"policy":"2q"}}`},
+		{name: "cache policy ARC in capitals", body: `{"cache":{"policy":"ARC"}}`},
+		{name: "unknown cache policy", body: `{"cache":{"policy":"mru"}}`, wantErr: "cache.policy must be lru, 2q or arc"},
 		{name: "cache at its bound", body: `{"cache":{"enabled":true,"size":1048576}}`},
 		{name: "cache too large", body: `{"cache":{"enabled":true,"size":1048577}}`, wantErr: "cache.size must be at most 1048576"},
 		{name: "workers at their bound", body: `{"admission":{"workers":65536}}`},
@@ -55,5 +60,47 @@ func TestRuntimeApplyBounds(t *testing.T) {
 				t.Fatalf("a refused PUT changed the config: %+v -> %+v", before, after)
 			}
 		})
+	}
+}
+
+// TestRuntimeCachePolicy PUTs cache.policy through /admin/config and sees it applied: the
+// config and /admin/stats name the new policy, the swapped-in cache starts empty, and the store
+// behind it still answers every chunk.
+func TestRuntimeCachePolicy(t *testing.T) {
+	t.Parallel()
+	svc, _, admin := testService(t)
+	var ids []string
+	for i := range 8 {
+		c := rag.Chunk{ID: fmt.Sprintf("policy-test#%d", i), DocID: "policy-test", Text: "a chunk that outlives every cache swap", Tokens: 7}
+		if err := svc.Docs.Put(c); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	for _, id := range ids {
+		if _, err := svc.Docs.Get(context.Background(), id); err != nil {
+			t.Fatalf("warm %s: %v", id, err)
+		}
+	}
+	if st := svc.Docs.Stats(); st.CacheKind != "lru" || st.CacheLen == 0 {
+		t.Fatalf("before: cache %s with %d entries; want a warm lru", st.CacheKind, st.CacheLen)
+	}
+	for _, policy := range []string{"2q", "arc", "lru"} {
+		resp, body := request(t, http.MethodPut, admin.URL+"/admin/config", `{"cache":{"policy":"`+policy+`"}}`)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"policy":"`+policy+`"`) {
+			t.Fatalf("PUT policy %s: %d %s", policy, resp.StatusCode, body)
+		}
+		resp, body = request(t, http.MethodGet, admin.URL+"/admin/stats", "")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"CacheKind":"`+policy+`"`) {
+			t.Fatalf("GET /admin/stats after policy %s: %d %.300s", policy, resp.StatusCode, body)
+		}
+		if st := svc.Docs.Stats(); st.CacheLen != 0 {
+			t.Fatalf("policy %s: the new cache holds %d entries; want it empty", policy, st.CacheLen)
+		}
+		for _, id := range ids {
+			if _, err := svc.Docs.Get(context.Background(), id); err != nil {
+				t.Fatalf("policy %s: get %s: %v (the store must survive the swap)", policy, id, err)
+			}
+		}
 	}
 }

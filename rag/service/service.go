@@ -47,8 +47,13 @@ type Telemetry struct {
 	Now func() time.Time
 	// CaptureContent records prompt and answer text on spans.
 	CaptureContent bool
-	// Traces, Profiles and Pprof serve /debug/traces, /debug/profiles and /debug/pprof/.
-	Traces, Profiles, Pprof http.Handler
+	// Traces and Profiles serve /debug/traces and /debug/profiles; CPUProfile serves
+	// /debug/pprof/profile (the admin handler serves the other pprof routes).
+	Traces, Profiles, CPUProfile http.Handler
+	// Pprof serves /debug/pprof/ and everything under it but the redacted cmdline.
+	//
+	// Deprecated: set CPUProfile.
+	Pprof http.Handler
 }
 
 // Option configures New.
@@ -134,6 +139,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	prof, err := llmsim.ProfileByName(cfg.Profile)
 	if err != nil {
 		return nil, err
+	}
+	if prof, err = cfg.EngineArgs.Apply(prof); err != nil {
+		return nil, fmt.Errorf("engine arguments: %w", err)
 	}
 	engineOpts := []llmsim.Option{llmsim.WithSeed(cfg.Seed), llmsim.WithLogger(logger)}
 	if cfg.KVAlloc != "" {
@@ -310,6 +318,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}
 	apiOpts := []httpapi.Option{httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
 		httpapi.WithClock(tel.Now), httpapi.WithReadiness(ready), httpapi.WithRouteFaults(faultHook{faults})}
+	if e, ok := emb.(httpapi.Embedder); ok {
+		apiOpts = append(apiOpts, httpapi.WithEmbeddings(e))
+	}
 	if tel.TracerProvider != nil {
 		apiOpts = append(apiOpts, httpapi.WithTracerProvider(tel.TracerProvider))
 	}
@@ -332,8 +343,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if tel.Profiles != nil {
 		adminOpts = append(adminOpts, httpapi.WithProfiles(tel.Profiles))
 	}
+	if tel.CPUProfile != nil {
+		adminOpts = append(adminOpts, httpapi.WithCPUProfile(tel.CPUProfile))
+	}
 	if tel.Pprof != nil {
-		adminOpts = append(adminOpts, httpapi.WithPprof(tel.Pprof))
+		adminOpts = append(adminOpts, httpapi.WithPprof(tel.Pprof)) //nolint:staticcheck // the deprecated field still works
 	}
 	svc.Admin = httpapi.NewAdmin(tel.Registry, adminOpts...)
 	svc.Runtime, svc.Pool, svc.Faults = rt, pool, faults

@@ -311,11 +311,19 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	}{body{Message: msg, Type: typ, Code: code}})
 }
 
+// CPUProfileHandler serves /debug/pprof/profile through pyroscope-go's handler, which shares the
+// CPU profile with the running continuous profiler (see PprofHandler). Give it to the admin
+// handler with httpapi.WithCPUProfile; the admin handler serves the other pprof routes itself.
+func CPUProfileHandler() http.Handler { return http.HandlerFunc(pyropprof.Profile) }
+
 // PprofHandler serves /debug/pprof/* like net/http/pprof, except /debug/pprof/profile, which
 // goes through pyroscope-go's handler: the standard one fails with "cpu profiling already in use"
 // while the continuous profiler runs, pyroscope-go's pauses the background collection, hands the
 // CPU profile to the caller and to the running session alike, and resumes it. Mount it at
 // /debug/pprof/ without stripping the prefix (chi: r.Handle("/debug/pprof/*", h)).
+//
+// Deprecated: mount CPUProfileHandler with httpapi.WithCPUProfile, so the pprof routes are
+// registered in one place.
 func PprofHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", netpprof.Index) // also serves heap, goroutine, allocs, ... by name

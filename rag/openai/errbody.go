@@ -1,0 +1,80 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+)
+
+// ServerMessage extracts the error message from the error bodies OpenAI-compatible servers send,
+// cut to at most limit bytes (at a rune boundary, "..." appended): OpenAI's and vLLM's
+// {"error":{"message":...}}, Ollama's, TEI's and TGI's {"error":"..."}, vLLM's older top-level
+// {"object":"error","message":...}, FastAPI's {"detail":...}; otherwise the start of the body
+// with its whitespace collapsed (and its tags stripped when it is an HTML page, a proxy's 502).
+// The result is safe to put in an error, a log line or a span: it is bounded and never empty.
+func ServerMessage(body []byte, limit int) string {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  any             `json:"detail"`
+	}
+	if json.Unmarshal(body, &e) == nil {
+		if len(e.Error) > 0 {
+			var s string
+			if json.Unmarshal(e.Error, &s) == nil && s != "" {
+				return Truncate(s, limit)
+			}
+			var o struct {
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(e.Error, &o) == nil && o.Message != "" {
+				return Truncate(o.Message, limit)
+			}
+		}
+		if e.Message != "" {
+			return Truncate(e.Message, limit)
+		}
+		if e.Detail != nil {
+			b, _ := json.Marshal(e.Detail)
+			return Truncate(string(b), limit)
+		}
+	}
+	text := string(body)
+	if strings.HasPrefix(strings.TrimSpace(text), "<") {
+		text = stripTags(text)
+	}
+	if s := strings.Join(strings.Fields(text), " "); s != "" {
+		return Truncate(s, limit)
+	}
+	return "no error message"
+}
+
+// Truncate cuts s to at most limit bytes at a rune boundary, appending "..." when it cut.
+func Truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := max(limit, 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// stripTags drops the markup of an HTML error page, keeping its text.
+func stripTags(html string) string {
+	var b strings.Builder
+	inTag := false
+	for _, r := range html {
+		switch {
+		case r == '<':
+			inTag = true
+			b.WriteByte(' ')
+		case r == '>':
+			inTag = false
+		case !inTag:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
