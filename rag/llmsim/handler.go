@@ -130,9 +130,6 @@ type engineFields struct {
 	// ThinkingTokenBudget is vLLM's cap on a request's reasoning tokens; a simulated model
 	// always spends all of it.
 	ThinkingTokenBudget *int `json:"thinking_token_budget"`
-	// Priority is vLLM's request priority under --scheduling-policy priority: lower runs
-	// first, 0 by default, at most MaxPriority either way.
-	Priority *int `json:"priority"`
 }
 
 func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
@@ -144,17 +141,9 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	var ext engineFields
 	if err := json.NewDecoder(&body).Decode(&ext); err != nil {
-		param := "thinking_token_budget"
-		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field == "priority" {
-			param = "priority"
-		}
-		openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
-			Message: param + " must be an integer: " + err.Error(), Err: rag.ErrInvalidRequest})
+		openai.WriteError(w, &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "thinking_token_budget",
+			Message: "thinking_token_budget must be an integer: " + err.Error(), Err: rag.ErrInvalidRequest})
 		return
-	}
-	priority := 0
-	if ext.Priority != nil {
-		priority = *ext.Priority
 	}
 	var opts []RequestOption
 	if b := ext.ThinkingTokenBudget; b != nil {
@@ -174,7 +163,7 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	id := openai.NewCompletionID()
 	st, err := h.e.Submit(r.Context(), rag.GenRequest{
-		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature, Priority: priority,
+		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature, Priority: q.Priority,
 	}, opts...)
 	if err != nil {
 		openai.WriteError(w, err)

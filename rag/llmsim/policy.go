@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 // SchedulingPolicy orders the engine's waiting queue and chooses whom to preempt, as vLLM's
@@ -23,7 +24,7 @@ const (
 )
 
 // MaxPriority bounds the absolute value of a request's priority.
-const MaxPriority = 1 << 20
+const MaxPriority = openai.MaxPriority
 
 // ParseSchedulingPolicy parses "fcfs" or "priority"; "" means fcfs.
 func ParseSchedulingPolicy(s string) (SchedulingPolicy, error) {
