@@ -496,9 +496,9 @@ func blocksFor(tokens, blockSize int) int { return (tokens + blockSize - 1) / bl
 
 // schedule plans one step as vLLM's scheduler does and returns its description; e.plan holds
 // the work. First the running sequences: each decoding one gets the block its next token
-// needs, preempting the most recently admitted sequence while none is free; then the running
-// prefills get their chunks; then, if nothing was preempted, waiting sequences are admitted
-// first come first served while a sequence slot, token budget and blocks are available.
+// needs, preempting the policy's victim (see victim) while none is free; then the running
+// prefills get their chunks; then, if nothing was preempted, waiting sequences are admitted in
+// queue order while a sequence slot, token budget and blocks are available.
 func (e *Engine) schedule() StepInfo {
 	p := &e.prof
 	info := StepInfo{Start: e.now()}
