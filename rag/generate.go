@@ -7,6 +7,7 @@ type GenRequest struct {
 	Messages    []Message
 	MaxTokens   int
 	Temperature float64
+	Priority    int // scheduling priority, lower runs first (vLLM's request field); 0 by default
 }
 
 // TokenStream is a running generation. Recv returns deltas in order; after the last delta (the

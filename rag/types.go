@@ -18,6 +18,7 @@ type Query struct {
 	Coupling    Coupling // "" means the pipeline's default
 	TopK        int      // 0 means the pipeline's default
 	UserID      string   // from X-User-ID, for dye only
+	Priority    int      // scheduling priority passed to the generator, lower runs first
 }
 
 // Question returns the content of the last user message, which is what gets embedded.

@@ -16,6 +16,7 @@ import (
 // llmSimOptions are the flags of `ragtail llm-sim`.
 type llmSimOptions struct {
 	addr, profile, alloc, logLevel string
+	schedulingPolicy               string
 	seed                           uint64
 	grace                          time.Duration
 	reasoningTokens                int
@@ -35,6 +36,9 @@ func (o *llmSimOptions) register(fs *flag.FlagSet) *engineArgFlags {
 	fs.StringVar(&o.profile, "profile", llmsim.DefaultProfile, "engine profile: "+profileNames())
 	fs.StringVar(&o.alloc, "kv-alloc", "", "KV-cache allocation: paged or contiguous (default: the profile's)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the generated text")
+	fs.StringVar(&o.schedulingPolicy, "scheduling-policy", string(llmsim.PolicyFCFS),
+		"fcfs or priority (vLLM's): with priority the request field \"priority\" (lower first) orders the\n"+
+			"queue and the highest value is preempted first when KV blocks run out")
 	fs.IntVar(&o.reasoningTokens, "reasoning-tokens", 0,
 		"reasoning tokens each request streams (as reasoning_content) before its answer, out of its\n"+
 			"max_tokens; a request's thinking_token_budget field overrides it")
@@ -114,6 +118,10 @@ the GPU's memory, from which the number of KV blocks follows.`)
 	if o.reasoningTokens < 0 {
 		return fmt.Errorf("--reasoning-tokens must be 0 or more, got %d", o.reasoningTokens)
 	}
+	policy, err := llmsim.ParseSchedulingPolicy(o.schedulingPolicy)
+	if err != nil {
+		return fmt.Errorf("--scheduling-policy: %w", err)
+	}
 	logger := newLogger(stderr, o.logLevel)
 	prof, err := llmsim.ProfileByName(o.profile)
 	if err != nil {
@@ -122,7 +130,8 @@ the GPU's memory, from which the number of KV blocks follows.`)
 	if prof, err = o.engine.Apply(prof); err != nil {
 		return fmt.Errorf("llm-sim profile %s: %w", o.profile, err)
 	}
-	opts := []llmsim.Option{llmsim.WithSeed(o.seed), llmsim.WithLogger(logger), llmsim.WithReasoningTokens(o.reasoningTokens)}
+	opts := []llmsim.Option{llmsim.WithSeed(o.seed), llmsim.WithLogger(logger), llmsim.WithReasoningTokens(o.reasoningTokens),
+		llmsim.WithSchedulingPolicy(policy)}
 	if o.alloc != "" {
 		mode, err := llmsim.ParseAllocMode(o.alloc)
 		if err != nil {
@@ -143,7 +152,7 @@ the GPU's memory, from which the number of KV blocks follows.`)
 	logger.Info("llm-sim serving", "addr", ln.Addr().String(), "profile", prof.Name, "model", prof.Model,
 		"max_num_seqs", prof.MaxNumSeqs, "max_model_len", prof.MaxModelLen, "max_num_batched_tokens", prof.MaxNumBatchedTokens,
 		"block_size", prof.BlockSize, "num_gpu_blocks", prof.NumBlocks, "chunked_prefill", prof.ChunkedPrefill,
-		"prefix_caching", prof.PrefixCaching, "reasoning_tokens", o.reasoningTokens)
+		"prefix_caching", prof.PrefixCaching, "reasoning_tokens", o.reasoningTokens, "scheduling_policy", policy)
 	fmt.Fprintf(stdout, "llm-sim serving %q (profile %s) on http://%s/v1\n", prof.Model, prof.Name, ln.Addr())
 	return service.Serve(ctx, []*http.Server{srv}, []net.Listener{ln}, o.grace, logger)
 }

@@ -56,6 +56,9 @@ type AdmissionSettings struct {
 type LLMSettings struct {
 	Profile *string `json:"profile,omitempty"`
 	KVAlloc *string `json:"kv_alloc,omitempty"` // paged or contiguous
+	// SchedulingPolicy is fcfs or priority; with priority the request field "priority"
+	// (lower first) orders the engine's queue and chooses whom to preempt.
+	SchedulingPolicy *string `json:"scheduling_policy,omitempty"`
 }
 
 // FaultRule is one fault injection rule.

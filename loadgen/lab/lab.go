@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -180,6 +181,8 @@ var experiments = []experiment{
 		Interval:  "order-statistic 95% interval of each P99",
 		Threshold: "the max-age arm's interval lies entirely above the other's",
 	}, "MaxConnectionAge reconnects: P99 +120 ms"},
+	{"priority", "stream priority under a low-priority flood (§7)", 40 * time.Second, runPriority, priorityRule,
+		"priority scheduling keeps high-priority TTFT low under a flood"},
 }
 
 // RuleOf returns the pre-registered verdict rule of the experiment called name.
@@ -264,11 +267,14 @@ type env struct {
 	t         Target
 	o         Options
 	dur       time.Duration
-	simulated bool // the service generates with its simulated engine (its config has "llm")
+	simulated bool       // the service generates with its simulated engine (its config has "llm")
+	logMu     sync.Mutex // runs of one experiment may log at once
 }
 
 func (e *env) logf(format string, args ...any) {
 	if e.o.Log != nil {
+		e.logMu.Lock()
+		defer e.logMu.Unlock()
 		fmt.Fprintf(e.o.Log, format+"\n", args...)
 	}
 }

@@ -5,9 +5,10 @@
 // continuous batching. Each step decodes one token for every running sequence and spends the
 // rest of a token budget on prefilling prompts; a step's duration follows a cost model
 // (Profile.StepTime) in which a fixed weight read, the batch size, the context lengths and the
-// prefill tokens all count. Requests beyond the running-sequence cap wait in a FCFS queue, the
-// KV cache is a finite number of blocks handed out paged (on demand, preempting the most
-// recently admitted sequence when they run out) or contiguous (reserved up front), and time to
+// prefill tokens all count. Requests beyond the running-sequence cap wait in a queue (first come
+// first served, or by request priority under PolicyPriority), the KV cache is a finite number of
+// blocks handed out paged (on demand, preempting a running sequence when they run out: the most
+// recently admitted, or the lowest-priority one) or contiguous (reserved up front), and time to
 // first token, time per output token and throughput emerge from these mechanisms. With prefix
 // caching (Profile.PrefixCaching) full prompt blocks are named by a hash chain and shared:
 // a request whose prompt starts with cached blocks skips their prefill, and cached blocks no
@@ -51,6 +52,7 @@ type config struct {
 	startPaused bool
 	aliases     []string
 	reasoning   int
+	policy      SchedulingPolicy
 }
 
 // Option configures an Engine.
@@ -134,8 +136,10 @@ type Engine struct {
 	closed  bool
 	paused  bool
 	clock   time.Duration // virtual time: sum of step durations
-	waiting []*sequence   // FCFS; preempted sequences go back to the front
-	running []*sequence   // in admission order; the last one is preempted first
+	waiting []*sequence   // in policy order (see SchedulingPolicy)
+	running []*sequence   // in admission order
+	policy  SchedulingPolicy
+	arrived uint64 // sequences submitted so far: the arrival order of the next one
 	kv      *kvCache
 	plan    []planItem
 	stats   Stats
@@ -159,6 +163,8 @@ type sequence struct {
 	usage     rag.Usage
 
 	reasoning int      // the first output tokens that are reasoning
+	priority  int      // lower runs first under PolicyPriority
+	order     uint64   // arrival order, the tie-break between equal priorities
 	hashes    []uint64 // hash chain of the prompt's full blocks; nil without prefix caching
 
 	state         seqState
@@ -187,6 +193,10 @@ func New(p Profile, opts ...Option) (*Engine, error) {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	policy, err := ParseSchedulingPolicy(string(cfg.policy))
+	if err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
 	p.Alloc = cfg.alloc
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
@@ -212,6 +222,7 @@ func New(p Profile, opts ...Option) (*Engine, error) {
 		wake:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 		paused:   cfg.startPaused,
+		policy:   policy,
 		kv:       newKVCache(p.NumBlocks, p.PrefixCaching),
 	}
 	e.metrics = newMetrics(e)
@@ -354,6 +365,11 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 			Err: rag.ErrInvalidRequest,
 		}
 	}
+	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
+		return nil, &openai.HTTPError{Status: 400, Type: "invalid_request_error", Param: "priority",
+			Message: fmt.Sprintf("priority must be between %d and %d, got %d", -MaxPriority, MaxPriority, req.Priority),
+			Err:     rag.ErrInvalidRequest}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -362,6 +378,7 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 		prompt:    prompt,
 		maxTokens: maxTokens,
 		reasoning: min(rc.reasoning, maxTokens),
+		priority:  req.Priority,
 		usage:     rag.Usage{PromptTokens: prompt},
 		words:     newWordSource(req, e.cfg.seed),
 	}
@@ -377,7 +394,9 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 		return nil, ErrClosed
 	}
 	s.timeline.Arrived = e.now()
-	e.waiting = append(e.waiting, s)
+	s.order = e.arrived
+	e.arrived++
+	e.enqueue(s, false)
 	e.mu.Unlock()
 	st.stopAbort = context.AfterFunc(ctx, func() { e.abort(s, ctx.Err()) })
 	e.signal()
@@ -477,9 +496,9 @@ func blocksFor(tokens, blockSize int) int { return (tokens + blockSize - 1) / bl
 
 // schedule plans one step as vLLM's scheduler does and returns its description; e.plan holds
 // the work. First the running sequences: each decoding one gets the block its next token
-// needs, preempting the most recently admitted sequence while none is free; then the running
-// prefills get their chunks; then, if nothing was preempted, waiting sequences are admitted
-// first come first served while a sequence slot, token budget and blocks are available.
+// needs, preempting the policy's victim (see victim) while none is free; then the running
+// prefills get their chunks; then, if nothing was preempted, waiting sequences are admitted in
+// queue order while a sequence slot, token budget and blocks are available.
 func (e *Engine) schedule() StepInfo {
 	p := &e.prof
 	info := StepInfo{Start: e.now()}
@@ -492,12 +511,22 @@ func (e *Engine) schedule() StepInfo {
 		}
 		contextLen := s.prompt + s.generated // the KV cache holds all but the last token, which this step adds
 		if more := blocksFor(contextLen, p.BlockSize) - s.heldBlocks(); more > 0 {
-			for e.kv.available() < more && e.running[len(e.running)-1] != s {
-				e.preempt(e.running[len(e.running)-1], &info)
+			preemptedSelf := false
+			for e.kv.available() < more {
+				v := e.victim()
+				if v == s {
+					preemptedSelf = true
+					break
+				}
+				if slices.Index(e.running, v) < i {
+					i-- // an earlier sequence leaves: s moves down one place
+				}
+				e.preempt(v, &info)
 			}
-			if e.kv.available() < more {
-				e.preempt(s, &info) // s is the most recently admitted and no block is left
-				break
+			if preemptedSelf {
+				e.preempt(s, &info) // s is the next victim and no block is left
+				i--
+				continue
 			}
 			e.kv.take(more)
 			s.blocks += more
@@ -583,11 +612,17 @@ func (e *Engine) schedule() StepInfo {
 // prompt and output again.
 func (e *Engine) preempt(s *sequence, info *StepInfo) {
 	e.running = slices.DeleteFunc(e.running, func(r *sequence) bool { return r == s })
+	// Under priority the victim may already have a decode planned in this step: take it out.
+	if j := slices.IndexFunc(e.plan, func(it planItem) bool { return it.seq == s }); j >= 0 {
+		e.plan = slices.Delete(e.plan, j, j+1)
+		info.DecodeSeqs--
+		info.KVTokens -= s.prompt + s.generated
+	}
 	e.freeBlocksOf(s)
 	s.state = seqWaiting
 	s.prefillTarget, s.prefilled = 0, 0
 	s.timeline.Preemptions++
-	e.waiting = slices.Insert(e.waiting, 0, s)
+	e.enqueue(s, true)
 	e.stats.Preemptions++
 	info.Preempted++
 	e.log.Debug("preempted sequence: KV cache full", "request_id", s.id,

@@ -163,7 +163,7 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	id := openai.NewCompletionID()
 	st, err := h.e.Submit(r.Context(), rag.GenRequest{
-		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature,
+		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature, Priority: q.Priority,
 	}, opts...)
 	if err != nil {
 		openai.WriteError(w, err)

@@ -46,6 +46,9 @@ func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, invalid("", "request body is empty: send a JSON object with model and messages")
 		}
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+			return nil, invalid(te.Field, fmt.Sprintf("%s has the wrong type: %v", te.Field, err))
+		}
 		return nil, invalid("", "request body is not valid JSON: "+err.Error())
 	}
 	if dec.More() {
@@ -53,6 +56,9 @@ func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
 	}
 	return &req, nil
 }
+
+// MaxPriority bounds the absolute value of a request's priority field.
+const MaxPriority = 1 << 20
 
 func invalid(param, msg string) *HTTPError {
 	return &HTTPError{Status: 400, Type: "invalid_request_error", Param: param, Message: msg, Err: rag.ErrInvalidRequest}
@@ -107,6 +113,12 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 	}
 	if r.N != nil && *r.N != 1 {
 		return q, invalid("n", "only n=1 is supported")
+	}
+	if r.Priority != nil {
+		if p := *r.Priority; p < -MaxPriority || p > MaxPriority {
+			return q, invalid("priority", fmt.Sprintf("priority must be between %d and %d, got %d", -MaxPriority, MaxPriority, p))
+		}
+		q.Priority = *r.Priority
 	}
 	q.Model = r.Model
 	if r.RAG != nil {

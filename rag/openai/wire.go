@@ -36,6 +36,9 @@ type ChatRequest struct {
 	Seed                *int64         `json:"seed,omitempty"`
 	User                string         `json:"user,omitempty"`
 	RAG                 *RAGOptions    `json:"rag,omitempty"`
+	// Priority is vLLM's request priority extension: lower runs first under the engine's
+	// priority scheduling policy, 0 by default, at most MaxPriority either way.
+	Priority *int `json:"priority,omitempty"`
 }
 
 // StreamOptions is OpenAI's stream_options object.

@@ -737,6 +737,7 @@ func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err err
 	}
 	stream, err := r.p.gen.Generate(st.ctx, rag.GenRequest{
 		ID: r.req.ID, Model: r.req.Model, Messages: msgs, MaxTokens: r.req.MaxTokens, Temperature: r.req.Temperature,
+		Priority: r.req.Priority,
 	})
 	if err != nil {
 		return gen, r.fail(rag.StageGenerate, err)

@@ -78,7 +78,9 @@ func (s *engineSwitch) Switch(prof llmsim.Profile, alloc llmsim.AllocMode) error
 	if s.done {
 		return errors.New("engine switch is closed")
 	}
-	opts := append(append([]llmsim.Option(nil), s.opts...), llmsim.WithAlloc(alloc))
+	// The new engine keeps the scheduling policy set at run time.
+	opts := append(append([]llmsim.Option(nil), s.opts...), llmsim.WithAlloc(alloc),
+		llmsim.WithSchedulingPolicy(s.cur.Load().SchedulingPolicy()))
 	e, err := llmsim.New(prof, opts...)
 	if err != nil {
 		return err

@@ -79,6 +79,9 @@ type RuntimeAdmission struct {
 type RuntimeLLM struct {
 	Profile string `json:"profile"`
 	KVAlloc string `json:"kv_alloc"`
+	// SchedulingPolicy is fcfs or priority (vLLM's --scheduling-policy); it changes on the
+	// running engine, and the waiting queue is reordered when it becomes priority.
+	SchedulingPolicy string `json:"scheduling_policy"`
 }
 
 // Duration is a time.Duration written as "100ms" in JSON; a number is taken as nanoseconds.
@@ -162,7 +165,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	}
 	if engine != nil {
 		p := engine.Current().Profile()
-		rt.cur.LLM = &RuntimeLLM{Profile: p.Name, KVAlloc: string(p.Alloc)}
+		rt.cur.LLM = &RuntimeLLM{Profile: p.Name, KVAlloc: string(p.Alloc), SchedulingPolicy: string(engine.Current().SchedulingPolicy())}
 	}
 	return rt
 }
@@ -338,7 +341,11 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	var prof llmsim.Profile
 	var alloc llmsim.AllocMode
+	var policy llmsim.SchedulingPolicy
 	if next.LLM != nil {
+		if policy, err = llmsim.ParseSchedulingPolicy(next.LLM.SchedulingPolicy); err != nil {
+			errs = append(errs, "llm.scheduling_policy: "+err.Error())
+		}
 		if prof, err = llmsim.ProfileByName(next.LLM.Profile); err != nil {
 			errs = append(errs, "llm.profile: "+err.Error())
 		} else if prof, err = rt.engineArgs.Apply(prof); err != nil {
@@ -416,7 +423,10 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 		}
 	}
 	if next.LLM != nil {
-		next.LLM.KVAlloc = string(alloc)
+		if err := rt.engine.Current().SetSchedulingPolicy(policy); err != nil {
+			return nil, fmt.Errorf("scheduling policy: %w", err)
+		}
+		next.LLM.KVAlloc, next.LLM.SchedulingPolicy = string(alloc), string(policy)
 	}
 	next.Version++
 	rt.cur = next
