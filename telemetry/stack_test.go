@@ -120,7 +120,7 @@ func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {
 		httpapi.WithTracerProvider(tp), httpapi.WithMeterProvider(tel.MeterProvider), httpapi.WithPropagator(tel.Propagator)))
 	tb.Cleanup(api.Close)
 	admin := httptest.NewServer(httpapi.NewAdmin(tel.Registry, httpapi.WithTraces(tel.Ring.Handler()),
-		httpapi.WithProfiles(profile.Handler(o.profiler.Store())), httpapi.WithPprof(profile.PprofHandler())))
+		httpapi.WithProfiles(profile.Handler(o.profiler.Store())), httpapi.WithCPUProfile(profile.CPUProfileHandler())))
 	tb.Cleanup(admin.Close)
 	return &stack{tel: tel, pipeline: p, api: api, admin: admin, model: prof.Model, questions: corpus.Questions(chunks, 50, 1)}
 }
