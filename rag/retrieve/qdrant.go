@@ -502,7 +502,13 @@ func (q *Qdrant) Search(ctx context.Context, shard int, vec []float32, k int) ([
 // fail turns an error of a call into one the pipeline and the HTTP layer understand.
 func (q *Qdrant) fail(ctx context.Context, op string, err error) error {
 	q.failures.Add(1)
-	if ctxErr := ctx.Err(); ctxErr != nil {
+	ctxErr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(dl) {
+		// gRPC's own timer can see the caller's deadline pass before the context's timer
+		// has marked the context done: it is still the caller's deadline, not ours.
+		ctxErr = context.DeadlineExceeded
+	}
+	if ctxErr != nil {
 		if errors.Is(ctxErr, context.DeadlineExceeded) {
 			q.timeouts.Add(1)
 			return fmt.Errorf("%s: %w (%w)", op, rag.ErrTimeout, ctxErr)
