@@ -800,16 +800,11 @@ func isJSON(ct string) bool {
 // Models lists the model ids the server serves: GET models beside the endpoint, as OpenAI
 // clients do (/v1/chat/completions: /v1/models).
 func (c *Client) Models(ctx context.Context) ([]string, error) {
-	u, err := url.Parse(c.url)
+	u, err := c.modelsURL()
 	if err != nil {
 		return nil, err
 	}
-	base := strings.TrimSuffix(u.Path, "/chat/completions")
-	if base == u.Path {
-		base = strings.TrimSuffix(u.Path, "/completions")
-	}
-	u.Path = base + "/models"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -896,6 +891,52 @@ type ClockOffset struct {
 	Offset      time.Duration
 	Uncertainty time.Duration
 	Samples     int
+}
+
+// ProbeClock sends n GET requests for the model list, whose headers the server writes at once,
+// and feeds their clock headers to the offset estimate: a chat request's headers wait for the
+// pipeline, so its round trip bounds the offset loosely, while a probe's is about one network
+// round trip. It returns the first error; a server without a model list only leaves the
+// estimate to the requests of the run.
+func (c *Client) ProbeClock(ctx context.Context, n int) error {
+	u, err := c.modelsURL()
+	if err != nil {
+		return err
+	}
+	for range n {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		c.setHeaders(req, acceptJSON)
+		sent := time.Now()
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("clock probe: %w", err)
+		}
+		firstByte := time.Now()
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("clock probe: HTTP %d", resp.StatusCode)
+		}
+		c.clock.observe(resp.Header, c.cfg.clockHeaders, sent, firstByte)
+	}
+	return nil
+}
+
+// modelsURL is the model list's URL beside the completions endpoint.
+func (c *Client) modelsURL() (string, error) {
+	u, err := url.Parse(c.url)
+	if err != nil {
+		return "", err
+	}
+	base := strings.TrimSuffix(u.Path, "/chat/completions")
+	if base == u.Path {
+		base = strings.TrimSuffix(u.Path, "/completions")
+	}
+	u.Path = base + "/models"
+	return u.String(), nil
 }
 
 // ClockOffset returns the estimate from the responses seen so far; false when no response

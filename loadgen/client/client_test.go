@@ -487,6 +487,54 @@ func TestClockOffset(t *testing.T) {
 	}
 }
 
+// TestProbeClock: the model-list probes give samples whose round trip is not held up by the
+// chat answer, so the estimate tightens to them, and the true skew stays within it.
+func TestProbeClock(t *testing.T) {
+	t.Parallel()
+	const skew, pipeline = -3 * time.Second, 200 * time.Millisecond
+	var probes int
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			mu.Lock()
+			probes++
+			mu.Unlock()
+			w.Header().Set("X-Ragtail-Time", fmt.Sprint(time.Now().Add(skew).UnixNano()))
+			io.WriteString(w, `{"object":"list","data":[{"id":"m"}]}`)
+			return
+		}
+		time.Sleep(pipeline) // the headers of a chat answer wait for the pipeline
+		w.Header().Set("X-Ragtail-Time", fmt.Sprint(time.Now().Add(skew).UnixNano()))
+		io.WriteString(w, streamOf([]string{"a"}, ""))
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv)
+	do(t, c, question)
+	loose, ok := c.ClockOffset()
+	if !ok || loose.Uncertainty < pipeline/2 {
+		t.Fatalf("estimate from a chat answer %+v, %v: want an uncertainty of at least %v", loose, ok, pipeline/2)
+	}
+	if err := c.ProbeClock(context.Background(), 8); err != nil {
+		t.Fatal(err)
+	}
+	est, _ := c.ClockOffset()
+	if probes != 8 || est.Samples != 9 {
+		t.Fatalf("%d probes, estimate %+v", probes, est)
+	}
+	if est.Uncertainty >= loose.Uncertainty {
+		t.Errorf("uncertainty %v after the probes, %v before", est.Uncertainty, loose.Uncertainty)
+	}
+	if d := (est.Offset - skew).Abs(); d > est.Uncertainty+time.Microsecond {
+		t.Errorf("offset %v, want %v within %v", est.Offset, skew, est.Uncertainty)
+	}
+	noList := httptest.NewServer(http.NotFoundHandler())
+	defer noList.Close()
+	dead := newTestClient(t, noList)
+	if err := dead.ProbeClock(context.Background(), 2); err == nil {
+		t.Error("a probe of a server without a model list succeeded")
+	}
+}
+
 func TestParseServerTime(t *testing.T) {
 	t.Parallel()
 	ref := time.Date(2025, 11, 29, 12, 0, 0, 123456789, time.UTC)
