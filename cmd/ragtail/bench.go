@@ -8,6 +8,7 @@ import (
 
 	"github.com/ragtail/ragtail/loadgen/bench"
 	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/telemetry"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -33,7 +34,7 @@ Example (the article's command, against ragtail llm-sim):
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
-	spans, err := startBenchTracing(ctx, *otlp, os.Getenv, stderr)
+	spans, err := telemetry.StartClientTracing(ctx, *otlp, os.Getenv, stderr)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/ragtail/ragtail/rag/service"
@@ -47,7 +48,7 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
 	o.service.register(fs)
 	o.service.telemetry.register(fs)
-	o.service.backends.register(fs)
+	o.service.cfg.Backends.RegisterFlags(fs, os.Getenv)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
