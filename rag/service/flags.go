@@ -91,10 +91,10 @@ func given(fs *flag.FlagSet, name string) bool {
 // which default from getenv (RAGTAIL_QDRANT, RAGTAIL_LLM_URL, ...). API keys never show in the
 // help: FlagsParsed reads them from the environment.
 func (b *Backends) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	b.RegisterQdrantFlags(fs, getenv)
-	b.RegisterEmbedFlags(fs, getenv)
+	b.registerQdrant(fs, getenv)
+	b.registerEmbed(fs, getenv)
 	b.registerLLM(fs, getenv)
-	b.RegisterDocStoreFlags(fs, getenv)
+	b.registerDocStore(fs, getenv)
 	fs.StringVar(&b.Cache, "cache", cmp.Or(getenv(EnvCache), b.Cache), "doc-store cache tier: lru, 2q or arc in memory (--cache-size entries; 2q and arc resist scans),\nor redis://host:6379/0 for Redis, cache-aside with a TTL (env "+EnvCache+")")
 	fs.StringVar(&b.Snapshot, "snapshot", b.Snapshot, "serve the corpus from this snapshot (written by ragtail ingest --snapshot) instead of the built-in one")
 }
@@ -117,14 +117,14 @@ func (b *Backends) FlagsParsed(fs *flag.FlagSet, getenv func(string) string) {
 	b.Cache = cmp.Or(b.Cache, "lru")
 }
 
-// RegisterDocStoreFlags registers the PostgreSQL doc-store flags (serve and ingest).
-func (b *Backends) RegisterDocStoreFlags(fs *flag.FlagSet, getenv func(string) string) {
+// registerDocStore registers the PostgreSQL doc-store flags (serve and ingest).
+func (b *Backends) registerDocStore(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&b.DocStore, "docstore", getenv(EnvDocStore), "PostgreSQL URL (postgres://user:password@host:5432/db) of the chunk payloads instead of the\nin-memory store (env "+EnvDocStore+")")
 	fs.IntVar(&b.DocStorePool, "docstore-pool", b.DocStorePool, "PostgreSQL connections: the doc store's finite capacity")
 }
 
-// RegisterQdrantFlags registers the Qdrant flags (serve and ingest).
-func (b *Backends) RegisterQdrantFlags(fs *flag.FlagSet, getenv func(string) string) {
+// registerQdrant registers the Qdrant flags (serve and ingest).
+func (b *Backends) registerQdrant(fs *flag.FlagSet, getenv func(string) string) {
 	q := &b.Qdrant
 	fs.StringVar(&q.Addr, "qdrant", getenv(EnvQdrant), "Qdrant gRPC address host:port (port 6334) to retrieve from instead of the in-memory index (env "+EnvQdrant+")")
 	fs.StringVar(&q.Collection, "qdrant-collection", q.Collection, "Qdrant collection; with several --shards, shard i is the collection NAME_i")
@@ -136,8 +136,8 @@ func (b *Backends) RegisterQdrantFlags(fs *flag.FlagSet, getenv func(string) str
 	fs.DurationVar(&q.Timeout, "qdrant-timeout", q.Timeout, "longest a Qdrant search may take before it fails with 504")
 }
 
-// RegisterEmbedFlags registers the embeddings flags (serve and ingest).
-func (b *Backends) RegisterEmbedFlags(fs *flag.FlagSet, getenv func(string) string) {
+// registerEmbed registers the embeddings flags (serve and ingest).
+func (b *Backends) registerEmbed(fs *flag.FlagSet, getenv func(string) string) {
 	e := &b.Embed
 	fs.StringVar(&e.URL, "embed-url", getenv(EnvEmbedURL), "OpenAI-compatible embeddings base URL (e.g. http://localhost:11434/v1) instead of the hash embedder (env "+EnvEmbedURL+")")
 	fs.StringVar(&e.Model, "embed-model", e.Model, "embedding model to ask --embed-url for (required with it)")
@@ -162,9 +162,9 @@ func (b *Backends) registerLLM(fs *flag.FlagSet, getenv func(string) string) {
 // (start from DefaultIngestConfig); the server addresses default from getenv. After fs has
 // parsed a command line, call FlagsParsed.
 func (o *IngestConfig) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
-	o.Backends.RegisterQdrantFlags(fs, getenv)
-	o.Backends.RegisterEmbedFlags(fs, getenv)
-	o.Backends.RegisterDocStoreFlags(fs, getenv)
+	o.Backends.registerQdrant(fs, getenv)
+	o.Backends.registerEmbed(fs, getenv)
+	o.Backends.registerDocStore(fs, getenv)
 	fs.StringVar(&o.Snapshot, "snapshot", o.Snapshot, "write the chunks and their vectors to this snapshot file (for serve --snapshot)")
 	fs.IntVar(&o.Shards, "shards", o.Shards, "Qdrant shards, one collection each; serve must use the same number")
 	fs.IntVar(&o.Dim, "dim", o.Dim, "embedding dimension of the hash embedder")
