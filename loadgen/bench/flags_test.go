@@ -8,33 +8,41 @@ import (
 )
 
 func TestOptionsFlags(t *testing.T) {
-	for _, tc := range []struct {
+	t.Parallel()
+	tests := []struct {
+		name                 string
 		args                 []string
 		numPrompts           int
 		rate                 float64
 		sendTemp, overrideMT bool
 	}{
-		{nil, 1000, math.Inf(1), false, false},
-		{[]string{"--duration", "5s"}, 0, math.Inf(1), false, false},
-		{[]string{"--duration", "5s", "--num-prompts", "7"}, 7, math.Inf(1), false, false},
-		{[]string{"--temperature", "0", "--max-tokens", "256", "--request-rate", "2.5"}, 1000, 2.5, true, true},
-		{[]string{"--request-rate", "INF"}, 1000, math.Inf(1), false, false},
-	} {
-		var o Options
-		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-		o.RegisterFlags(fs)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatalf("%q: %v", tc.args, err)
-		}
-		o.FlagsParsed(fs)
-		if o.NumPrompts != tc.numPrompts || o.RequestRate != tc.rate || o.SendTemperature != tc.sendTemp || o.OverrideMaxTokens != tc.overrideMT {
-			t.Errorf("%q: num-prompts %d, rate %v, send temperature %v, override max-tokens %v; want %d, %v, %v, %v",
-				tc.args, o.NumPrompts, o.RequestRate, o.SendTemperature, o.OverrideMaxTokens, tc.numPrompts, tc.rate, tc.sendTemp, tc.overrideMT)
-		}
+		{name: "defaults", numPrompts: 1000, rate: math.Inf(1)},
+		{name: "duration lifts the request limit", args: []string{"--duration", "5s"}, rate: math.Inf(1)},
+		{name: "both limits given", args: []string{"--duration", "5s", "--num-prompts", "7"}, numPrompts: 7, rate: math.Inf(1)},
+		{name: "given at their defaults, still sent", args: []string{"--temperature", "0", "--max-tokens", "256", "--request-rate", "2.5"},
+			numPrompts: 1000, rate: 2.5, sendTemp: true, overrideMT: true},
+		{name: "inf in any case", args: []string{"--request-rate", "INF"}, numPrompts: 1000, rate: math.Inf(1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var o Options
+			fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+			o.RegisterFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			o.FlagsParsed(fs)
+			if o.NumPrompts != tt.numPrompts || o.RequestRate != tt.rate || o.SendTemperature != tt.sendTemp || o.OverrideMaxTokens != tt.overrideMT {
+				t.Errorf("num-prompts %d, rate %v, send temperature %v, override max-tokens %v; want %d, %v, %v, %v",
+					o.NumPrompts, o.RequestRate, o.SendTemperature, o.OverrideMaxTokens, tt.numPrompts, tt.rate, tt.sendTemp, tt.overrideMT)
+			}
+		})
 	}
 }
 
 func TestRequestRateFlagRejects(t *testing.T) {
+	t.Parallel()
 	for _, v := range []string{"0", "-1", "nan", "+Inf", "x"} {
 		var o Options
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -47,6 +55,7 @@ func TestRequestRateFlagRejects(t *testing.T) {
 }
 
 func TestSweepOptionsFlags(t *testing.T) {
+	t.Parallel()
 	var o SweepOptions
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	o.RegisterFlags(fs)

@@ -108,27 +108,32 @@ func TestConfigFlagsParsed(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{EnvAdminToken: "tok", EnvDocStore: "postgres://u@h/db"}
 	getenv := func(k string) string { return env[k] }
-	for _, tc := range []struct {
+	tests := []struct {
+		name          string
 		args          []string
 		wantFetchZero bool
 	}{
-		{nil, true}, // a real store has its own service time
-		{[]string{"--fetch-latency", "fixed:3ms"}, false},
-	} {
-		c := DefaultConfig()
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		c.RegisterFlags(fs)
-		c.Backends.RegisterFlags(fs, getenv)
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		c.Backends.FlagsParsed(fs, getenv)
-		c.FlagsParsed(fs, getenv)
-		if c.AdminToken != "tok" || c.Backends.DocStore != env[EnvDocStore] || c.Backends.Cache != "lru" {
-			t.Errorf("%q: admin token %q, docstore %q, cache %q", tc.args, c.AdminToken, c.Backends.DocStore, c.Backends.Cache)
-		}
-		if zero := c.FetchLatency.String() == (latency.Law{}).String(); zero != tc.wantFetchZero {
-			t.Errorf("%q: fetch latency %v", tc.args, c.FetchLatency)
-		}
+		{name: "a real store has its own service time", wantFetchZero: true},
+		{name: "unless --fetch-latency says otherwise", args: []string{"--fetch-latency", "fixed:3ms"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := DefaultConfig()
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			c.RegisterFlags(fs)
+			c.Backends.RegisterFlags(fs, getenv)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			c.Backends.FlagsParsed(fs, getenv)
+			c.FlagsParsed(fs, getenv)
+			if c.AdminToken != "tok" || c.Backends.DocStore != env[EnvDocStore] || c.Backends.Cache != "lru" {
+				t.Errorf("admin token %q, docstore %q, cache %q", c.AdminToken, c.Backends.DocStore, c.Backends.Cache)
+			}
+			if zero := c.FetchLatency.String() == (latency.Law{}).String(); zero != tt.wantFetchZero {
+				t.Errorf("fetch latency %v", c.FetchLatency)
+			}
+		})
 	}
 }
