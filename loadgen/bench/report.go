@@ -47,17 +47,25 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 	if o.Compare {
 		return o.writeComparison(stdout)
 	}
-	if o.HTMLOut != "" && o.HTMLOut == o.JSONOut && o.HTMLOut != "-" {
-		return fmt.Errorf("--html and --json both name %s", o.HTMLOut)
-	}
-	if o.HTMLOut == "-" && o.JSONOut == "-" {
-		return errors.New("--html and --json cannot both go to standard output")
+	if err := o.CheckOutputs(); err != nil {
+		return err
 	}
 	doc, err := ReadResults(o.Files, o.Partial, stderr)
 	if err != nil {
 		return err
 	}
 	return WriteDocument(stdout, doc, o.JSONOut, o.HTMLOut, o.Quiet, report.HTMLOptions{DebugURL: o.DebugURL})
+}
+
+// CheckOutputs refuses --html and --json naming one file, or both standard output.
+func (o *ReportOptions) CheckOutputs() error {
+	if o.HTMLOut != "" && o.HTMLOut == o.JSONOut && o.HTMLOut != "-" {
+		return fmt.Errorf("--html and --json both name %s", o.HTMLOut)
+	}
+	if o.HTMLOut == "-" && o.JSONOut == "-" {
+		return errors.New("--html and --json cannot both go to standard output")
+	}
+	return nil
 }
 
 // writeComparison renders several bench files side by side.
