@@ -374,6 +374,15 @@ func (ps pointsService) Query(ctx context.Context, req *qdrant.QueryPoints) (*qd
 		resp.Result = append(resp.Result, &qdrant.ScoredPoint{Id: p.id, Score: h.Score, Version: 1,
 			Payload: selectPayload(req.GetWithPayload(), false, p.payload)})
 	}
+	if pad := ps.s.padding; pad != nil && len(resp.Result) > 0 {
+		first := resp.Result[0]
+		payload := make(map[string]*qdrant.Value, len(first.Payload)+1)
+		for k, v := range first.Payload {
+			payload[k] = v
+		}
+		payload[PaddingField] = pad
+		first.Payload = payload
+	}
 	return resp, nil
 }
 
