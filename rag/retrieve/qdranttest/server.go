@@ -23,6 +23,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"path"
 	"strings"
@@ -118,7 +119,9 @@ type Server struct {
 	grpc    *grpc.Server
 	running bool
 
-	latency atomic.Pointer[latency.Delay]
+	latency     atomic.Pointer[latency.Delay]
+	collDelayMu sync.Mutex
+	collDelay   map[string]*latency.Delay // SetCollectionLatency's laws, by collection
 
 	connections atomic.Int64
 	padding     *qdrant.Value // WithAnswerPadding's field, made once; nil without
@@ -263,6 +266,32 @@ func (s *Server) Close() { s.Stop() }
 // gives up. The none law (the default) answers at once.
 func (s *Server) SetQueryLatency(law latency.Law) {
 	s.latency.Store(latency.NewDelay(law, s.cfg.seed))
+}
+
+// SetCollectionLatency makes every Query of collection wait a draw of law instead of
+// SetQueryLatency's, so that the shards of an index (one collection each) answer with laws of
+// their own. The draws are seeded by the server's seed and the collection's name.
+func (s *Server) SetCollectionLatency(collection string, law latency.Law) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(collection))
+	d := latency.NewDelay(law, s.cfg.seed^h.Sum64())
+	s.collDelayMu.Lock()
+	defer s.collDelayMu.Unlock()
+	if s.collDelay == nil {
+		s.collDelay = map[string]*latency.Delay{}
+	}
+	s.collDelay[collection] = d
+}
+
+// queryDelay is the delay a Query of collection waits.
+func (s *Server) queryDelay(collection string) *latency.Delay {
+	s.collDelayMu.Lock()
+	d := s.collDelay[collection]
+	s.collDelayMu.Unlock()
+	if d != nil {
+		return d
+	}
+	return s.latency.Load()
 }
 
 // Stats returns what the server has seen.

@@ -346,7 +346,7 @@ func (ps pointsService) Query(ctx context.Context, req *qdrant.QueryPoints) (*qd
 	if len(vec) != c.dim {
 		return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Vector dimension error: expected dim: %d, got %d", c.dim, len(vec))
 	}
-	if _, err := ps.s.latency.Load().Wait(ctx); err != nil {
+	if _, err := ps.s.queryDelay(req.GetCollectionName()).Wait(ctx); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 	limit, offset := 10, int(req.GetOffset())
