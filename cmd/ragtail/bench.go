@@ -143,4 +143,3 @@ Example (the article's command, against ragtail llm-sim):
 	}
 	return bench.Run(ctx, o, stdout, stderr)
 }
-
