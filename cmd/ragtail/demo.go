@@ -68,8 +68,7 @@ measured from each request's intended send time, so a slow server cannot hide it
 		return err
 	}
 	run.URL, run.Model, run.Questions = base+"/v1/chat/completions", svc.Model, svc.Questions
-	fmt.Fprintf(stdout, "ragtail demo: service on %s (%s, %d shards, %d chunks, model %s)\n",
-		ln.Addr(), svc.Profile, svc.Shards, svc.Chunks, svc.Model)
+	fmt.Fprintf(stdout, "ragtail demo: service on %s (%s, %d shards, model %s)\n", ln.Addr(), svc.Profile, svc.Shards, svc.Model)
 	fmt.Fprintf(stdout, "world: %s\n", world)
 	fmt.Fprintf(stdout, "load: Poisson %.1f req/s, a third per mode (sync, fanout, async) at the same time, max_tokens %d, streaming\n", o.rate, o.maxToks)
 	fmt.Fprintf(stdout, "running %s ...\n", o.duration)

@@ -24,9 +24,10 @@ var (
 
 // demoWorld is the running Qdrant-protocol server behind the demo's shards.
 type demoWorld struct {
-	srv  *qdranttest.Server
-	laws []latency.Law
-	link link.Spec
+	srv    *qdranttest.Server
+	laws   []latency.Law
+	link   link.Spec
+	chunks int // chunks ingested into the shards
 }
 
 // startDemoWorld starts the Qdrant-protocol server, gives each shard collection its latency law,
@@ -60,10 +61,12 @@ func startDemoWorld(ctx context.Context, cfg *service.Config, o *serviceOptions)
 	cfg.Backends.Qdrant.Addr = w.srv.Addr()
 	in := service.DefaultIngestConfig()
 	in.Shards, in.Backends, in.Dim, in.Seed, in.CorpusDocs = cfg.Shards, cfg.Backends, cfg.Dim, cfg.Seed, cfg.CorpusDocs
-	if _, err := service.Ingest(ctx, in, nil); err != nil {
+	sum, err := service.Ingest(ctx, in, nil)
+	if err != nil {
 		w.srv.Close()
 		return nil, fmt.Errorf("ingest the corpus into the demo's shards: %w", err)
 	}
+	w.chunks = sum.Written
 	q, err := retrieve.NewQdrant(w.srv.Addr(), cfg.Backends.Qdrant.Collection, cfg.Shards)
 	if err != nil {
 		w.srv.Close()
@@ -90,7 +93,7 @@ func (w *demoWorld) String() string {
 	for i, l := range w.laws {
 		laws[i] = l.String()
 	}
-	return fmt.Sprintf("shards on a Qdrant-protocol server behind a link (%s), search latency %s", w.link, strings.Join(laws, "; "))
+	return fmt.Sprintf("%d chunks in shards on a Qdrant-protocol server behind a link (%s), search latency %s", w.chunks, w.link, strings.Join(laws, "; "))
 }
 
 // Close stops the server.
