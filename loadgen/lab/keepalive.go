@@ -191,10 +191,15 @@ func handshakeText(c map[string]float64) string {
 func keepaliveWhy(out string, arms []KeepaliveArm, res []keepaliveArmResult, pairs []keepalivePair) string {
 	describe := func(p keepalivePair) string {
 		m, n := res[p.maxAge], res[p.none]
-		return fmt.Sprintf("over the %v link E2EL P99 %s with %s (%.0f new connections, TLS handshake %s) vs %s without (%.0f), %+.1f ms",
+		text := fmt.Sprintf("over the %v link E2EL P99 %s with %s (%.0f new connections, TLS handshake %s) vs %s without (%.0f), %+.1f ms",
 			p.rtt, fmtPct(m.p99), strings.TrimPrefix(arms[p.maxAge].Name, fmt.Sprintf("%v link, ", p.rtt)),
 			m.variant.Counters["connections"], handshakeText(m.variant.Counters), fmtPct(n.p99), n.variant.Counters["connections"],
 			float64(m.p99.Value-n.p99.Value)/float64(time.Millisecond))
+		if m.variant.Bench != nil && n.variant.Bench != nil {
+			sm, sn := stagePct(m.variant.Bench, "retrieve", 99), stagePct(n.variant.Bench, "retrieve", 99)
+			text += fmt.Sprintf("; its retrieve stage's P99 %s vs %s (%s)", fmtPct(sm), fmtPct(sn), intervalsText(sm, sn))
+		}
+		return text
 	}
 	deciding := pairs[len(pairs)-1]
 	why := describe(deciding)
