@@ -210,6 +210,8 @@ func keepaliveWhy(out string, arms []KeepaliveArm, res []keepaliveArmResult, pai
 		why = "forced reconnects raised the tail: " + why + " (the article: +120 ms)"
 	case out == Opposite:
 		why = "the arm with reconnects had the lower tail: " + why
+	case !res[deciding.maxAge].p99.HasCI || !res[deciding.none].p99.HasCI:
+		why = "too few samples for both P99 intervals (run longer, --duration): " + why
 	default:
 		why = "no difference beyond the intervals although the reconnects happened: " + why
 	}

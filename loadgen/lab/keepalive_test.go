@@ -56,6 +56,7 @@ func TestKeepaliveWhy(t *testing.T) {
 	}{
 		{"reproduced", ci(400*ms, 350*ms, 450*ms), withGoAways, []string{"forced reconnects raised the tail", "+300.0 ms", "40.0 ms mean over 15 handshakes"}},
 		{"overlap", ci(120*ms, 90*ms, 150*ms), withGoAways, []string{"no difference beyond the intervals although the reconnects happened", "+20.0 ms"}},
+		{"no interval", report.PercentileStat{P: 99, Value: 400 * ms}, withGoAways, []string{"too few samples for both P99 intervals"}},
 		{"no goaway", ci(100*ms, 90*ms, 110*ms), map[string]float64{}, []string{"sent no GOAWAY", "handshake none"}},
 	}
 	for _, tt := range tests {
