@@ -78,7 +78,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	}
 	var keepalive []lab.KeepaliveArm
 	if o.url == "" && (names[0] == "all" || names[0] == "keepalive") {
-		arms, stopArms, err := startKeepaliveArms(ctx)
+		arms, stopArms, err := startKeepaliveArms(ctx, o.service.config(false))
 		if err != nil {
 			return fmt.Errorf("keepalive experiment setup: %w", err)
 		}
