@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"time"
 
 	"github.com/ragtail/ragtail/loadgen/bench"
 	"github.com/ragtail/ragtail/loadgen/client"
