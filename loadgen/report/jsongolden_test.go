@@ -25,6 +25,7 @@ func jsonGoldenDocs(tb testing.TB) []struct {
 	everything.Config.Segment = &loadgen.SegmentOf{Index: 1, Count: 3}
 	everything.Config.ScheduleHash = "0123456789abcdef"
 	everything.Config.Interrupted = true
+	everything.Config.Model = "org/<model>&co" // written as is, not HTML-escaped
 	everything.Sources = []string{"a.json", "b.json"}
 	everything.Errors = append(everything.Errors, ErrorCount{Kind: "no_example", Count: 1})
 
