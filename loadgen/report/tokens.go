@@ -62,8 +62,15 @@ func tokenBinRange(k int) (lo, hi float64) {
 	return math.Ldexp(1, k), math.Ldexp(1, k+1) - 1
 }
 
-func tokenLengthsObject(t TokenLengths) object {
-	return object{{"bins", "log2"}, {"input", orEmpty(t.Input)}, {"output", orEmpty(t.Output)}}
+// tokenLengthsJSON is the file form of TokenLengths.
+type tokenLengthsJSON struct {
+	Bins   string  `json:"bins"`
+	Input  []int64 `json:"input"`
+	Output []int64 `json:"output"`
+}
+
+func tokenLengthsObject(t TokenLengths) tokenLengthsJSON {
+	return tokenLengthsJSON{Bins: "log2", Input: orEmpty(t.Input), Output: orEmpty(t.Output)}
 }
 
 func decodeTokenLengths(d *decodeError, o jobj) TokenLengths {
@@ -140,18 +147,24 @@ func (b *Bench) PrefixCacheHitRatio() (ratio float64, ok bool) {
 	return float64(b.CachedTokens) / float64(b.InputTokens), true
 }
 
+// tokenDetailsJSON are the token details of a bench document, only those the server reported.
+type tokenDetailsJSON struct {
+	TotalCachedTokens    int64 `json:"total_cached_tokens,omitempty"`
+	MeanCachedTokens     *jnum `json:"mean_cached_tokens,omitempty"`
+	PrefixCacheHitRatio  *jnum `json:"prefix_cache_hit_ratio,omitempty"`
+	TotalReasoningTokens int64 `json:"total_reasoning_tokens,omitempty"`
+}
+
 // tokenDetailFields are the JSON fields of the token details, only those the server reported.
 func (b *Bench) tokenDetailFields() []field {
-	var o []field
+	var t tokenDetailsJSON
 	if ratio, ok := b.PrefixCacheHitRatio(); ok {
-		o = append(o, field{"total_cached_tokens", b.CachedTokens},
-			field{"mean_cached_tokens", sig(float64(b.CachedTokens) / float64(max(b.Completed, 1)))},
-			field{"prefix_cache_hit_ratio", sig(ratio)})
+		t.TotalCachedTokens = b.CachedTokens
+		t.MeanCachedTokens = realPtr(sig(float64(b.CachedTokens) / float64(max(b.Completed, 1))))
+		t.PrefixCacheHitRatio = realPtr(sig(ratio))
 	}
-	if b.ReasoningTokens > 0 {
-		o = append(o, field{"total_reasoning_tokens", b.ReasoningTokens})
-	}
-	return o
+	t.TotalReasoningTokens = max(b.ReasoningTokens, 0)
+	return []field{{val: splice{t}}}
 }
 
 // tokenDetailRows writes the token details to the text summary.
