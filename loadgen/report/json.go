@@ -366,6 +366,7 @@ type timelineJSON struct {
 	Sent       int64 `json:"sent"`
 	Completed  int64 `json:"completed"`
 	Failed     int64 `json:"failed"`
+	Output     int64 `json:"output_tokens"`
 	N          int64 `json:"n"`
 	MeanE2ELMS *jnum `json:"mean_e2el_ms"`
 	MaxE2ELMS  *jnum `json:"max_e2el_ms"`
@@ -553,7 +554,7 @@ func orEmpty[T any](s []T) []T {
 func timelineObject(t TimelineBin) timelineJSON {
 	return timelineJSON{
 		TS: jnum(roundTo(t.T.Seconds(), 6)), DtS: jnum(roundTo(t.Width.Seconds(), 6)),
-		Sent: t.Sent, Completed: t.Completed, Failed: t.Failed, N: t.N,
+		Sent: t.Sent, Completed: t.Completed, Failed: t.Failed, Output: t.OutputTokens, N: t.N,
 		MeanE2ELMS: msWhen(t.N > 0, t.MeanE2EL), MaxE2ELMS: msWhen(t.N > 0, t.MaxE2EL),
 		P50E2ELMS: msOrNull(t.P50E2EL), P99E2ELMS: msOrNull(t.P99E2EL),
 		NTTFT:      t.NTTFT,
@@ -1117,6 +1118,7 @@ func decodeTimelineBin(d *decodeError, o jobj) TimelineBin {
 	d.count(o, "sent", &t.Sent)
 	d.count(o, "completed", &t.Completed)
 	d.count(o, "failed", &t.Failed)
+	d.count(o, "output_tokens", &t.OutputTokens)
 	d.count(o, "n", &t.N)
 	d.ms(o, "mean_e2el_ms", &t.MeanE2EL)
 	d.ms(o, "max_e2el_ms", &t.MaxE2EL)

@@ -256,6 +256,7 @@ func mergeTimelines(start time.Time, d time.Duration, benches []*Bench) []Timeli
 			o.Sent += t.Sent
 			o.Completed += t.Completed
 			o.Failed += t.Failed
+			o.OutputTokens += t.OutputTokens
 			o.N += t.N
 			o.NTTFT += t.NTTFT
 			sumE2EL[i] += float64(t.MeanE2EL) * float64(t.N)
