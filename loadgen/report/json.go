@@ -225,6 +225,11 @@ type configJSON struct {
 	Segment      *segmentJSON `json:"segment,omitempty"`
 	ScheduleHash string       `json:"schedule_hash,omitempty"`
 	Interrupted  bool         `json:"interrupted,omitempty"`
+	Dataset      string       `json:"dataset,omitempty"`
+	Stream       *bool        `json:"stream,omitempty"`
+	Temperature  *jnum        `json:"temperature,omitempty"`
+	Version      string       `json:"version,omitempty"`
+	Command      string       `json:"command,omitempty"`
 }
 
 type segmentJSON struct {
@@ -237,6 +242,10 @@ func configObject(c loadgen.RunInfo) configJSON {
 		URL: c.URL, Model: c.Model, Shape: c.Shape, RequestRate: rate(c.RequestRate), Burstiness: jnum(sig(c.Burstiness)),
 		Concurrency: c.Concurrency, NumPrompts: c.NumPrompts, MaxTokens: c.MaxTokens, Seed: c.Seed,
 		ScheduleHash: c.ScheduleHash, Interrupted: c.Interrupted,
+		Dataset: c.Dataset, Stream: c.Stream, Version: c.Version, Command: c.Command,
+	}
+	if c.Temperature != nil {
+		o.Temperature = realPtr(sig(*c.Temperature))
 	}
 	if c.Segment != nil {
 		o.Segment = &segmentJSON{Index: c.Segment.Index, Count: c.Segment.Count}
@@ -801,7 +810,45 @@ func decodeConfig(d *decodeError, o jobj) loadgen.RunInfo {
 		d.fail(o.sub("schedule_hash"), "longer than 64 characters")
 		c.ScheduleHash = ""
 	}
+	decodeSettings(d, o, &c)
 	return c
+}
+
+// Bounds on the recorded settings read from a file: what loadgen.RunInfo.WithProvenance keeps,
+// with room to spare.
+const (
+	maxSettingBytes = 4 << 10
+	maxCommandBytes = 128 << 10
+)
+
+// decodeSettings reads what the requests sent and what made the run.
+func decodeSettings(d *decodeError, o jobj, c *loadgen.RunInfo) {
+	d.boundedStr(o, "dataset", &c.Dataset, maxSettingBytes)
+	d.boundedStr(o, "version", &c.Version, maxSettingBytes)
+	d.boundedStr(o, "command", &c.Command, maxCommandBytes)
+	if raw, ok := o.m["stream"]; ok && !isNull(raw) {
+		var v bool
+		if err := json.Unmarshal(raw, &v); err != nil {
+			d.fail(o.sub("stream"), "want true or false")
+		}
+		c.Stream = &v
+	}
+	var t float64
+	if d.float(o, "temperature", &t) {
+		if !(t >= 0 && t <= 100) {
+			d.fail(o.sub("temperature"), "want a number between 0 and 100, got %g", t)
+		}
+		c.Temperature = &t
+	}
+}
+
+// boundedStr reads a string of at most limit bytes.
+func (d *decodeError) boundedStr(o jobj, key string, dst *string, limit int) {
+	d.str(o, key, dst)
+	if len(*dst) > limit {
+		d.fail(o.sub(key), "longer than %d bytes", limit)
+		*dst = ""
+	}
 }
 
 // percentileKeyRE matches pP_<metric>_ms[_ci] and pP_ms[_ci] (stages).

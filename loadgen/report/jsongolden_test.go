@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ func jsonGoldenDocs(tb testing.TB) []struct {
 	everything.Config.ScheduleHash = "0123456789abcdef"
 	everything.Config.Interrupted = true
 	everything.Config.Model = "org/<model>&co" // written as is, not HTML-escaped
+	temperature := 0.7
+	everything.Config = everything.Config.WithRequests("testdata/sharegpt.json", true, &temperature).
+		WithProvenance("v1.2.3", []string{"ragtail", "bench", "--api-key", "sk-secret", "--dataset", "testdata/sharegpt.json"})
 	everything.Sources = []string{"a.json", "b.json"}
 	everything.Errors = append(everything.Errors, ErrorCount{Kind: "no_example", Count: 1})
 
@@ -83,6 +87,30 @@ func TestJSONEncodingGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden(t, "json/"+d.name+".json", buf.Bytes())
+			// What is written reads back to the same document.
+			f, err := Decode(bytes.NewReader(buf.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v any = f.Bench
+			if f.Sweep != nil {
+				v = f.Sweep
+			}
+			var again bytes.Buffer
+			if err := WriteJSON(&again, v); err != nil {
+				t.Fatal(err)
+			}
+			// p99_error_pct is recomputed from P99s rounded to the microsecond, so its last
+			// digit may move; every other line must be the same.
+			got, want := strings.Split(again.String(), "\n"), strings.Split(buf.String(), "\n")
+			if len(got) != len(want) {
+				t.Fatalf("read back: %d lines, wrote %d", len(got), len(want))
+			}
+			for i := range got {
+				if got[i] != want[i] && !strings.Contains(want[i], `"p99_error_pct"`) {
+					t.Fatalf("line %d read back as %s, written %s", i+1, got[i], want[i])
+				}
+			}
 		})
 	}
 	t.Run("requests", func(t *testing.T) {
