@@ -3,7 +3,6 @@ package report
 import (
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"math"
 	"math/bits"
 )
@@ -102,9 +101,8 @@ func decodeCounts(d *decodeError, o jobj, key string) []int64 {
 }
 
 // tokenLengthsHTML draws the two distributions as bars over log-scaled lengths.
-func tokenLengthsHTML(b *Bench) template.HTML {
-	var h hb
-	drew := false
+func tokenLengthCharts(b *Bench) blocks {
+	var v blocks
 	for i, s := range []struct {
 		name string
 		bins []int64
@@ -122,15 +120,14 @@ func tokenLengthsHTML(b *Bench) template.HTML {
 		if n == 0 || (len(s.bins) == 1 && i == 0) {
 			continue // no requests, or no prompt counts reported (every length in bin 0)
 		}
-		drew = true
-		h.raw(chart{Title: fmt.Sprintf("%s token lengths (n=%d, power-of-two bins)", s.name, n),
-			XLabel: "tokens (log scale)", YLabel: "requests", XLog: true, YFromZero: true, H: 240,
+		v.Pair = append(v.Pair, chart{Title: fmt.Sprintf("%s token lengths (n=%d, power-of-two bins)", s.name, n),
+			XLabel: "tokens (log scale)", YLabel: "requests", XLog: true, YFromZero: true, W: 480, H: 300,
 			Series: []series{{Mode: modeBars, Color: palette[[]int{0, 4}[i]], Pts: pts}}}.render())
 	}
-	if !drew {
-		h.p("note", "No token counts: no request completed, or the target reported no usage.")
+	if len(v.Pair) == 0 {
+		v.Empty = "No token counts: no request completed, or the target reported no usage."
 	}
-	return h.html()
+	return v
 }
 
 // Token details the server reports in usage: prompt tokens its prefix cache held
