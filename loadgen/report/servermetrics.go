@@ -128,11 +128,20 @@ func seriesLabel(s ServerSeries) string {
 	if len(s.Labels) == 0 {
 		return s.Name
 	}
-	parts := make([]string, 0, len(s.Labels))
-	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
-		parts = append(parts, fmt.Sprintf("%s=%q", k, s.Labels[k]))
+	return s.Name + "{" + labelsText(s.Labels, 0) + "}"
+}
+
+// labelsText is k="v",... with sorted keys, cut at limit runes (0: no limit).
+func labelsText(labels map[string]string, limit int) string {
+	parts := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, fmt.Sprintf("%s=%q", k, labels[k]))
 	}
-	return s.Name + "{" + strings.Join(parts, ",") + "}"
+	s := strings.Join(parts, ",")
+	if r := []rune(s); limit > 0 && len(r) > limit {
+		return string(r[:limit-1]) + "…"
+	}
+	return s
 }
 
 type serverMetricsPanel struct {
@@ -160,8 +169,9 @@ func serverMetricsView(m *ServerMetrics, runEnd time.Duration) serverMetricsPane
 		if len(pts) < 2 {
 			continue
 		}
-		v.Charts = append(v.Charts, chart{Title: seriesLabel(s), XLabel: "s since the run's start", YLabel: "value", H: 200,
-			YFromZero: true, Series: []series{{Mode: modeLine, Color: palette[i%len(palette)], Pts: pts}}}.render())
+		v.Charts = append(v.Charts, chart{Title: s.Name, Subtitle: labelsText(s.Labels, 64), XLabel: "s since the run's start",
+			YLabel: "value", W: 480, H: 240, YFromZero: true,
+			Series: []series{{Mode: modeLine, Color: palette[i%len(palette)], Pts: pts}}}.render())
 	}
 	return v
 }

@@ -46,6 +46,7 @@ type refLine struct {
 
 type chart struct {
 	Title          string
+	Subtitle       string // a smaller line under the title, for a chart without a legend
 	XLabel, YLabel string
 	XLog, YLog     bool
 	W, H           float64
@@ -225,6 +226,9 @@ func (c chart) render() template.HTML {
 
 	g := newSVG(c.W, c.H, c.Title)
 	g.text(padL, 18, "ct", c.Title)
+	if c.Subtitle != "" {
+		g.text(padL, 34, "lg", c.Subtitle)
+	}
 	c.drawGrid(g, x, y)
 	for i, s := range c.Series {
 		c.drawSeries(g, x, y, s, seriesColor(s, i))
