@@ -596,7 +596,7 @@ func benchSettings(b *Bench) []setting {
 	rows := []setting{
 		{"url", c.URL}, {"model", model}, {"dataset", orNotRecorded(c.Dataset)},
 		{"stream", stream}, {"temperature", temperature}, {"max tokens", maxTokens},
-		{"shape", c.Shape}, {"request rate (req/s)", fmtRate(c.RequestRate)}, {"burstiness", fmt.Sprint(c.Burstiness)},
+		{"shape", c.Shape}, {"request rate (req/s)", fmtRate(c.RequestRate)}, {"burstiness", burstinessText(c.Burstiness)},
 		{"concurrency", limitText(c.Concurrency)}, {"num prompts", limitText(c.NumPrompts)},
 		{"seed", fmt.Sprint(c.Seed)},
 	}
@@ -647,6 +647,14 @@ func summarySettings(b *Bench) []setting {
 				durationMS(c.Offset), durationMS(c.Uncertainty), c.Samples, c.Method)})
 	}
 	return rows
+}
+
+// burstinessText is the gamma shape of the gaps; 0 is recorded when it does not apply.
+func burstinessText(b float64) string {
+	if b == 0 {
+		return "does not apply"
+	}
+	return fmt.Sprint(b)
 }
 
 // limitText is a cap or count where 0 means none.
