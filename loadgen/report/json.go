@@ -325,11 +325,16 @@ type benchRates struct {
 	GoodputRequests      *int64 `json:"goodput_requests,omitempty"`
 }
 
-// benchBody is everything after the per-metric keys.
+// benchAnalysis is what follows the per-metric keys: stages, tails and sessions.
+type benchAnalysis struct {
+	Stages   object        `json:"stages"`
+	Tail     object        `json:"tail"`
+	Sessions *sessionsJSON `json:"sessions,omitempty"`
+}
+
+// benchBody is the rest of the document: the requests, the timeline, the errors, the
+// distributions and the histograms.
 type benchBody struct {
-	Stages        object             `json:"stages"`
-	Tail          object             `json:"tail"`
-	Sessions      *sessionsJSON      `json:"sessions,omitempty"`
 	Slowest       []slowJSON         `json:"slowest"`
 	Timeline      []timelineJSON     `json:"timeline"`
 	Errors        object             `json:"errors"`
@@ -471,28 +476,33 @@ func (b *Bench) rates() benchRates {
 	return r
 }
 
-func (b *Bench) body() benchBody {
-	body := benchBody{
-		Stages: object{}, Tail: object{}, Slowest: make([]slowJSON, 0, len(b.Slowest)),
-		Timeline: make([]timelineJSON, 0, len(b.Timeline)), Errors: object{}, ErrorExamples: object{},
-		TokenLengths: tokenLengthsObject(b.TokenLengths),
-		Histograms:   histogramsJSON{Metrics: object{}, Stages: object{}},
-	}
+func (b *Bench) analysis() benchAnalysis {
+	a := benchAnalysis{Stages: object{}, Tail: object{}}
 	for _, s := range b.Stages {
 		so := object{{val: splice{stageJSON{Count: s.Count, MeanMS: jnum(msv(s.Mean))}}}}
-		body.Stages = append(body.Stages, field{s.Stage, percentileFields(so, "", b.Percentiles, s.Percentiles)})
+		a.Stages = append(a.Stages, field{s.Stage, percentileFields(so, "", b.Percentiles, s.Percentiles)})
 	}
 	for _, t := range b.Tails {
-		body.Tail = append(body.Tail, field{t.Metric, tailObject(t.Tail)})
+		a.Tail = append(a.Tail, field{t.Metric, tailObject(t.Tail)})
 	}
 	if s := b.Sessions; s != nil {
-		body.Sessions = &sessionsJSON{
+		a.Sessions = &sessionsJSON{
 			Count: s.Count, Completed: s.Completed, Interrupted: s.Interrupted, Truncated: s.Truncated,
 			CompletionRate: jnum(sig(s.CompletionRate())), InterruptionRate: jnum(sig(s.InterruptionRate())),
 			FirstSteps: s.FirstSteps, FirstStepsCompleted: s.FirstStepsGood,
 			FirstStepCompletionRate: jnum(sig(s.FirstStepCompletionRate())),
 			StepLimitMS:             msWhen(s.StepLimit > 0, s.StepLimit),
 		}
+	}
+	return a
+}
+
+func (b *Bench) body() benchBody {
+	body := benchBody{
+		Slowest:  make([]slowJSON, 0, len(b.Slowest)),
+		Timeline: make([]timelineJSON, 0, len(b.Timeline)), Errors: object{}, ErrorExamples: object{},
+		TokenLengths: tokenLengthsObject(b.TokenLengths),
+		Histograms:   histogramsJSON{Metrics: object{}, Stages: object{}},
 	}
 	for _, s := range b.Slowest {
 		sj := slowJSON{Index: s.Index, TraceID: s.TraceID, Session: s.Session,
@@ -537,6 +547,7 @@ func (b *Bench) fields() object {
 		o = append(o, metricFields(s)...)
 		o = percentileFields(o, s.Metric, b.Percentiles, s.Percentiles)
 	}
+	o = append(o, field{val: splice{b.analysis()}})
 	return append(o, field{val: splice{b.body()}})
 }
 
