@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
@@ -206,15 +209,23 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	}
 
 	workers := runtime.GOMAXPROCS(0)
+	// Under -cpuprofile, the requests of each arm carry the pprof label arm=NAME (their stages
+	// add theirs to it), so that the profile splits by arm: go tool pprof -tagfocus arm=spans.
+	profiling := flag.Lookup("test.cpuprofile") != nil && flag.Lookup("test.cpuprofile").Value.String() != ""
 	// phase runs n requests on p from workers goroutines and returns the wall and CPU time they
 	// took and the heap allocations they made.
-	phase := func(p *pipeline.Pipeline, n int) (wall, cpu time.Duration, allocs uint64) {
+	phase := func(p *pipeline.Pipeline, arm string, n int) (wall, cpu time.Duration, allocs uint64) {
+		ctx := context.Background()
+		if profiling {
+			ctx = pprof.WithLabels(ctx, pprof.Labels("arm", arm))
+		}
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		startAllocs := mallocs()
 		start, startCPU := time.Now(), processCPU()
 		for range workers {
 			wg.Go(func() {
+				pprof.SetGoroutineLabels(ctx)
 				for {
 					i := next.Add(1) - 1
 					if i >= int64(n) {
@@ -222,7 +233,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 					}
 					q := rag.Query{ID: "bench", Model: "bench-model", MaxTokens: 32, Coupling: rag.CouplingFanout,
 						Messages: []rag.Message{{Role: "user", Content: questions[i%int64(len(questions))]}}}
-					if _, err := p.Run(context.Background(), q, discardSink{}); err != nil {
+					if _, err := p.Run(ctx, q, discardSink{}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -265,7 +276,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			if timed(a) {
 				b.StartTimer()
 			}
-			wall, cpu, allocs := phase(p, per)
+			wall, cpu, allocs := phase(p, a.name, per)
 			if timed(a) {
 				b.StopTimer()
 			}
@@ -334,4 +345,58 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSpanCost is the price of one span as the pipeline makes it, built up side by side:
+// the SDK's own (sampled, no processor, no attributes), then with the ring as its processor and
+// the span limits Setup configures, then with seven attributes set in one call at the end (a
+// "Query {collection}" span has six, a stage span five to twelve), then with explicit start and
+// end timestamps from the service's clock. BenchmarkPipelineTelemetry's spans arm costs about
+// ten of the last kind per request.
+func BenchmarkSpanCost(b *testing.B) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	bare := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = bare.Shutdown(context.Background()) })
+	attrs := []attribute.KeyValue{
+		attribute.String("rag.stage", "retrieve"), attribute.String("db.system.name", "ragtail.memory"),
+		attribute.String("db.collection.name", "ragtail"), attribute.String("db.operation.name", "Query"),
+		attribute.Int("rag.shard", 2), attribute.Int("db.response.returned_rows", 5), attribute.Int("rag.hits", 5),
+	}
+	for _, bc := range []struct {
+		name              string
+		tp                trace.TracerProvider
+		attrs, timestamps bool
+	}{
+		{"sdk", bare, false, false},
+		{"ring", tel.TracerProvider, false, false},
+		{"ring+attrs", tel.TracerProvider, true, false},
+		{"ring+attrs+timestamps", tel.TracerProvider, true, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tracer := bc.tp.Tracer("bench")
+			ctx, root := tracer.Start(context.Background(), "root")
+			b.ReportAllocs()
+			for b.Loop() {
+				var start []trace.SpanStartOption
+				var endOpts []trace.SpanEndOption
+				if bc.timestamps {
+					now := tel.Now()
+					start = []trace.SpanStartOption{trace.WithTimestamp(now)}
+					endOpts = []trace.SpanEndOption{trace.WithTimestamp(now.Add(time.Microsecond))}
+				}
+				_, span := tracer.Start(ctx, "Query ragtail", start...)
+				if bc.attrs {
+					span.SetAttributes(attrs...)
+				}
+				span.End(endOpts...)
+			}
+			b.StopTimer()
+			root.End()
+			tel.Ring.Reset()
+		})
+	}
 }
