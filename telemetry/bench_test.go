@@ -73,8 +73,7 @@ func (discardSink) Delta(rag.Delta) error            { return nil }
 // benchArms selects the arms BenchmarkPipelineTelemetry runs besides "off" (comma-separated;
 // empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
 // built-in profiler left out (-telemetry.arms=spans,metrics,labels): a process has one CPU
-// profiler.
-// -telemetry.arms=aa adds an A/A arm, a second copy of off: its loss is the benchmark's noise.
+// profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's noise.
 var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,aa; empty: all but aa)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
@@ -255,8 +254,9 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	b.ResetTimer()
 	b.StopTimer()
 	for r := range rounds {
-		// The order rotates by one arm a round and reverses every other round, so that every arm
-		// runs early and late, after each of the others, alike.
+		// Rounds come in pairs, one forwards and one backwards (ABBA), and the order rotates by
+		// one arm from pair to pair, so that every arm runs early and late, after each of the
+		// others, alike.
 		for i := range order {
 			order[i] = (i + r/2) % len(arms)
 		}
