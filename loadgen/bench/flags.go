@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/scrape"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
 )
@@ -99,6 +100,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.SaveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
 	fs.StringVar(&o.Segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
 	fs.StringVar(&o.StartAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
+	fs.StringVar(&o.ServerMetrics.URL, "server-metrics", "", "scrape this Prometheus endpoint during the run and keep the vllm:*, rag_*, gen_ai_server_* and DCGM_*\nseries in the JSON (server_metrics); default: the target origin's /metrics when it answers; off: none")
+	fs.DurationVar(&o.ServerMetrics.Interval, "server-metrics-interval", scrape.DefaultInterval, "time between scrapes of --server-metrics")
 }
 
 // FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a

@@ -48,6 +48,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.BloomFP, "bloom-fp", c.BloomFP, "Bloom filter false-positive rate")
 	fs.StringVar(&c.Coupling, "coupling", c.Coupling, "default coupling of retrieval and generation: sync, fanout or async")
 	fs.IntVar(&c.TopK, "top-k", c.TopK, "default number of chunks retrieved per request")
+	fs.StringVar(&c.ChunkOrder, "chunk-order", "score", "order of the retrieved chunks in the prompt: score (best first) or stable (by chunk id,\nso that requests retrieving the same chunks share a prompt prefix for the engine's prefix cache)")
 	fs.IntVar(&c.AsyncQuorum, "async-quorum", c.AsyncQuorum, "async coupling: shards that must answer before generation starts (0: a majority)")
 	fs.DurationVar(&c.AsyncDeadline, "async-deadline", c.AsyncDeadline, "async coupling: start generation after this long with whatever arrived")
 	registerAdmission(fs, &c.Admission)
