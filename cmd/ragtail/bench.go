@@ -106,7 +106,7 @@ percentile with its 95% confidence interval, goodput, per-stage server timings, 
 
 Latency is measured from each request's intended send time, so a server that stalls cannot hide
 its queueing (no coordinated omission). With --request-rate the arrivals follow --shape and are
-sent on time up to a cap on requests in flight (--concurrency, by default 4096 or fewer under
+sent on time up to a cap on requests in flight (--concurrency, by default 1024 or fewer under
 the open-file limit; the wait for a slot counts as latency). Without a rate, --concurrency N runs a closed loop of N users (vLLM's default
 behaviour). The run stops after --num-prompts requests or --duration; Ctrl-C stops it early and
 still writes everything measured.
@@ -116,7 +116,7 @@ Example (the article's command, against ragtail llm-sim):
     --model meta-llama/Meta-Llama-3-8B-Instruct --concurrency 32 --num-prompts 200 \
     --max-tokens 512 --temperature 0.7 --json r.json`)
 	registerLoad(fs, &o.Load)
-	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight at most (with a rate), or closed-loop users (without one); 0 with a rate:\nthe default cap, 4096 or fewer under the open-file limit (requests beyond it wait for a slot,\nand the wait counts as send lag)")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight at most (with a rate), or closed-loop users (without one); 0 with a rate:\nthe default cap, 1024 or fewer under the open-file limit (requests beyond it wait for a slot,\nand the wait counts as send lag)")
 	fs.IntVar(&o.Concurrency, "max-concurrency", 0, "alias of --concurrency (vLLM's name)")
 	fs.IntVar(&o.NumPrompts, "num-prompts", 1000, "requests (or sessions) to send; with --duration, 0 means no limit")
 	fs.Var(rateValue{&o.RequestRate}, "request-rate", "requests per second, or inf (default inf: a closed loop with --concurrency, else all at once)")

@@ -31,7 +31,7 @@ Example:
 	fs.Float64Var(&o.RateStep, "rate-step", 0, "step of an arithmetic ladder")
 	fs.Float64Var(&o.RateMax, "rate-max", 0, "last rate of an arithmetic ladder (inclusive)")
 	fs.StringVar(&o.Concurrencies, "concurrencies", "", "closed-loop users of the ladder, comma-separated, instead of rates")
-	fs.IntVar(&o.Concurrency, "concurrency", 0, "with rates: cap on requests in flight (0: the default, 4096 or fewer under the open-file limit)")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "with rates: cap on requests in flight (0: the default, 1024 or fewer under the open-file limit)")
 	fs.DurationVar(&o.PointDuration, "point-duration", 30*time.Second, "how long each point (and probe) sends")
 	fs.IntVar(&o.PointPrompts, "num-prompts", 0, "stop a point after this many requests, too (0: no limit)")
 	fs.StringVar(&o.SLO, "slo", "", "percentile SLO for max_rps_under_slo: pP_METRIC:MS (p95_e2el:2000) or METRIC:pP:MS")
