@@ -41,6 +41,10 @@ Example:
 	fs.DurationVar(&o.Pause, "pause", 2*time.Second, "idle time between points, for the server to settle")
 	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.sweep/v1 JSON to this file ('-' for stdout)")
 	fs.StringVar(&o.HTMLOut, "html", "", "write a self-contained HTML report with the sweep curve to this file")
+	fs.StringVar(&o.Segment, "segment", "", "multi-host sweeps: send share i/n (i from 0 to n-1) of every point's seeded schedule;\n"+
+		"ragtail report merges the n sweep files point by point (needs --rates and --bisect=false)")
+	fs.StringVar(&o.StartAt, "start-at", "", "start the first point at this wall-clock time (RFC 3339 or Unix seconds) and each next one\n"+
+		"--warmup-duration + --point-duration + --drain-timeout + --pause + 1s later, so that several hosts run each point together")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
