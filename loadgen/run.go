@@ -27,8 +27,10 @@ var errDrain = errors.New("drain timeout expired")
 // (DefaultMaxInFlight when Concurrency is 0): a due request that finds every slot taken waits
 // for one, and the wait counts into its latency (it shows as send lag). When as many items wait
 // as there are slots, the pacer holds the next ones back, their intended times unchanged, so a
-// target that falls behind costs bounded memory. Closed loop (ClosedLoop): Concurrency users
-// each send their next item when the previous one ended.
+// target that falls behind costs bounded memory. The pacer wakes at most every 200 us: requests
+// due closer together go out in small batches, each at most that late (see pacerQuantum).
+// Closed loop (ClosedLoop): Concurrency users each send their next item when the previous one
+// ended.
 //
 // Sending stops after NumItems items, at Duration (both counted after the warmup), when the
 // workload ends, when Stop is closed, or when ctx is done. Run then waits for the requests in
@@ -187,13 +189,22 @@ func (r *runner) openLoop(ctx context.Context) {
 		giveUp = t.C
 	}
 	work := make(chan openItem) // unbuffered: an item goes only to a sender waiting for it
+	var woke time.Time          // the last wake-up's target (see pacerQuantum)
 	for n, measured := 0, 0; r.cfg.NumItems <= 0 || measured < r.cfg.NumItems; n++ {
 		item, ok := r.cfg.Workload.Next()
 		if !ok || (r.duration > 0 && item.At >= r.duration) {
 			break
 		}
-		if !waitUntil(ctx, timer, r.start.Add(item.At)) {
+		at := r.start.Add(item.At)
+		if next := woke.Add(pacerQuantum); at.Before(next) && time.Until(at) > 0 {
+			at = next // too soon after the last wake-up: it goes with the next batch
+		}
+		slept := time.Until(at) > 0
+		if !waitUntil(ctx, timer, at) {
 			break
+		}
+		if slept {
+			woke = at
 		}
 		warm := r.isWarmup(n, item.At)
 		if !warm {
