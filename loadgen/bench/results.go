@@ -47,7 +47,7 @@ func ReadResults(paths []string, partial bool, stderr io.Writer) (report.Documen
 	}
 	switch {
 	case len(sweeps) > 0 && len(benches) > 0:
-		return nil, errors.New("bench and sweep results do not merge together")
+		return nil, errors.New("a sweep result does not merge with bench results: only bench results merge, or the segments of one multi-host sweep")
 	case len(sweeps) > 0:
 		return mergeSweeps(sweeps, partial, stderr)
 	}
@@ -89,7 +89,7 @@ func mergeSweeps(sweeps []*report.Sweep, partial bool, stderr io.Writer) (*repor
 		}
 		for _, p := range sw.Points {
 			if p.Bench.Config.Segment == nil {
-				return nil, errors.New("only the segments of a multi-host sweep (sweep --segment) merge; render a sweep alone")
+				return nil, errors.New("a sweep result merges only with the other segments of a multi-host sweep (sweep --segment); only bench results merge otherwise: render a sweep alone")
 			}
 		}
 	}
