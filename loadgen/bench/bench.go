@@ -513,7 +513,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := o.Load.NewClient(ctx, o.ClientOptions...)
+	// As many connections as requests in flight at most: the cap, or the closed loop's users.
+	conns := o.Concurrency
+	if conns == 0 {
+		conns = loadgen.DefaultMaxInFlight()
+	}
+	c, err := o.Load.NewClient(ctx, append([]client.Option{client.WithMaxConns(conns)}, o.ClientOptions...)...)
 	if err != nil {
 		return err
 	}

@@ -148,6 +148,9 @@ func configObject(c loadgen.RunInfo) object {
 		{"max_tokens", c.MaxTokens},
 		{"seed", c.Seed},
 	}
+	if c.InFlightCap > 0 {
+		o = append(o, field{"in_flight_cap", c.InFlightCap})
+	}
 	if c.Segment != nil {
 		o = append(o, field{"segment", object{{"index", c.Segment.Index}, {"count", c.Segment.Count}}})
 	}
@@ -609,6 +612,9 @@ func decodeConfig(d *decodeError, o jobj) loadgen.RunInfo {
 	var n int64
 	d.count(o, "concurrency", &n)
 	c.Concurrency = int(n)
+	n = 0
+	d.count(o, "in_flight_cap", &n)
+	c.InFlightCap = int(min(n, 1<<30))
 	n = 0
 	d.count(o, "num_prompts", &n)
 	c.NumPrompts = int(n)
