@@ -25,10 +25,11 @@ var errDrain = errors.New("drain timeout expired")
 // Open loop (the default): each item is handed at its intended time to an idle sender goroutine,
 // or to a new one when all are busy, and at most Concurrency requests are in flight
 // (DefaultMaxInFlight when Concurrency is 0): a due request that finds every slot taken waits
-// for one, and the wait counts into its latency (it shows as send lag). When as many items wait
-// as there are slots, the pacer holds the next ones back, their intended times unchanged, so a
-// target that falls behind costs bounded memory. The pacer wakes at most every 200 us: requests
-// due closer together go out in small batches, each at most that late (see pacerQuantum).
+// for one, and the wait counts into its latency (it shows as send lag). When a few items wait
+// (maxBacklog, or as many as there are slots), the pacer holds the next ones back, their
+// intended times unchanged, so a target that falls behind costs bounded memory. The pacer wakes
+// at most every 200 us: requests due closer together go out in small batches, each at most that
+// late (see pacerQuantum).
 // Closed loop (ClosedLoop): Concurrency users each send their next item when the previous one
 // ended.
 //
@@ -221,10 +222,15 @@ func (r *runner) openLoop(ctx context.Context) {
 	r.sendingEnded = r.since()
 }
 
-// awaitBacklog waits while the backlog is full: as many items wait for a slot as there are
-// slots. It reports false when sending stopped (ctx done) or giveUp fired first.
+// maxBacklog bounds the backlog: items handed to a sender that wait for a slot. Each holds a
+// goroutine (its stack grown on the way through the HTTP client), and a few suffice to take
+// every slot the moment it frees; the pacer holds the others back at no cost.
+const maxBacklog = 64
+
+// awaitBacklog waits while the backlog is full: min(slots, maxBacklog) items wait for a slot.
+// It reports false when sending stopped (ctx done) or giveUp fired first.
 func (r *runner) awaitBacklog(ctx context.Context, giveUp <-chan time.Time) bool {
-	for r.waiting.Load() >= int64(cap(r.sem)) {
+	for r.waiting.Load() >= int64(min(cap(r.sem), maxBacklog)) {
 		select {
 		case <-r.freed:
 		case <-ctx.Done():
