@@ -251,6 +251,7 @@ type timing struct {
 	wrote     atomic.Int64 // offset at which the request was written; 0 if not yet
 	firstByte atomic.Int64
 	trace     httptrace.ClientTrace
+	tp        [1]string // the traceparent header's value, in the same allocation
 }
 
 func (t *timing) wroteRequest(httptrace.WroteRequestInfo) {
@@ -291,7 +292,8 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	} else {
 		traceID, traceparent = newTraceparent()
 	}
-	hreq.Header["Traceparent"] = []string{traceparent}
+	tm.tp[0] = traceparent
+	hreq.Header["Traceparent"] = tm.tp[:]
 	rec.TraceID = traceID
 
 	before := time.Since(origin)
