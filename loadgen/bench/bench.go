@@ -624,8 +624,13 @@ func noteCap(stderr io.Writer, res *loadgen.Result) {
 
 // runInfo describes a run of plan p for the reports.
 func (o *Load) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
+	var temperature *float64
+	if o.SendTemperature {
+		temperature = &o.Temperature
+	}
 	return loadgen.NewRunInfo(o.URL, o.Model, p.desc, p.rate, o.Seed).
-		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness)
+		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness).
+		WithRequests(o.Dataset, o.Stream, temperature).WithProvenance(loadgen.BuildVersion(), os.Args)
 }
 
 // multiHost reads --segment and --start-at, and warns when several hosts would send the same
