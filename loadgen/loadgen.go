@@ -65,10 +65,10 @@ type Config struct {
 	Workload Workload
 	// Client sends them. Required.
 	Client Doer
-	// Concurrency caps the requests in flight; 0 means no cap, which is the open-loop default:
-	// every request is sent at its intended time however many are still running. With a cap,
-	// a due request waits for a free slot and the wait counts into its latency (it shows as
-	// send lag), so a slow server cannot hide its queueing.
+	// Concurrency caps the requests in flight; 0 selects DefaultMaxInFlight in an open loop
+	// (every request is sent at its intended time as long as fewer are still running). A due
+	// request that finds every slot taken waits for one and the wait counts into its latency
+	// (it shows as send lag), so a slow server cannot hide its queueing.
 	Concurrency int
 	// ClosedLoop runs Concurrency users that each send their next item as soon as their
 	// previous one ended (the request is intended when the user's slot frees), ignoring the

@@ -113,9 +113,12 @@ type Result struct {
 	// or the intended send time of the first item after the warmup items; 0 without warmup.
 	MeasuredFrom time.Duration `json:"measured_from,omitempty"`
 	// Warmup counts the records of warmup requests.
-	Warmup  int      `json:"warmup,omitempty"`
-	Records []Record `json:"-"`
-	Config  RunInfo  `json:"config"`
+	Warmup int `json:"warmup,omitempty"`
+	// SlotWaits counts the requests that found every slot of the cap on requests in flight
+	// taken and waited for one (their wait is in their send lag).
+	SlotWaits int      `json:"slot_waits,omitempty"`
+	Records   []Record `json:"-"`
+	Config    RunInfo  `json:"config"`
 }
 
 // RunInfo describes the run for reports.
@@ -126,9 +129,12 @@ type RunInfo struct {
 	RequestRate float64 `json:"request_rate"`          // +Inf for closed loop
 	Burstiness  float64 `json:"burstiness,omitempty"`  // gamma shape; 1 is Poisson
 	Concurrency int     `json:"concurrency,omitempty"` // cap, 0 for none
-	NumPrompts  int     `json:"num_prompts,omitempty"` // requests asked for
-	MaxTokens   int     `json:"max_tokens,omitempty"`  // max_tokens sent
-	Seed        uint64  `json:"seed"`
+	// InFlightCap is the open loop's default cap on requests in flight (DefaultMaxInFlight)
+	// when Concurrency set none.
+	InFlightCap int    `json:"in_flight_cap,omitempty"`
+	NumPrompts  int    `json:"num_prompts,omitempty"` // requests asked for
+	MaxTokens   int    `json:"max_tokens,omitempty"`  // max_tokens sent
+	Seed        uint64 `json:"seed"`
 	// Segment is the share of the schedule this generator sent, for one of several hosts that
 	// send a schedule together; nil for a whole schedule. RequestRate and NumPrompts are then
 	// those of the whole schedule.

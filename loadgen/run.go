@@ -23,9 +23,15 @@ var errDrain = errors.New("drain timeout expired")
 // intended send time.
 //
 // Open loop (the default): each item is handed at its intended time to an idle sender goroutine,
-// or to a new one when all are busy, so there is no worker cap unless Concurrency sets one; with
-// a cap, due requests queue for a slot and the queueing counts into their latency. Closed loop
-// (ClosedLoop): Concurrency users each send their next item when the previous one ended.
+// or to a new one when all are busy, and at most Concurrency requests are in flight
+// (DefaultMaxInFlight when Concurrency is 0): a due request that finds every slot taken waits
+// for one, and the wait counts into its latency (it shows as send lag). When a few items wait
+// (maxBacklog, or as many as there are slots), the pacer holds the next ones back, their
+// intended times unchanged, so a target that falls behind costs bounded memory. The pacer wakes
+// at most every 200 us: requests due closer together go out in small batches, each at most that
+// late (see pacerQuantum).
+// Closed loop (ClosedLoop): Concurrency users each send their next item when the previous one
+// ended.
 //
 // Sending stops after NumItems items, at Duration (both counted after the warmup), when the
 // workload ends, when Stop is closed, or when ctx is done. Run then waits for the requests in
@@ -101,8 +107,16 @@ type runner struct {
 	cancel   context.CancelCauseFunc
 	sendCtx  context.Context // done when sending stops early: ctx done or Stop closed
 	stopped  atomic.Bool     // Stop was closed
-	sem      chan struct{}   // concurrency slots; nil without a cap
+	sem      chan struct{}   // slots of requests in flight; nil in a closed loop
 	wg       sync.WaitGroup
+
+	// The open loop's backlog: items handed to a sender whose first request has no slot yet.
+	// The pacer hands over no more while it is full, so that a target that falls behind costs
+	// a bounded number of goroutines; the items it holds back keep their intended times.
+	waiting    atomic.Int64
+	freed      chan struct{} // poked when a waiting item got its slot
+	defaultCap bool          // the cap is DefaultMaxInFlight, not Concurrency
+	slotWaits  atomic.Int64  // requests that waited for a slot
 
 	measuredFrom atomic.Int64 // intended time of the first measured item, in ns; -1 until one
 	warmups      atomic.Int64 // records of warmup requests
@@ -144,8 +158,12 @@ func newRunner(ctx context.Context, cfg Config) *runner {
 	}
 	r.measuredFrom.Store(-1)
 	r.reqCtx, r.cancel = context.WithCancelCause(ctx)
-	if cfg.Concurrency > 0 && !cfg.ClosedLoop {
-		r.sem = make(chan struct{}, cfg.Concurrency)
+	if !cfg.ClosedLoop {
+		n := cfg.Concurrency
+		if n == 0 {
+			n, r.defaultCap = DefaultMaxInFlight(), true
+		}
+		r.sem, r.freed = make(chan struct{}, n), make(chan struct{}, 1)
 	}
 	// 1 us to 1 h at 2 significant digits: ~1% resolution, enough for a progress line.
 	r.e2el = hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 2)
@@ -165,23 +183,93 @@ func (r *runner) openLoop(ctx context.Context) {
 	defer unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var giveUp <-chan time.Time // when a run by Duration stops waiting for its backlog
+	if r.duration > 0 && r.cfg.DrainTimeout > 0 {
+		t := time.NewTimer(time.Until(r.start.Add(r.duration + r.cfg.DrainTimeout)))
+		defer t.Stop()
+		giveUp = t.C
+	}
 	work := make(chan openItem) // unbuffered: an item goes only to a sender waiting for it
+	var woke time.Time          // the last wake-up's target (see pacerQuantum)
 	for n, measured := 0, 0; r.cfg.NumItems <= 0 || measured < r.cfg.NumItems; n++ {
 		item, ok := r.cfg.Workload.Next()
 		if !ok || (r.duration > 0 && item.At >= r.duration) {
 			break
 		}
-		if !waitUntil(ctx, timer, r.start.Add(item.At)) {
+		at := r.start.Add(item.At)
+		if next := woke.Add(pacerQuantum); at.Before(next) && time.Until(at) > 0 {
+			at = next // too soon after the last wake-up: it goes with the next batch
+		}
+		slept := time.Until(at) > 0
+		if !waitUntil(ctx, timer, at) {
 			break
+		}
+		if slept {
+			woke = at
 		}
 		warm := r.isWarmup(n, item.At)
 		if !warm {
 			measured++
 		}
+		if !r.awaitBacklog(ctx, giveUp) {
+			r.dropDue(item, warm, n+1, measured)
+			break
+		}
+		r.waiting.Add(1)
 		r.dispatch(work, openItem{item: item, warm: warm})
 	}
 	close(work)
 	r.sendingEnded = r.since()
+}
+
+// maxBacklog bounds the backlog: items handed to a sender that wait for a slot. Each holds a
+// goroutine (its stack grown on the way through the HTTP client), and a few suffice to take
+// every slot the moment it frees; the pacer holds the others back at no cost.
+const maxBacklog = 64
+
+// awaitBacklog waits while the backlog is full: min(slots, maxBacklog) items wait for a slot.
+// It reports false when sending stopped (ctx done) or giveUp fired first.
+func (r *runner) awaitBacklog(ctx context.Context, giveUp <-chan time.Time) bool {
+	for r.waiting.Load() >= int64(min(cap(r.sem), maxBacklog)) {
+		select {
+		case <-r.freed:
+		case <-ctx.Done():
+			return false
+		case <-giveUp:
+			r.cancel(errDrain) // the drain's deadline passed with due items still held back
+			return false
+		}
+	}
+	return true
+}
+
+// dropDue records, once sending stopped with a full backlog, the item the pacer held (warm if
+// warmup) and every later one already due: n items were planned before those, measured of
+// them measured. Each leaves one record of its first request, not sent, of the stop's kind.
+func (r *runner) dropDue(item Item, warm bool, n, measured int) {
+	now := r.since()
+	kind := r.stopKind()
+	for {
+		if warm {
+			r.warmups.Add(1)
+		}
+		rec := Record{Intended: item.At, Sent: now, End: now, Session: item.Session, Key: item.Request.Key,
+			Warmup: warm, ErrKind: kind, Err: "not sent: the run stopped while every slot and the backlog were full"}
+		r.unsent.Add(1)
+		r.finish(&rec)
+		r.deliver([]itemRecord{{rec: rec, seq: r.seq.Add(1)}})
+		if r.cfg.NumItems > 0 && measured >= r.cfg.NumItems {
+			return
+		}
+		var ok bool
+		if item, ok = r.cfg.Workload.Next(); !ok || item.At > now || (r.duration > 0 && item.At >= r.duration) {
+			return
+		}
+		if warm = r.isWarmup(n, item.At); !warm {
+			measured++
+		}
+		n++
+	}
 }
 
 // openItem is a due item handed from the pacer to a sender.
@@ -190,8 +278,8 @@ type openItem struct {
 	warm bool
 }
 
-// dispatch hands a due item to an idle sender, or starts one when every sender is busy: the
-// open loop never waits for a sender, so there is no cap unless Concurrency sets one. Senders
+// dispatch hands a due item to an idle sender, or starts one when every sender is busy (the
+// backlog, not the number of senders, bounds how many there are). Senders
 // are reused rather than started per request: a new goroutine grows its stack anew (copying it
 // each time) on the way through the HTTP client, a cost a reused one paid once.
 func (r *runner) dispatch(work chan openItem, it openItem) {
@@ -371,21 +459,14 @@ func (r *runner) send(req *Request, session string, step int, intended time.Dura
 	if warm {
 		r.warmups.Add(1)
 	}
-	if r.sem != nil {
-		r.queued.Add(1)
-		select {
-		case r.sem <- struct{}{}:
-			r.queued.Add(-1)
-		case <-r.reqCtx.Done():
-			r.queued.Add(-1)
-			now := r.since()
-			rec.Sent, rec.End = now, now
-			rec.ErrKind = r.stopKind()
-			rec.Err = "still waiting for a concurrency slot when the run stopped"
-			r.unsent.Add(1)
-			r.finish(&rec)
-			return itemRecord{rec: rec, seq: seq}, false
-		}
+	if r.sem != nil && !r.acquire(step == 0) {
+		now := r.since()
+		rec.Sent, rec.End = now, now
+		rec.ErrKind = r.stopKind()
+		rec.Err = "still waiting for a concurrency slot when the run stopped"
+		r.unsent.Add(1)
+		r.finish(&rec)
+		return itemRecord{rec: rec, seq: seq}, false
 	}
 	r.sent.Add(1)
 	r.cfg.Client.Do(r.reqCtx, req, r.start, &rec)
@@ -400,6 +481,41 @@ func (r *runner) send(req *Request, session string, step int, intended time.Dura
 	}
 	r.finish(&rec)
 	return itemRecord{rec: rec, seq: seq}, rec.OK()
+}
+
+// acquire takes a slot for a request, waiting while every slot is taken, and reports false
+// when the run stopped first. first marks an open-loop item's first request, which leaves the
+// backlog then.
+func (r *runner) acquire(first bool) bool {
+	if first {
+		defer r.leaveBacklog()
+	}
+	if r.reqCtx.Err() != nil {
+		return false // a slot freed by a cancelled request is no reason to send
+	}
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	default:
+	}
+	r.slotWaits.Add(1)
+	r.queued.Add(1)
+	defer r.queued.Add(-1)
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	case <-r.reqCtx.Done():
+		return false
+	}
+}
+
+// leaveBacklog counts an item out of the backlog and wakes the pacer if it waits for room.
+func (r *runner) leaveBacklog() {
+	r.waiting.Add(-1)
+	select {
+	case r.freed <- struct{}{}:
+	default:
+	}
 }
 
 // stopKind is the error kind of a request the run stopped: drained or cancelled.
@@ -520,10 +636,14 @@ func (r *runner) result() *Result {
 	if info.Concurrency == 0 {
 		info.Concurrency = r.cfg.Concurrency
 	}
+	if r.defaultCap {
+		info.InFlightCap = cap(r.sem)
+	}
 	if info.NumPrompts == 0 {
 		info.NumPrompts = r.cfg.NumItems
 	}
-	res := &Result{Start: r.start, Duration: last, Records: recs, Config: info, Warmup: int(r.warmups.Load())}
+	res := &Result{Start: r.start, Duration: last, Records: recs, Config: info, Warmup: int(r.warmups.Load()),
+		SlotWaits: int(r.slotWaits.Load())}
 	if r.cfg.Warmup > 0 || r.cfg.WarmupDuration > 0 {
 		// Without a measured item the measured run is empty: it begins where the run ended.
 		res.MeasuredFrom = max(last, r.cfg.WarmupDuration)

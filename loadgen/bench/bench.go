@@ -515,7 +515,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := o.Load.NewClient(ctx, o.ClientOptions...)
+	// As many connections as requests in flight at most: the cap, or the closed loop's users.
+	conns := o.Concurrency
+	if conns == 0 {
+		conns = loadgen.DefaultMaxInFlight()
+	}
+	c, err := o.Load.NewClient(ctx, append([]client.Option{client.WithMaxConns(conns)}, o.ClientOptions...)...)
 	if err != nil {
 		return err
 	}
@@ -609,10 +614,20 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "server clock: %+.3f ms from ours (+- %.3f ms, best of %d responses)\n",
 			float64(off.Offset)/1e6, float64(off.Uncertainty)/1e6, off.Samples)
 	}
+	noteCap(stderr, res)
 	if res.Config.Interrupted {
 		return errors.New("interrupted: the results above cover what completed")
 	}
 	return checkErrorRate(bench, o.Load.MaxErrorRate)
+}
+
+// noteCap says when requests waited for the open loop's default cap on requests in flight: the
+// target fell behind, and their wait is in their send lag.
+func noteCap(stderr io.Writer, res *loadgen.Result) {
+	if res.SlotWaits > 0 && res.Config.InFlightCap > 0 {
+		fmt.Fprintf(stderr, "note: %d requests found all %d slots of the default cap on requests in flight taken and waited\n"+
+			"(their wait is in their send lag); --concurrency sets another cap\n", res.SlotWaits, res.Config.InFlightCap)
+	}
 }
 
 // runInfo describes a run of plan p for the reports.

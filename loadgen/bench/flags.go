@@ -90,7 +90,7 @@ func (o *Load) flagsParsed(set map[string]bool) {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	o.Load.RegisterFlags(fs)
 	o.RequestRate = math.Inf(1)
-	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight at most (with a rate), or closed-loop users (without one); 0: no cap")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight at most (with a rate), or closed-loop users (without one); 0 with a rate:\nthe default cap, 1024 or fewer under the open-file limit (requests beyond it wait for a slot,\nand the wait counts as send lag)")
 	fs.IntVar(&o.Concurrency, "max-concurrency", 0, "alias of --concurrency (vLLM's name)")
 	fs.IntVar(&o.NumPrompts, "num-prompts", 1000, "requests (or sessions) to send; with --duration, 0 means no limit")
 	fs.Var(rateValue{&o.RequestRate}, "request-rate", "requests per second, or inf (default inf: a closed loop with --concurrency, else all at once)")
@@ -123,7 +123,7 @@ func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.RateStep, "rate-step", 0, "step of an arithmetic ladder")
 	fs.Float64Var(&o.RateMax, "rate-max", 0, "last rate of an arithmetic ladder (inclusive)")
 	fs.StringVar(&o.Concurrencies, "concurrencies", "", "closed-loop users of the ladder, comma-separated, instead of rates")
-	fs.IntVar(&o.Concurrency, "concurrency", 0, "with rates: cap on requests in flight (0: none)")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "with rates: cap on requests in flight (0: the default, 1024 or fewer under the open-file limit)")
 	fs.DurationVar(&o.PointDuration, "point-duration", 30*time.Second, "how long each point (and probe) sends")
 	fs.IntVar(&o.PointPrompts, "num-prompts", 0, "stop a point after this many requests, too (0: no limit)")
 	fs.StringVar(&o.SLO, "slo", "", "percentile SLO for max_rps_under_slo: pP_METRIC:MS (p95_e2el:2000) or METRIC:pP:MS")
@@ -133,6 +133,10 @@ func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Pause, "pause", 2*time.Second, "idle time between points, for the server to settle")
 	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.sweep/v1 JSON to this file ('-' for stdout)")
 	fs.StringVar(&o.HTMLOut, "html", "", "write a self-contained HTML report with the sweep curve to this file")
+	fs.StringVar(&o.Segment, "segment", "", "multi-host sweeps: send share i/n (i from 0 to n-1) of every point's seeded schedule;\n"+
+		"ragtail report merges the n sweep files point by point (needs --rates and --bisect=false)")
+	fs.StringVar(&o.StartAt, "start-at", "", "start the first point at this wall-clock time (RFC 3339 or Unix seconds) and each next one\n"+
+		"--warmup-duration + --point-duration + --drain-timeout + --pause + 1s later, so that several hosts run each point together")
 }
 
 // FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a

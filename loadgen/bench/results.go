@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,8 +10,9 @@ import (
 
 // ReadResults reads the result files at paths (written by bench --json or sweep --json) as one
 // document: a single file as it is (a bench or a sweep), several bench files merged exactly
-// (their histograms added, every statistic recomputed). The segments of a multi-host run must
-// all be there, once each, unless partial; notes and warnings about them go to stderr.
+// (their histograms added, every statistic recomputed), or the segments of a multi-host sweep
+// (sweep --segment) merged point by point. The segments of a multi-host run must all be there,
+// once each, unless partial; notes and warnings about them go to stderr.
 func ReadResults(paths []string, partial bool, stderr io.Writer) (report.Document, error) {
 	if len(paths) == 1 {
 		f, err := report.Read(paths[0])
@@ -23,19 +25,38 @@ func ReadResults(paths []string, partial bool, stderr io.Writer) (report.Documen
 		return f.Bench, nil
 	}
 	benches := make([]*report.Bench, 0, len(paths))
+	var sweeps []*report.Sweep
 	for _, path := range paths {
 		f, err := report.Read(path)
 		if err != nil {
 			return nil, err
 		}
-		if f.Bench == nil {
-			return nil, fmt.Errorf("%s is a sweep result: only bench results merge (render it alone)", path)
+		if f.Sweep != nil {
+			for _, p := range f.Sweep.Points {
+				if len(p.Bench.Sources) == 0 {
+					p.Bench.Sources = []string{path}
+				}
+			}
+			sweeps = append(sweeps, f.Sweep)
+			continue
 		}
 		if len(f.Bench.Sources) == 0 {
 			f.Bench.Sources = []string{path}
 		}
 		benches = append(benches, f.Bench)
 	}
+	switch {
+	case len(sweeps) > 0 && len(benches) > 0:
+		return nil, errors.New("a sweep result does not merge with bench results: only bench results merge, or the segments of one multi-host sweep")
+	case len(sweeps) > 0:
+		return mergeSweeps(sweeps, partial, stderr)
+	}
+	return mergeSegments(benches, partial, stderr, "")
+}
+
+// mergeSegments merges benches, checking the segments of a multi-host run among them; label
+// names the run in notes ("" for a bench, "point 2: " for a point of a sweep).
+func mergeSegments(benches []*report.Bench, partial bool, stderr io.Writer, label string) (*report.Bench, error) {
 	note, err := report.CheckSegments(benches)
 	switch {
 	case err != nil && !partial || err != nil && note == "":
@@ -44,15 +65,47 @@ func ReadResults(paths []string, partial bool, stderr io.Writer) (report.Documen
 		}
 		return nil, err
 	case err != nil:
-		fmt.Fprintf(stderr, "ragtail report: warning: %v\n", err)
+		fmt.Fprintf(stderr, "ragtail report: warning: %s%v\n", label, err)
 	case note != "":
-		fmt.Fprintf(stderr, "ragtail report: %s\n", note)
+		fmt.Fprintf(stderr, "ragtail report: %s%s\n", label, note)
 	}
 	merged, err := report.Merge(benches...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s%w", label, err)
 	}
 	return merged, nil
+}
+
+// mergeSweeps merges the sweeps that several hosts ran together (sweep --segment): the k-th
+// points of all are the segments of one schedule, checked and merged as bench segments are,
+// and the knees and the max rate under the SLO are found again on the merged ladder. Only
+// segments merge: sweeps of whole schedules are separate experiments.
+func mergeSweeps(sweeps []*report.Sweep, partial bool, stderr io.Writer) (*report.Sweep, error) {
+	first := sweeps[0]
+	n := len(first.Points)
+	for _, sw := range sweeps {
+		if len(sw.Points) != n {
+			return nil, fmt.Errorf("sweeps of %d and %d points: not the segments of one sweep", n, len(sw.Points))
+		}
+		for _, p := range sw.Points {
+			if p.Bench.Config.Segment == nil {
+				return nil, errors.New("a sweep result merges only with the other segments of a multi-host sweep (sweep --segment); only bench results merge otherwise: render a sweep alone")
+			}
+		}
+	}
+	points := make([]*report.Bench, n)
+	for k := range n {
+		benches := make([]*report.Bench, len(sweeps))
+		for i, sw := range sweeps {
+			benches[i] = sw.Points[k].Bench
+		}
+		m, err := mergeSegments(benches, partial, stderr, fmt.Sprintf("point %d: ", k+1))
+		if err != nil {
+			return nil, err
+		}
+		points[k] = m
+	}
+	return report.SummarizeSweep(points, report.SweepOptions{KneeThreshold: first.KneeThreshold, SLO: first.SLO}), nil
 }
 
 // WriteDocument writes doc as the report command does: the JSON and HTML files asked for

@@ -32,6 +32,63 @@ type SweepOptions struct {
 	Tolerance                    float64 // req/s; 0: 5% of the bracket's low end
 	Pause                        time.Duration
 	JSONOut, HTMLOut             string
+	// Segment (i/n) sends share i of every point's schedule, for a sweep that several hosts
+	// run together; StartAt (RFC 3339 or Unix seconds) is the instant the first point starts
+	// on every host, and point k starts pointPeriod later than point k-1.
+	Segment, StartAt string
+}
+
+// pointSlack is the time a point's period leaves beyond its sending, drain and pause, for
+// summarising it and planning the next.
+const pointSlack = time.Second
+
+// pointPeriod is the time from one point's start to the next's when hosts send a sweep
+// together: the point's warmup and sending, its drain, the pause and pointSlack, so that
+// every host starts every point on one instant however its drain went.
+func (o *SweepOptions) pointPeriod() time.Duration {
+	return o.Load.WarmupDuration + o.PointDuration + o.Load.DrainTimeout + o.Pause + pointSlack
+}
+
+// multiHost reads --segment and --start-at: the share of each point this host sends (nil for
+// all of it) and the start of the first point (zero: each point starts when the last ended).
+func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.SegmentOf, time.Time, error) {
+	var start time.Time
+	if o.StartAt != "" {
+		at, err := parseWallTime(o.StartAt)
+		if err != nil {
+			return nil, start, fmt.Errorf("--start-at: %w", err)
+		}
+		wait := time.Until(at)
+		if wait < 0 {
+			return nil, start, fmt.Errorf("--start-at %s is %s in the past", o.StartAt, (-wait).Round(time.Millisecond))
+		}
+		start = time.Now().Add(wait) // on the monotonic clock, from now
+	}
+	if o.Segment == "" {
+		if o.StartAt != "" {
+			fmt.Fprintln(stderr, "warning: every host started together without --segment sends the same seeded schedules, so their\n"+
+				"arrivals come in synchronised bursts; give each host --segment i/n (or its own --seed)")
+		}
+		return nil, start, nil
+	}
+	seg, err := loadgen.ParseSegment(o.Segment)
+	switch {
+	case err != nil:
+		return nil, start, fmt.Errorf("--segment: %w", err)
+	case len(users) > 0:
+		return nil, start, errors.New("--segment shares out schedules of arrivals: give --rates (a ladder of users has none)")
+	case o.SLO != "" && o.Bisect:
+		return nil, start, errors.New("--segment: a bisection's probes follow each host's own results; pass --bisect=false, merge the\n" +
+			"segments with ragtail report, and read max_rps_under_slo off the merged ladder")
+	case o.Load.Warmup > 0:
+		return nil, start, errors.New("--segment: use --warmup-duration, the same stretch on every host, rather than --warmup")
+	case o.Load.DrainTimeout <= 0:
+		return nil, start, errors.New("--segment needs a bounded --drain-timeout: every host starts each point on one instant, a drain later")
+	case start.IsZero():
+		start = time.Now()
+		fmt.Fprintln(stderr, "warning: --segment without --start-at: this host's points start when it started; give every host one --start-at")
+	}
+	return &seg, start, nil
 }
 
 // Sweep runs the sweep o describes: a ladder of bench points, each of --point-duration, then
@@ -60,6 +117,10 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	seg, start, err := o.multiHost(users, stderr)
+	if err != nil {
+		return err
+	}
 	c, err := o.Load.NewClient(ctx)
 	if err != nil {
 		return err
@@ -71,7 +132,7 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 
 	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
 	defer release()
-	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop}
+	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop, seg: seg, start: start}
 	ctx = runCtx
 	var benches []*report.Bench
 	interrupted := false
@@ -83,6 +144,7 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 		} else {
 			n = users[i]
 		}
+		s.k = i
 		b, err := s.point(ctx, rate, n, fmt.Sprintf("point %d/%d", i+1, points))
 		if errors.Is(err, errInterrupted) {
 			interrupted = true
@@ -241,6 +303,25 @@ type sweeper struct {
 	stderr io.Writer
 	slo    *report.PercentileSLO
 	stop   <-chan struct{} // closed by a first Ctrl-C: the point drains and the sweep ends
+	seg    *loadgen.SegmentOf
+	start  time.Time // of the first point, when hosts send the sweep together; else zero
+	k      int       // the ladder's point being run
+}
+
+// pointStart is when point k starts: zero (as soon as it can) for a sweep of one host. A point
+// whose instant has passed (the period was too short for this host) starts at once, with a
+// warning: its requests would otherwise all be late.
+func (s *sweeper) pointStart() time.Time {
+	if s.start.IsZero() {
+		return time.Time{}
+	}
+	at := s.start.Add(time.Duration(s.k) * s.o.pointPeriod())
+	if late := -time.Until(at); late > 0 {
+		fmt.Fprintf(s.stderr, "warning: point %d starts %s after its instant (--start-at plus %d periods of %s) on this host;\n"+
+			"its segments on the other hosts are not aligned with it\n", s.k+1, late.Round(time.Millisecond), s.k, s.o.pointPeriod())
+		return time.Time{}
+	}
+	return at
 }
 
 // point runs one point of the sweep and summarises it.
@@ -260,16 +341,29 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		return nil, errInterrupted
 	default:
 	}
-	_, b, err := measure(ctx, loadgen.Config{
+	start := s.pointStart()
+	cfg := loadgen.Config{
 		Workload: p.workload, Client: s.c, Concurrency: concurrency, ClosedLoop: p.closedLoop,
 		NumItems: s.o.PointPrompts, Duration: s.o.PointDuration, DrainTimeout: s.o.Load.drain(),
-		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop,
+		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
 		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts),
-	}, s.ropts, nil)
+	}
+	if s.seg != nil {
+		hash, err := s.o.Load.scheduleHash(rate, concurrency, s.o.PointPrompts, s.o.PointDuration)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Info = cfg.Info.WithSchedule(hash, s.seg)
+		// The share ends where the whole schedule would: the segment counts the prompts.
+		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *s.seg, s.o.PointPrompts, s.o.Load.WarmupDuration), 0
+		fmt.Fprintf(s.stderr, "  segment %s of schedule %s\n", s.seg, hash)
+	}
+	res, b, err := measure(ctx, cfg, s.ropts, nil)
 	if err != nil {
 		return nil, err
 	}
+	noteCap(s.stderr, res)
 	line := fmt.Sprintf("  achieved %.2f req/s, %d done, %d failed", b.RequestThroughput, b.Completed, b.Failed)
 	if h := b.Histograms[report.MetricE2EL]; h != nil && h.Count() > 0 {
 		line += fmt.Sprintf(", e2el p50 %.0f ms, p99 %.0f ms", msf(h.Quantile(0.5)), msf(h.Quantile(0.99)))
@@ -287,9 +381,10 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 	return b, nil
 }
 
-// rest waits between points.
+// rest waits between points (hosts that send a sweep together wait for each point's start
+// instead).
 func (s *sweeper) rest(ctx context.Context) error {
-	if s.o.Pause <= 0 {
+	if s.o.Pause <= 0 || !s.start.IsZero() {
 		return nil
 	}
 	t := time.NewTimer(s.o.Pause)
@@ -340,6 +435,7 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 			return false, err
 		}
 		n++
+		s.k++ // a probe takes the next period after the ladder's
 		b, err := s.point(ctx, rate, s.o.Concurrency, fmt.Sprintf("probe %d", n))
 		if err != nil {
 			return false, err

@@ -72,6 +72,7 @@ type config struct {
 	header       http.Header
 	timeout      time.Duration
 	transport    http.RoundTripper
+	maxConns     int // MaxConnsPerHost of the default transport; 0 for no limit
 	clockHeaders []string
 	tracing      *tracing // client spans (see WithTracerProvider); nil for none
 }
@@ -134,6 +135,12 @@ func WithTransport(rt http.RoundTripper) Option {
 	return optionFunc(func(c *config) { c.transport = rt })
 }
 
+// WithMaxConns limits the default transport to n connections to the target (0: no limit),
+// dialling no more while n are open. A load generator that caps its requests in flight at n
+// gives the same n here: then a connection dialled for a request that an idle one served first
+// cannot add to the open ones beyond the cap. It does not apply with WithTransport.
+func WithMaxConns(n int) Option { return optionFunc(func(c *config) { c.maxConns = max(n, 0) }) }
+
 // WithClockHeaders sets the response headers that may carry the server's clock, tried in
 // order (see DefaultClockHeaders for the accepted formats).
 func WithClockHeaders(names ...string) Option {
@@ -185,7 +192,9 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		o.apply(&cfg)
 	}
 	if cfg.transport == nil {
-		cfg.transport = NewTransport()
+		t := NewTransport()
+		t.MaxConnsPerHost = cfg.maxConns
+		cfg.transport = t
 	}
 	c := &Client{
 		cfg:         cfg,
@@ -242,6 +251,7 @@ type timing struct {
 	wrote     atomic.Int64 // offset at which the request was written; 0 if not yet
 	firstByte atomic.Int64
 	trace     httptrace.ClientTrace
+	tp        [1]string // the traceparent header's value, in the same allocation
 }
 
 func (t *timing) wroteRequest(httptrace.WroteRequestInfo) {
@@ -282,7 +292,8 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	} else {
 		traceID, traceparent = newTraceparent()
 	}
-	hreq.Header["Traceparent"] = []string{traceparent}
+	tm.tp[0] = traceparent
+	hreq.Header["Traceparent"] = tm.tp[:]
 	rec.TraceID = traceID
 
 	before := time.Since(origin)

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,10 +31,12 @@ type detailedRecord struct {
 // are there, marked "warmup": true, and session steps the run never sent "not_sent": true.
 // Lines come in the order the requests ended; "i" numbers them.
 type DetailedWriter struct {
-	bw  *bufio.Writer
-	enc *json.Encoder
-	itl []float64
-	err error
+	bw      *bufio.Writer
+	enc     *json.Encoder
+	itl     []float64
+	line    []byte       // one record's line, reused
+	scratch bytes.Buffer // for strings that need escaping
+	err     error
 }
 
 // NewDetailedWriter writes the first line, for a run starting at start, and returns the
@@ -71,25 +74,10 @@ func (d *DetailedWriter) Write(records ...loadgen.Record) {
 			return
 		}
 		r := &records[i]
-		rec := detailedRecord{Record: r, OK: r.OK(), E2ELMS: msv(r.E2EL()), ServiceE2ELMS: msv(r.ServiceE2EL()),
-			SendLagMS: msv(r.SendLag())}
-		lat := latencies(r, outputTokens(r))
-		if lat.HasTTFT {
-			v := msv(lat.TTFT)
-			rec.TTFTMS = &v
-		}
-		if lat.HasTPOT {
-			v := msv(lat.TPOT)
-			rec.TPOTMS = &v
-		}
-		d.itl = d.itl[:0]
-		for k := 1; k < len(r.Chunks); k++ {
-			d.itl = append(d.itl, msv(r.Chunks[k].At-r.Chunks[k-1].At))
-		}
-		if len(d.itl) > 0 {
-			rec.ITLMS = d.itl
-		}
-		if err := d.enc.Encode(rec); err != nil {
+		var rec detailedRecord
+		rec, d.itl = detailedLine(r, d.itl)
+		d.line = appendDetailed(d.line[:0], &rec, &d.scratch)
+		if _, err := d.bw.Write(d.line); err != nil {
 			d.err = fmt.Errorf("write detailed: request %d: %w", r.Index, err)
 		}
 	}

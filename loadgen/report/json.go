@@ -222,6 +222,7 @@ type configJSON struct {
 	NumPrompts   int          `json:"num_prompts"`
 	MaxTokens    int          `json:"max_tokens"`
 	Seed         uint64       `json:"seed"`
+	InFlightCap  int          `json:"in_flight_cap,omitempty"` // the open loop's default cap, when it applied
 	Segment      *segmentJSON `json:"segment,omitempty"`
 	ScheduleHash string       `json:"schedule_hash,omitempty"`
 	Interrupted  bool         `json:"interrupted,omitempty"`
@@ -247,6 +248,7 @@ func configObject(c loadgen.RunInfo) configJSON {
 	if c.Temperature != nil {
 		o.Temperature = realPtr(sig(*c.Temperature))
 	}
+	o.InFlightCap = c.InFlightCap
 	if c.Segment != nil {
 		o.Segment = &segmentJSON{Index: c.Segment.Index, Count: c.Segment.Count}
 	}
@@ -788,6 +790,9 @@ func decodeConfig(d *decodeError, o jobj) loadgen.RunInfo {
 	var n int64
 	d.count(o, "concurrency", &n)
 	c.Concurrency = int(n)
+	n = 0
+	d.count(o, "in_flight_cap", &n)
+	c.InFlightCap = int(min(n, 1<<30))
 	n = 0
 	d.count(o, "num_prompts", &n)
 	c.NumPrompts = int(n)

@@ -156,10 +156,11 @@ func mergeConfig(benches []*Bench) loadgen.RunInfo {
 	if _, err := CheckSegments(benches); err == nil && c.Segment != nil {
 		// The parts of one schedule: its rate and prompts, everyone's users.
 		c.Segment = nil
-		c.Concurrency = 0
+		c.Concurrency, c.InFlightCap = 0, 0
 		c.Command = "" // each host's names its own segment
 		for _, b := range benches {
 			c.Concurrency += b.Config.Concurrency
+			c.InFlightCap += b.Config.InFlightCap
 			c.Interrupted = c.Interrupted || b.Config.Interrupted
 		}
 		return c
@@ -190,6 +191,7 @@ func mergeConfig(benches []*Bench) loadgen.RunInfo {
 		}
 		c.RequestRate += o.RequestRate // +Inf when any is a closed loop
 		c.Concurrency += o.Concurrency
+		c.InFlightCap += o.InFlightCap
 		c.NumPrompts += o.NumPrompts
 		c.Interrupted = c.Interrupted || o.Interrupted
 	}

@@ -4,13 +4,15 @@
 // one run:
 //
 //   - CPU per request at a fixed rate (default 10,000 req/s): user + system time of the
-//     generator's process over the requests it completed, and the ratio ragtail / vegeta;
+//     generator's process over the requests it completed, and the ratio ragtail / vegeta,
+//     ragtail with and without --save-detailed (vegeta always writes its results file);
 //   - top rate: requests completed per second by 32 closed-loop users (ragtail --concurrency 32
 //     without a rate; vegeta -rate 0 -workers 32 -max-workers 32), and the ratio;
 //   - send lag at 2,000 req/s on a constant schedule: P50 and P99 of how late each request
 //     went out. ragtail records it per request; vegeta's is reconstructed from its results
 //     (timestamp against seq/rate, the attack's start taken from the least late request, so a
-//     lower bound).
+//     lower bound);
+//   - peak RSS at the fixed rate: each generator's own (VmHWM, see run).
 //
 // make bench builds vegeta from its Go module (this module's tool) and runs this.
 package main
@@ -63,12 +65,13 @@ func main() {
 	defer os.RemoveAll(dir)
 	h := &harness{ragtail: *ragtail, vegeta: *vegeta, url: url, dir: dir, phase: *phase}
 
-	var oursCPU, theirsCPU, oursTop, theirsTop measure
+	var oursCPU, oursDetailed, theirsCPU, oursTop, theirsTop measure
 	var oursLag, theirsLag []time.Duration
 	for r := range *rounds {
 		log.Printf("round %d of %d", r+1, *rounds)
 		oursCPU.add(h.ragtailRun(false, "--request-rate", fmt.Sprint(*rate), "--shape", "constant"))
 		theirsCPU.add(h.vegetaRun(*rate, 0))
+		oursDetailed.add(h.ragtailRun(true, "--request-rate", fmt.Sprint(*rate), "--shape", "constant"))
 		oursTop.add(h.ragtailRun(false, "--concurrency", fmt.Sprint(*users)))
 		theirsTop.add(h.vegetaRun(0, *users))
 		m := h.ragtailRun(true, "--request-rate", fmt.Sprint(*lagRate), "--shape", "constant")
@@ -83,11 +86,14 @@ func main() {
 	fmt.Printf("%-44s %12s %12s %8s\n", "", "ragtail", "vegeta", "ratio")
 	fmt.Printf("%-44s %12.1f %12.1f %8.2f\n", fmt.Sprintf("CPU per request at %g req/s (us)", *rate),
 		oursCPU.cpuPerRequest(), theirsCPU.cpuPerRequest(), oursCPU.cpuPerRequest()/theirsCPU.cpuPerRequest())
+	fmt.Printf("%-44s %12.1f %12.1f %8.2f\n", "  ragtail with --save-detailed (us)",
+		oursDetailed.cpuPerRequest(), theirsCPU.cpuPerRequest(), oursDetailed.cpuPerRequest()/theirsCPU.cpuPerRequest())
 	fmt.Printf("%-44s %12.0f %12.0f %8.2f\n", fmt.Sprintf("achieved rate at %g req/s (req/s)", *rate), oursCPU.rate(), theirsCPU.rate(), oursCPU.rate()/theirsCPU.rate())
 	fmt.Printf("%-44s %12.0f %12.0f %8.2f\n", fmt.Sprintf("top rate, %d closed-loop users (req/s)", *users), oursTop.rate(), theirsTop.rate(), oursTop.rate()/theirsTop.rate())
 	fmt.Printf("%-44s %12.3f %12.3f\n", fmt.Sprintf("send lag P50 at %g req/s (ms)", *lagRate), ms(quantile(oursLag, 0.5)), ms(quantile(theirsLag, 0.5)))
 	fmt.Printf("%-44s %12.3f %12.3f\n", fmt.Sprintf("send lag P99 at %g req/s (ms)", *lagRate), ms(quantile(oursLag, 0.99)), ms(quantile(theirsLag, 0.99)))
 	fmt.Printf("%-44s %12.1f %12.1f\n", "peak RSS at the fixed rate (MB)", oursCPU.peakMB(), theirsCPU.peakMB())
+	fmt.Printf("%-44s %12.1f %12.1f\n", "  ragtail with --save-detailed (MB)", oursDetailed.peakMB(), theirsCPU.peakMB())
 }
 
 type harness struct {
@@ -122,11 +128,33 @@ func (m *measure) cpuPerRequest() float64 { return float64(m.cpu) / 1e3 / float6
 func (m *measure) rate() float64          { return float64(m.requests) / m.elapsed.Seconds() }
 func (m *measure) peakMB() float64        { return float64(m.maxRSS) / 1024 }
 
-// run runs a command and returns its CPU time and peak RSS.
+// Both generators run as child processes, so neither's CPU includes the endpoint's (served by
+// this process). vegeta always encodes every result to its -output file; ragtail bench keeps
+// only bounded summaries unless --save-detailed asks for a JSONL of every record, so the CPU
+// row is given for ragtail both ways.
+
+// run runs a command and returns its CPU time and its own peak RSS.
+//
+// The peak is the child's VmHWM, read from /proc while it runs: the ru_maxrss that wait4
+// reports is no use here, because Go starts a child with vfork semantics (CLONE_VM), and Linux
+// carries the peak of the address space the child had before exec, this process's own, into
+// the child's ru_maxrss, so every child would report at least this process's peak (which holds
+// the decoded results of the previous phases). VmHWM is the peak of the child's own address
+// space; it never decreases, so the last reading before the exit misses at most the growth of
+// the final poll period.
 func run(name string, args ...string) (cpu time.Duration, maxRSS int64) {
 	cmd := exec.Command(name, args...)
 	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		log.Fatalf("%s: %v", name, err)
+	}
+	done := make(chan struct{})
+	peak := make(chan int64)
+	go func() { peak <- pollHWM(cmd.Process.Pid, done) }()
+	err := cmd.Wait()
+	close(done)
+	maxRSS = <-peak
+	if err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
 			log.Fatalf("%s: %v", name, err)
@@ -135,7 +163,44 @@ func run(name string, args ...string) (cpu time.Duration, maxRSS int64) {
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return cpu, ru.Maxrss
+	if maxRSS == 0 {
+		log.Fatalf("%s: no VmHWM read from /proc/%d/status", name, cmd.Process.Pid)
+	}
+	return cpu, maxRSS
+}
+
+// hwmPoll is how often pollHWM reads a child's peak RSS.
+const hwmPoll = 5 * time.Millisecond
+
+// pollHWM reads the VmHWM of process pid (KB) until done is closed, and returns the largest.
+func pollHWM(pid int, done <-chan struct{}) int64 {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	var peak int64
+	t := time.NewTicker(hwmPoll)
+	defer t.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			peak = max(peak, statusKB(b, "VmHWM:"))
+		}
+		select {
+		case <-done:
+			return peak
+		case <-t.C:
+		}
+	}
+}
+
+// statusKB returns the value in KB of a /proc/PID/status field ("VmHWM:   1234 kB"), 0 if absent.
+func statusKB(status []byte, field string) int64 {
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err == nil {
+				return kb
+			}
+		}
+	}
+	return 0
 }
 
 // ragtailRun runs ragtail bench for a phase (GETs of the endpoint, as vegeta sends), with
