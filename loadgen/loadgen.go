@@ -16,6 +16,16 @@ type Request struct {
 	Path         string         // GET this path (already escaped) instead of a chat completion
 	Key          string         // the document key a key lookup asks for, recorded in Record.Key
 	Extra        map[string]any // extra top-level body fields of this request, over the client's own
+	// Input, when set, makes this an embeddings request (POST /v1/embeddings) of these texts,
+	// in one batch; Messages are then not sent.
+	Input []string `json:",omitempty"`
+	// Continues marks a session step that continues the conversation: it is sent with the
+	// messages of the session's earlier chat steps and the server's actual answers to them,
+	// followed by its own Messages (the new turn). Run builds those messages.
+	Continues bool `json:",omitempty"`
+	// KeepAnswer asks the client to keep the answer's text in Record.Answer, because a later
+	// step continues the conversation; Run sets it only then, so other requests pay nothing.
+	KeepAnswer bool `json:",omitempty"`
 }
 
 // Message is one chat message.

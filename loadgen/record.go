@@ -28,8 +28,14 @@ type Record struct {
 	Sent       time.Duration `json:"sent_ns"`                  // when it was actually written to the connection
 	FirstByte  time.Duration `json:"first_byte_ns,omitempty"`  // first response byte (headers)
 	FirstToken time.Duration `json:"first_token_ns,omitempty"` // first chunk carrying content
-	End        time.Duration `json:"end_ns"`                   // last byte, or the failure
-	Chunks     []Chunk       `json:"chunks,omitempty"`         // every content chunk, in order
+	// FirstOutput is the first chunk carrying answer content, not reasoning (reasoning_content
+	// or reasoning deltas): the same as FirstToken for a server that does not reason aloud.
+	FirstOutput time.Duration `json:"first_output_ns,omitempty"`
+	// Reasoned marks a response that streamed reasoning (reasoning_content or reasoning
+	// deltas), before its answer or without one.
+	Reasoned bool          `json:"reasoned,omitempty"`
+	End      time.Duration `json:"end_ns"`           // last byte, or the failure
+	Chunks   []Chunk       `json:"chunks,omitempty"` // every content chunk, in order
 
 	Status  int    `json:"status"`             // HTTP status; 0 if no response
 	Err     string `json:"error,omitempty"`    // what went wrong, for humans
@@ -43,6 +49,11 @@ type Record struct {
 	TokensFromUsage bool `json:"tokens_from_usage,omitempty"` // OutputTokens came from the server's usage, not counted
 	CachedTokens    int  `json:"cached_tokens,omitempty"`     // usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache held
 	ReasoningTokens int  `json:"reasoning_tokens,omitempty"`  // usage.completion_tokens_details.reasoning_tokens, within OutputTokens
+	Inputs          int  `json:"inputs,omitempty"`            // texts embedded, for an embeddings request
+
+	// Answer is the answer's text, kept only when the request asked for it (KeepAnswer) and
+	// only until the session's next step is built from it; it is never written out.
+	Answer string `json:"-"`
 }
 
 // Chunk is one content chunk of a streamed response.
@@ -72,6 +83,15 @@ func (r *Record) TTFT() (time.Duration, bool) {
 		return 0, false
 	}
 	return r.FirstToken - r.Intended, true
+}
+
+// TTFO is the time to first output token: the first answer content (not reasoning) minus the
+// intended send time.
+func (r *Record) TTFO() (time.Duration, bool) {
+	if r.FirstOutput == 0 {
+		return 0, false
+	}
+	return r.FirstOutput - r.Intended, true
 }
 
 // E2EL is the end-to-end latency: last byte minus intended send time.

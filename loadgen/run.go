@@ -385,13 +385,17 @@ func (r *runner) endClaimsLocked() {
 	r.claimsDoneOnce.Do(func() { close(r.claimsDone) })
 }
 
-// runItem sends an item's request, intended at intended, then the later steps of its session,
-// hands the item's records over, and returns when the last request it sent ended.
+// runItem sends an item's request, intended at intended, then the later steps of its session
+// (those that continue the conversation carry its history, see conversation), hands the item's
+// records over, and returns when the last request it sent ended.
 func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time.Duration) {
 	var one [1]itemRecord
 	recs := one[:0]
 	defer func() { r.deliver(recs) }()
-	rec, ok := r.send(&item.Request, item.Session, 0, intended, warm)
+	var conv conversation
+	req := conv.request(&item.Request, item.Then)
+	rec, ok := r.send(req, item.Session, 0, intended, warm)
+	conv.answered(req, &rec.rec)
 	recs = append(recs, rec)
 	end = rec.rec.End
 	if len(item.Then) == 0 {
@@ -425,7 +429,9 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 			recs = append(recs, r.notSent(item.Session, k+1, due, &st.Request, warm))
 			return end
 		}
-		rec, ok = r.send(&st.Request, item.Session, k+1, due, warm)
+		req = conv.request(&st.Request, item.Then[k+1:])
+		rec, ok = r.send(req, item.Session, k+1, due, warm)
+		conv.answered(req, &rec.rec)
 		recs = append(recs, rec)
 		end = rec.rec.End
 	}

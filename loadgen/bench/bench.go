@@ -55,6 +55,10 @@ type Load struct {
 	Dataset    string  // prompts: a length class, a file, or keys[:FILE]
 	Sessions   string  // a sessions JSONL file or "synthetic"
 	Think      time.Duration
+	// MultiTurn replays a dataset's conversations turn by turn as sessions, and makes every
+	// chat step of a sessions file continue the conversation, each turn carrying the server's
+	// actual answers to the turns before it.
+	MultiTurn bool
 	// Trace paces a trace dataset (Dataset mooncake:FILE, azure:FILE or burstgpt:FILE).
 	Trace TraceOptions
 
@@ -370,6 +374,9 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(o.Shape)), ":")
 	profiled := name == "ramp" || name == "step" || name == "steps"
 	p := plan{rate: rate}
+	if _, _, trace := traceDataset(o.Dataset); o.MultiTurn && (trace || name == "article" || o.Sessions == "synthetic" || o.isKeyLookups()) {
+		return p, errors.New("--multi-turn replays conversations: give a ShareGPT or OpenAI-messages --dataset file, or --sessions FILE")
+	}
 	if tp, ok, err := o.tracePlan(rate); ok {
 		return tp, err
 	}
@@ -439,6 +446,9 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 			if err != nil {
 				return p, fmt.Errorf("--sessions %s: %w", o.Sessions, err)
 			}
+			if o.MultiTurn {
+				shape.ContinueConversations(sessions)
+			}
 			if sessions[0].HasStart {
 				p.desc = "sessions replayed at their start times"
 				p.closedLoop = false
@@ -452,12 +462,39 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 		return p, nil
 	}
 
+	if o.MultiTurn {
+		src, err := o.conversations()
+		if err != nil {
+			return p, err
+		}
+		p.desc = strings.TrimPrefix(p.desc+", conversations from "+filepath.Base(o.Dataset), ", ")
+		p.workload = shape.Sessions(proc, src)
+		return p, nil
+	}
 	src, err := o.source()
 	if err != nil {
 		return p, err
 	}
 	p.workload = shape.Open(proc, src)
 	return p, nil
+}
+
+// conversations builds the multi-turn sessions of --dataset FILE --multi-turn.
+func (o *Load) conversations() (shape.SessionSource, error) {
+	f, err := os.Open(o.Dataset)
+	if err != nil {
+		return nil, fmt.Errorf("--multi-turn needs a ShareGPT or OpenAI-messages --dataset file (or --sessions FILE): %w", err)
+	}
+	defer func() { _ = f.Close() }() // read only
+	convs, err := shape.ReadConversations(f)
+	if err != nil {
+		return nil, fmt.Errorf("--dataset %s: %w", o.Dataset, err)
+	}
+	src, err := shape.ConversationSessions(convs, o.Think, o.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("--multi-turn: %w", err)
+	}
+	return src, nil
 }
 
 // drain is the drain timeout for loadgen.Config: --drain-timeout 0 waits as long as it takes.

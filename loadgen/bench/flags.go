@@ -34,7 +34,8 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Dataset, "dataset", "mixed", "prompts: short, medium, long, mixed, N or MIN-MAX tokens (synthetic); a ShareGPT JSON or\nOpenAI-messages JSONL file; keys[:FILE] for GET /v1/documents/{id} lookups (see --key-*); or a trace\nreplayed on its timestamps: mooncake:FILE (JSONL), azure:FILE or burstgpt:FILE (CSV), see --trace-*")
 	o.Trace.RegisterFlags(fs)
 	fs.StringVar(&o.Sessions, "sessions", "", "replay user sessions: a JSONL file (session, step, think_ms, start_ms, request) or 'synthetic'\n(search -> product -> cart paths); sessions start at the arrival process unless the file gives start_ms")
-	fs.DurationVar(&o.Think, "think", time.Second, "median think time between steps of synthetic sessions")
+	fs.DurationVar(&o.Think, "think", time.Second, "median think time between steps of synthetic sessions; with --multi-turn, the pause after each answer\nbefore a conversation's next turn")
+	fs.BoolVar(&o.MultiTurn, "multi-turn", false, "replay the --dataset file's conversations turn by turn as sessions (ShareGPT: every human turn, not\nonly the first), and with --sessions FILE make each chat step continue the conversation: every turn\nis sent with the server's actual answers to the turns before it, never the dataset's recorded replies")
 	o.registerArticle(fs)
 	o.registerKeys(fs)
 

@@ -11,6 +11,10 @@ import (
 // chunkInfo is what a benchmark needs from one chat.completion(.chunk) object.
 type chunkInfo struct {
 	content          bool   // a choice carries non-empty content, reasoning or text
+	output           bool   // a choice carries non-empty answer content or text (not reasoning)
+	reasoning        bool   // a choice carries non-empty reasoning_content or reasoning
+	text             []byte // the raw JSON string of the last answer content or text seen
+	textEscaped      bool   // text holds escapes
 	finished         bool   // a choice carries a finish reason
 	hasUsage         bool   // a usage object was present
 	promptTokens     int    // usage.prompt_tokens, when hasUsage
@@ -295,8 +299,15 @@ func (s *scanner) object(c scanCtx, out *chunkInfo) error {
 			if c == ctxDelta && (delta.content || delta.reasoningContent || delta.reasoning) {
 				out.content = true
 			}
+			if c == ctxDelta && delta.content {
+				out.output = true
+			}
+			if c == ctxDelta && (delta.reasoningContent || delta.reasoning) {
+				out.reasoning = true
+			}
 			if c == ctxChoice {
 				out.content = out.content || choice.text
+				out.output = out.output || choice.text
 				out.finished = out.finished || choice.finished
 			}
 			return nil
@@ -316,7 +327,8 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 	case ctxTop:
 		switch key {
 		case "choices":
-			out.content, out.finished = false, false // a repeated "choices": the last one counts
+			// a repeated "choices": the last one counts
+			out.content, out.finished, out.output, out.reasoning = false, false, false, false
 			return s.value(ctxChoices, out)
 		case "usage":
 			if s.b[s.i] == '{' {
@@ -363,14 +375,14 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 		case "delta", "message":
 			return s.value(ctxDelta, out)
 		case "text":
-			return s.stringFlag(text, nonEmptyString)
+			return s.textFlag(text, out)
 		case "finish_reason":
 			return s.stringFlag(finished, nonEmptyString)
 		}
 	case ctxDelta:
 		switch key {
 		case "content":
-			return s.stringFlag(content, nonEmptyString)
+			return s.textFlag(content, out)
 		case "reasoning_content":
 			return s.stringFlag(reasoningContent, nonEmptyString)
 		case "reasoning":
@@ -410,6 +422,46 @@ func (s *scanner) stringFlag(flag *bool, test func(raw []byte) bool) error {
 	raw, _, err := s.str()
 	*flag = err == nil && test(raw)
 	return err
+}
+
+// textFlag scans answer content (a delta's or message's content, a choice's text): *flag is
+// whether it is a non-empty string, and a non-empty string is kept as out.text.
+func (s *scanner) textFlag(flag *bool, out *chunkInfo) error {
+	if s.b[s.i] != '"' {
+		*flag = false
+		return s.value(ctxOther, &chunkInfo{})
+	}
+	raw, escaped, err := s.str()
+	*flag = err == nil && nonEmptyString(raw)
+	if *flag {
+		out.text, out.textEscaped = raw, escaped
+	}
+	return err
+}
+
+// appendText appends the answer text of the chunk to dst, unescaped, up to limit bytes in all.
+func (ch *chunkInfo) appendText(dst []byte, limit int) []byte {
+	if !ch.output || len(ch.text) < 2 || len(dst) >= limit {
+		return dst
+	}
+	if !ch.textEscaped {
+		return appendLimited(dst, ch.text[1:len(ch.text)-1], limit)
+	}
+	var str string
+	if json.Unmarshal(ch.text, &str) != nil {
+		return dst
+	}
+	return appendLimited(dst, []byte(str), limit)
+}
+
+func appendLimited(dst, b []byte, limit int) []byte {
+	if room := limit - len(dst); len(b) > room {
+		for room > 0 && b[room]&0xC0 == 0x80 { // do not split a UTF-8 sequence
+			room--
+		}
+		b = b[:room]
+	}
+	return append(dst, b...)
 }
 
 func nonEmptyString(raw []byte) bool { return len(raw) > 2 }

@@ -600,8 +600,12 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 		done       bool
 		finished   bool
 		usageSeen  bool
-		lastCumOut int // completion tokens of the last chunk that carried usage
+		lastCumOut int    // completion tokens of the last chunk that carried usage
+		answer     []byte // the answer's text, when the request asks to keep it
 	)
+	if req.KeepAnswer {
+		defer func() { rec.Answer = string(answer) }()
+	}
 	for {
 		event, data, at, err := sr.next()
 		if err != nil {
@@ -650,6 +654,13 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 			}
 			if rec.FirstToken == 0 {
 				rec.FirstToken = offset
+			}
+			if ch.output && rec.FirstOutput == 0 {
+				rec.FirstOutput = offset
+			}
+			rec.Reasoned = rec.Reasoned || ch.reasoning
+			if req.KeepAnswer {
+				answer = ch.appendText(answer, maxAnswerBytes)
 			}
 			rec.Chunks = append(rec.Chunks, loadgen.Chunk{At: offset, Tokens: tokens})
 		}
@@ -707,8 +718,14 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 	if ch.serverTiming != nil {
 		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
 	}
-	_ = req
+	rec.Reasoned = ch.reasoning
+	if req.KeepAnswer {
+		rec.Answer = string(ch.appendText(nil, maxAnswerBytes))
+	}
 }
+
+// maxAnswerBytes bounds the answer text kept for a conversation's next turn.
+const maxAnswerBytes = 1 << 20
 
 // fail marks rec failed with kind and err, keeping the first failure.
 func fail(rec *loadgen.Record, kind string, err error) {
