@@ -19,8 +19,8 @@ func TestScanChunk(t *testing.T) {
 		bad  bool
 	}{
 		{"role chunk", `{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`, chunkInfo{}, false},
-		{"content", `{"id":"x","choices":[{"delta":{"content":"hi"},"logprobs":null}]}`, chunkInfo{content: true}, false},
-		{"escaped content", `{"choices":[{"delta":{"content":"\"\\\u00e9\n"}}]}`, chunkInfo{content: true}, false},
+		{"content", `{"id":"x","choices":[{"delta":{"content":"hi"},"logprobs":null}]}`, chunkInfo{content: true, output: true}, false},
+		{"escaped content", `{"choices":[{"delta":{"content":"\"\\\u00e9\n"}}]}`, chunkInfo{content: true, output: true}, false},
 		{"finish", `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, chunkInfo{finished: true}, false},
 		{"usage", `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":300,"total_tokens":312}}`, chunkInfo{hasUsage: true, promptTokens: 12, completionTokens: 300}, false},
 		{"usage null", `{"choices":[],"usage":null}`, chunkInfo{}, false},
@@ -30,16 +30,17 @@ func TestScanChunk(t *testing.T) {
 		{"details elsewhere ignored", `{"x":{"prompt_tokens_details":{"cached_tokens":5}},"usage":{"cached_tokens":3}}`, chunkInfo{hasUsage: true}, false},
 		{"odd counts ignored", `{"usage":{"prompt_tokens":-1,"completion_tokens":1.5}}`, chunkInfo{hasUsage: true}, false},
 		{"integral exponent", `{"usage":{"completion_tokens":1e3}}`, chunkInfo{hasUsage: true, completionTokens: 1000}, false},
-		{"legacy text", `{"choices":[{"text":"x","finish_reason":"length"}]}`, chunkInfo{content: true, finished: true}, false},
-		{"message", `{"choices":[{"message":{"content":"whole"},"finish_reason":"stop"}]}`, chunkInfo{content: true, finished: true}, false},
-		{"reasoning", `{"choices":[{"delta":{"reasoning_content":"hmm"}}]}`, chunkInfo{content: true}, false},
+		{"legacy text", `{"choices":[{"text":"x","finish_reason":"length"}]}`, chunkInfo{content: true, output: true, finished: true}, false},
+		{"message", `{"choices":[{"message":{"content":"whole"},"finish_reason":"stop"}]}`, chunkInfo{content: true, output: true, finished: true}, false},
+		{"reasoning", `{"choices":[{"delta":{"reasoning_content":"hmm"}}]}`, chunkInfo{content: true, reasoning: true}, false},
+		{"reasoning (llama.cpp's name) beside content", `{"choices":[{"delta":{"reasoning":"hmm","content":"a"}}]}`, chunkInfo{content: true, output: true, reasoning: true}, false},
 		{"content of the wrong type", `{"choices":[{"delta":{"content":5}}]}`, chunkInfo{}, false},
 		{"nested content elsewhere ignored", `{"extra":{"choices":[{"delta":{"content":"x"}}]}}`, chunkInfo{}, false},
 		{"openai error", `{"error":{"message":"boom","type":"server_error"}}`, chunkInfo{isError: true}, false},
 		{"string error", `{"error":"boom"}`, chunkInfo{isError: true}, false},
 		{"null error", `{"error":null,"choices":[]}`, chunkInfo{}, false},
 		{"vllm error", `{"object":"error","message":"oom","code":500}`, chunkInfo{isError: true, objectIsError: true}, false},
-		{"escaped key", `{"ch\u006fices":[{"delta":{"content":"a"}}]}`, chunkInfo{content: true}, false},
+		{"escaped key", `{"ch\u006fices":[{"delta":{"content":"a"}}]}`, chunkInfo{content: true, output: true}, false},
 		{"repeated choices: the last counts", `{"choices":[{"delta":{"content":"a"}}],"choices":[]}`, chunkInfo{}, false},
 		{"truncated", `{"choices":[{"delta":{"content":"a`, chunkInfo{}, true},
 		{"trailing garbage", `{} x`, chunkInfo{}, true},
@@ -68,7 +69,8 @@ func TestScanChunk(t *testing.T) {
 func sameInfo(a, b chunkInfo) bool {
 	return a.content == b.content && a.finished == b.finished && a.hasUsage == b.hasUsage &&
 		a.promptTokens == b.promptTokens && a.completionTokens == b.completionTokens && a.isError == b.isError &&
-		a.cachedTokens == b.cachedTokens && a.reasoningTokens == b.reasoningTokens
+		a.cachedTokens == b.cachedTokens && a.reasoningTokens == b.reasoningTokens &&
+		a.output == b.output && a.reasoning == b.reasoning
 }
 
 // referenceInfo extracts the same fields with encoding/json, following scanChunk's documented
@@ -97,10 +99,12 @@ func referenceInfo(b []byte) (info chunkInfo, valid, ok bool) {
 					if nonEmpty(d["content"]) || nonEmpty(d["reasoning_content"]) || nonEmpty(d["reasoning"]) {
 						info.content = true
 					}
+					info.output = info.output || nonEmpty(d["content"])
+					info.reasoning = info.reasoning || nonEmpty(d["reasoning_content"]) || nonEmpty(d["reasoning"])
 				}
 			}
 			if nonEmpty(choice["text"]) {
-				info.content = true
+				info.content, info.output = true, true
 			}
 			if nonEmpty(choice["finish_reason"]) {
 				info.finished = true
@@ -224,4 +228,36 @@ func FuzzScanChunk(f *testing.F) {
 			t.Fatalf("scanChunk = %+v, encoding/json = %+v", got, want)
 		}
 	})
+}
+
+func TestAppendText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		chunks []string
+		limit  int
+		want   string
+	}{
+		{"plain deltas", []string{`{"choices":[{"delta":{"content":"Hel"}}]}`, `{"choices":[{"delta":{"content":"lo"}}]}`}, 100, "Hello"},
+		{"escapes", []string{`{"choices":[{"delta":{"content":"\"a\"\n\u00e9\u2603"}}]}`}, 100, "\"a\"\né☃"},
+		{"reasoning is not the answer", []string{`{"choices":[{"delta":{"reasoning_content":"think"}}]}`, `{"choices":[{"delta":{"content":"x"}}]}`}, 100, "x"},
+		{"message and legacy text", []string{`{"choices":[{"message":{"content":"whole"}}]}`, `{"choices":[{"text":" more"}]}`}, 100, "whole more"},
+		{"bounded on a rune boundary", []string{`{"choices":[{"delta":{"content":"ab\u00e9\u00e9"}}]}`}, 5, "abé"},
+		{"full: nothing more", []string{`{"choices":[{"delta":{"content":"abc"}}]}`, `{"choices":[{"delta":{"content":"d"}}]}`}, 3, "abc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []byte
+			for _, c := range tt.chunks {
+				var ch chunkInfo
+				if err := scanChunk([]byte(c), &ch); err != nil {
+					t.Fatal(err)
+				}
+				got = ch.appendText(got, tt.limit)
+			}
+			if string(got) != tt.want {
+				t.Errorf("answer %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

@@ -359,6 +359,65 @@ func TestDoNonStreamed(t *testing.T) {
 	}
 }
 
+// TestDoReasoningThenAnswer checks TTFO against TTFT on a stream that reasons first, and that
+// the answer's text (without the reasoning) is kept only when asked for.
+func TestDoReasoningThenAnswer(t *testing.T) {
+	t.Parallel()
+	const pause = 30 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		for _, piece := range []string{"let me", " think"} {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"reasoning_content\":%q}}]}\n\n", piece)
+			fl.Flush()
+		}
+		time.Sleep(pause) // the server's own pause between its reasoning and its answer
+		for _, piece := range []string{"forty", "-two \"exactly\""} {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":%q}}]}\n\n", piece)
+		}
+		io.WriteString(w, `data: {"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"completion_tokens_details":{"reasoning_tokens":2}}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv)
+	for _, keep := range []bool{false, true} {
+		req := question
+		req.KeepAnswer = keep
+		rec := do(t, c, req)
+		if rec.ErrKind != "" || !rec.Reasoned || rec.ReasoningTokens != 2 || len(rec.Chunks) != 4 {
+			t.Fatalf("record %+v", rec)
+		}
+		ttft, _ := rec.TTFT()
+		ttfo, ok := rec.TTFO()
+		if !ok || ttfo-ttft < pause {
+			t.Errorf("TTFO %v - TTFT %v below the server's %v pause between reasoning and answer", ttfo, ttft, pause)
+		}
+		want := ""
+		if keep {
+			want = `forty-two "exactly"`
+		}
+		if rec.Answer != want {
+			t.Errorf("keep %v: answer %q, want %q", keep, rec.Answer, want)
+		}
+	}
+	plain := do(t, c, loadgen.Request{Messages: question.Messages})
+	if plain.FirstOutput == 0 {
+		t.Fatal("no first output")
+	}
+
+	// Non-streamed: the message's content is the answer; a reasoning_content beside it marks
+	// the record.
+	whole := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"choices":[{"message":{"reasoning_content":"hmm","content":"caf\u00e9"},"finish_reason":"stop"}]}`)
+	}))
+	defer whole.Close()
+	req := question
+	req.KeepAnswer = true
+	rec := do(t, newTestClient(t, whole, WithStream(false)), req)
+	if rec.ErrKind != "" || rec.Answer != "café" || !rec.Reasoned {
+		t.Errorf("non-streamed record %+v", rec)
+	}
+}
+
 func TestDoKeyLookup(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -682,6 +741,9 @@ func FuzzReadStream(f *testing.F) {
 			if ch.Tokens < 1 || (i > 0 && ch.At < rec.Chunks[i-1].At) {
 				t.Fatalf("chunk %d = %+v", i, ch)
 			}
+		}
+		if rec.FirstOutput != 0 && rec.FirstOutput < rec.FirstToken || rec.Answer != "" {
+			t.Fatalf("first output %v before first token %v, or an answer kept unasked", rec.FirstOutput, rec.FirstToken)
 		}
 		if rec.ErrKind == "" && !rec.TokensFromUsage {
 			sum := 0
