@@ -40,6 +40,8 @@ type Bench struct {
 	OutputTokens      int64         // output tokens of completed requests (usage, else counted)
 	CachedTokens      int64         // prompt tokens the server's prefix cache held (usage), completed requests
 	ReasoningTokens   int64         // reasoning tokens among OutputTokens (usage), completed requests
+	ReasoningRequests int64         // completed requests whose response streamed reasoning (see MetricTTFO)
+	EmbeddedInputs    int64         // texts embedded by completed embeddings requests
 
 	RequestThroughput    float64  // completed requests per second over Duration
 	OutputThroughput     float64  // output tokens per second
@@ -51,6 +53,7 @@ type Bench struct {
 	Stages   []StageStats  // per server stage (Server-Timing), in pipeline order
 	Tails    []MetricTail  // for TailMetrics
 	Sessions *Sessions     // nil when no request carried a session id
+	Turns    []TurnStats   // by session step; nil when no request carried a session id
 	Slowest  []SlowRequest // slowest first
 	Timeline []TimelineBin
 	Errors   []ErrorCount // by kind, most frequent first
@@ -281,6 +284,9 @@ func (b *Bench) finish() {
 	}
 	b.Stats = b.Stats[:0]
 	for _, m := range b.Metrics {
+		if !b.reports(m) {
+			continue
+		}
 		h := b.Histograms[m]
 		b.Stats = append(b.Stats, MetricStats{
 			Metric: m, Count: h.Count(), Mean: h.Mean(), Median: h.Quantile(0.5), Std: h.StdDev(),
@@ -293,6 +299,7 @@ func (b *Bench) finish() {
 		b.Stages = append(b.Stages, StageStats{Stage: st, Count: h.Count(), Mean: h.Mean(),
 			Percentiles: percentiles(h, b.Percentiles, b.Confidence)})
 	}
+	b.finishTurns()
 	b.Tails = b.Tails[:0]
 	for _, m := range TailMetrics {
 		b.Tails = append(b.Tails, MetricTail{Metric: m, Tail: b.Histograms[m].FitTail()})

@@ -154,6 +154,9 @@ func benchPage(b *Bench, opt HTMLOptions) (page, error) {
 	if b.Sessions != nil {
 		s.add("sessions", "Sessions", "bench-sessions", sessionsTable(b.Sessions))
 	}
+	if len(b.Turns) > 0 {
+		s.add("turns", "TTFT by session step (turn)", "blocks", turnsBlocks(b))
+	}
 	// The server's own metrics during the run, when the run scraped them.
 	if b.ServerMetrics != nil {
 		s.add("server-metrics", "Server metrics during the run", "bench-server-metrics",
@@ -356,7 +359,7 @@ func spectrum(b *Bench) blocks {
 	maxX := 10.0
 	for i, m := range AllMetrics {
 		hist := b.Histograms[m]
-		if hist == nil || hist.Count() == 0 {
+		if hist == nil || hist.Count() == 0 || !b.reports(m) {
 			continue
 		}
 		ss = append(ss, series{Name: metricTitles[m][1], Mode: modeLine, Color: palette[i%len(palette)], Pts: spectrumPoints(hist)})

@@ -544,12 +544,14 @@ func (b *Bench) body() benchBody {
 func (b *Bench) fields() object {
 	o := object{{val: splice{b.head()}}}
 	o = append(o, b.tokenDetailFields()...)
+	o = append(o, b.workloadFields()...)
 	o = append(o, field{val: splice{b.rates()}})
 	for _, s := range b.Stats {
 		o = append(o, metricFields(s)...)
 		o = percentileFields(o, s.Metric, b.Percentiles, s.Percentiles)
 	}
 	o = append(o, field{val: splice{b.analysis()}})
+	o = append(o, b.turnsField()...)
 	return append(o, field{val: splice{b.body()}})
 }
 
@@ -1054,7 +1056,11 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 		}
 	}
 	b.Metrics = canonicalMetrics(b.Metrics)
+	decodeWorkloads(d, o, b)
 	for _, m := range b.Metrics {
+		if !b.reports(m) {
+			continue
+		}
 		s := MetricStats{Metric: m}
 		if h := b.Histograms[m]; h != nil {
 			s.Count = h.Count()
@@ -1159,6 +1165,7 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	if raw := o.m["server_metrics"]; !isNull(raw) {
 		b.ServerMetrics = decodeServerMetrics(d, o.sub("server_metrics"), raw)
 	}
+	b.finishTurns()
 	return b
 }
 

@@ -43,7 +43,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 	first := benches[0]
 	for i, b := range benches {
 		for _, m := range AllMetrics {
-			if b.Histograms[m] == nil {
+			if b.Histograms[m] == nil && m != MetricTTFO { // a file from before TTFO has none
 				return nil, fmt.Errorf("merge: bench %d: %w (%s)", i+1, ErrNoHistograms, m)
 			}
 		}
@@ -82,6 +82,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		m.OutputTokens += b.OutputTokens
 		m.CachedTokens += b.CachedTokens
 		m.ReasoningTokens += b.ReasoningTokens
+		m.mergeWorkloads(b)
 		m.GoodRequests += b.GoodRequests
 		for _, name := range AllMetrics {
 			m.Histograms[name].Merge(b.Histograms[name])

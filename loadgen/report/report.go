@@ -29,6 +29,9 @@ const (
 // Metric names, as in the JSON keys (mean_ttft_ms, p99_e2el_ms, ...). Definitions (DESIGN.md,
 // vLLM's where vLLM has them), over completed requests:
 //   - ttft: first content token - intended send time.
+//   - ttfo: first output token - intended send time: the first answer content, reasoning
+//     (reasoning_content) excluded; TTFT for a server that does not reason aloud. It is
+//     reported when some response reasoned (Bench.ReasoningRequests), and always recorded.
 //   - tpot: (e2el - ttft) / (output tokens - 1), for requests with at least two output tokens.
 //   - itl: every gap between consecutive content chunks, pooled over requests.
 //   - e2el: last byte - intended send time.
@@ -37,6 +40,7 @@ const (
 //     concurrency slot).
 const (
 	MetricTTFT        = "ttft"
+	MetricTTFO        = "ttfo"
 	MetricTPOT        = "tpot"
 	MetricITL         = "itl"
 	MetricE2EL        = "e2el"
@@ -45,7 +49,7 @@ const (
 )
 
 // AllMetrics lists the metrics in report order.
-var AllMetrics = []string{MetricTTFT, MetricTPOT, MetricITL, MetricE2EL, MetricServiceE2EL, MetricSendLag}
+var AllMetrics = []string{MetricTTFT, MetricTTFO, MetricTPOT, MetricITL, MetricE2EL, MetricServiceE2EL, MetricSendLag}
 
 // TailMetrics are the metrics that get a tail analysis.
 var TailMetrics = []string{MetricE2EL, MetricTTFT}

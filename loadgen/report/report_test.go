@@ -199,6 +199,9 @@ func designKeys() []string {
 	keys := []string{"schema", "completed", "failed", "duration_s", "request_throughput", "output_throughput",
 		"total_token_throughput", "goodput", "stages", "tail", "sessions", "slowest", "timeline", "errors"}
 	for _, m := range AllMetrics {
+		if m == MetricTTFO {
+			continue // only where a response reasoned (TestTTFO)
+		}
 		keys = append(keys, "mean_"+m+"_ms", "median_"+m+"_ms")
 		for _, p := range []string{"50", "90", "95", "99", "99.9"} {
 			keys = append(keys, "p"+p+"_"+m+"_ms", "p"+p+"_"+m+"_ms_ci")

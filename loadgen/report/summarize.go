@@ -116,6 +116,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	b.CachedTokens += int64(r.CachedTokens)
 	b.ReasoningTokens += int64(r.ReasoningTokens)
 	b.TokenLengths.add(r.PromptTokens, out)
+	b.addWorkloadRecord(r)
 	lat := latencies(r, out)
 	b.Histograms[MetricE2EL].Record(lat.E2EL)
 	b.Histograms[MetricServiceE2EL].Record(r.ServiceE2EL())

@@ -14,6 +14,7 @@ import (
 // has the metric).
 var metricTitles = map[string][2]string{
 	MetricTTFT:        {"Time to First Token", "TTFT"},
+	MetricTTFO:        {"Time to First Output Token (excl. reasoning)", "TTFO"},
 	MetricTPOT:        {"Time per Output Token (excl. 1st token)", "TPOT"},
 	MetricITL:         {"Inter-token Latency", "ITL"},
 	MetricE2EL:        {"End-to-end Latency (from intended send)", "E2EL"},
@@ -108,6 +109,7 @@ func writeBenchText(t *textWriter, b *Bench) {
 	t.row("Total input tokens", "%d", b.InputTokens)
 	t.row("Total generated tokens", "%d", b.OutputTokens)
 	t.tokenDetailRows(b)
+	t.workloadRows(b)
 	t.row("Request throughput (req/s)", "%.2f", b.RequestThroughput)
 	t.row("Output token throughput (tok/s)", "%.2f", b.OutputThroughput)
 	t.row("Total token throughput (tok/s)", "%.2f", b.TotalTokenThroughput)
@@ -170,6 +172,8 @@ func writeBenchText(t *textWriter, b *Bench) {
 			t.row("Step limit", "none: only a failed step interrupts")
 		}
 	}
+
+	t.turnsText(b)
 
 	if len(b.Errors) > 0 {
 		t.rule("Errors", '-')
