@@ -17,6 +17,7 @@ type detailedRecord struct {
 	*loadgen.Record
 	OK            bool      `json:"ok"`
 	TTFTMS        *float64  `json:"ttft_ms,omitempty"`
+	TTFOMS        *float64  `json:"ttfo_ms,omitempty"` // first answer token, reasoning excluded
 	TPOTMS        *float64  `json:"tpot_ms,omitempty"`
 	E2ELMS        float64   `json:"e2el_ms"`
 	ServiceE2ELMS float64   `json:"service_e2el_ms"`
@@ -26,7 +27,7 @@ type detailedRecord struct {
 
 // DetailedWriter writes the per-request JSONL (for --save-detailed) as a run goes: a first
 // line {"schema":"ragtail.requests/v1","start":...,"config":...} describes the run, and each
-// line after it is a loadgen.Record with its derived latencies (ttft_ms, tpot_ms, e2el_ms,
+// line after it is a loadgen.Record with its derived latencies (ttft_ms, ttfo_ms, tpot_ms, e2el_ms,
 // service_e2el_ms, send_lag_ms, itl_ms) by the definitions of the bench JSON. Warmup requests
 // are there, marked "warmup": true, and session steps the run never sent "not_sent": true.
 // Lines come in the order the requests ended; "i" numbers them.

@@ -43,6 +43,12 @@ func appendDetailed(b []byte, d *detailedRecord, scratch *bytes.Buffer) []byte {
 	if r.FirstToken != 0 {
 		b = appendIntField(b, `,"first_token_ns":`, int64(r.FirstToken))
 	}
+	if r.FirstOutput != 0 {
+		b = appendIntField(b, `,"first_output_ns":`, int64(r.FirstOutput))
+	}
+	if r.Reasoned {
+		b = append(b, `,"reasoned":true`...)
+	}
 	b = appendIntField(b, `,"end_ns":`, int64(r.End))
 	if len(r.Chunks) > 0 {
 		b = append(b, `,"chunks":[`...)
@@ -86,6 +92,9 @@ func appendDetailed(b []byte, d *detailedRecord, scratch *bytes.Buffer) []byte {
 	if r.ReasoningTokens != 0 {
 		b = appendIntField(b, `,"reasoning_tokens":`, int64(r.ReasoningTokens))
 	}
+	if r.Inputs != 0 {
+		b = appendIntField(b, `,"inputs":`, int64(r.Inputs))
+	}
 	if d.OK {
 		b = append(b, `,"ok":true`...)
 	} else {
@@ -93,6 +102,9 @@ func appendDetailed(b []byte, d *detailedRecord, scratch *bytes.Buffer) []byte {
 	}
 	if d.TTFTMS != nil {
 		b = appendFloatField(b, `,"ttft_ms":`, *d.TTFTMS)
+	}
+	if d.TTFOMS != nil {
+		b = appendFloatField(b, `,"ttfo_ms":`, *d.TTFOMS)
 	}
 	if d.TPOTMS != nil {
 		b = appendFloatField(b, `,"tpot_ms":`, *d.TPOTMS)
@@ -204,6 +216,10 @@ func detailedLine(r *loadgen.Record, itl []float64) (detailedRecord, []float64) 
 	if lat.HasTPOT {
 		v := msv(lat.TPOT)
 		rec.TPOTMS = &v
+	}
+	if ttfo, ok := r.TTFO(); ok {
+		v := msv(ttfo)
+		rec.TTFOMS = &v
 	}
 	itl = itl[:0]
 	for k := 1; k < len(r.Chunks); k++ {

@@ -77,6 +77,16 @@ func TestTTFO(t *testing.T) {
 		t.Errorf("merged ttfo count %d, reasoning requests %d; want 1000 each", got.Count, m.ReasoningRequests)
 	}
 
+	var lines bytes.Buffer
+	if err := WriteDetailedJSONL(&lines, reasoningResult(2, true)); err != nil {
+		t.Fatal(err)
+	}
+	// Request 1 reasons 2 steps of 20 ms after its first token at 10 ms.
+	if rows := strings.Split(strings.TrimSpace(lines.String()), "\n"); !strings.Contains(rows[2], `"ttft_ms":10,"ttfo_ms":50,`) ||
+		!strings.Contains(rows[2], `"reasoned":true`) {
+		t.Errorf("detailed record %s: want ttft_ms 10, ttfo_ms 50, reasoned", rows[2])
+	}
+
 	// Without reasoning TTFO is TTFT: recorded for merges, in no report.
 	plain := Summarize(reasoningResult(200, false), Options{})
 	if _, ok := plain.Metric(MetricTTFO); ok || plain.Histograms[MetricTTFO].Count() != 200 {
