@@ -54,6 +54,7 @@ type Client struct {
 	url         string // the endpoint, e.g. http://host:8000/v1/chat/completions
 	origin      string // scheme://host, for Path requests
 	completions bool   // the legacy /v1/completions endpoint: a prompt, not messages
+	embeddings  bool   // a /v1/embeddings endpoint: requests carry Input
 	hc          *http.Client
 	extra       map[string]json.RawMessage
 	auth        []string // the Authorization header value, if an API key is set
@@ -154,8 +155,8 @@ func WithClockHeaders(names ...string) Option {
 var DefaultClockHeaders = []string{"X-Ragtail-Time", "X-Server-Time"}
 
 // ResolveURL returns the endpoint a URL names: a chat-completions URL
-// (http://host:8000/v1/chat/completions) or a legacy completions one (/v1/completions) as it
-// is; a base URL gets the route appended as OpenAI clients do: http://host:8000/v1 becomes
+// (http://host:8000/v1/chat/completions), a legacy completions one (/v1/completions) or an
+// embeddings one (/v1/embeddings) as it is; a base URL gets the route appended as OpenAI clients do: http://host:8000/v1 becomes
 // http://host:8000/v1/chat/completions, and a URL without a path (http://host:8000) gets
 // /v1/chat/completions.
 func ResolveURL(rawURL string) (*url.URL, error) {
@@ -170,7 +171,7 @@ func ResolveURL(rawURL string) (*url.URL, error) {
 	switch {
 	case p == "":
 		u.Path = "/v1/chat/completions"
-	case strings.HasSuffix(p, "/completions"):
+	case strings.HasSuffix(p, "/completions") || strings.HasSuffix(p, "/embeddings"):
 		u.Path = p
 	default:
 		u.Path = p + "/chat/completions"
@@ -200,7 +201,8 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		cfg:         cfg,
 		url:         u.String(),
 		origin:      u.Scheme + "://" + u.Host,
-		completions: !strings.HasSuffix(u.Path, "/chat/completions"),
+		completions: strings.HasSuffix(u.Path, "/completions") && !strings.HasSuffix(u.Path, "/chat/completions"),
+		embeddings:  strings.HasSuffix(u.Path, "/embeddings"),
 		// Redirects are not followed: a load generator should measure the endpoint it was given.
 		hc: &http.Client{Transport: cfg.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	}
@@ -340,6 +342,8 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 		c.readError(ctx, resp, body, origin, rec)
 	case req.Path != "":
 		c.readPlain(ctx, body, origin, rec)
+	case req.Input != nil:
+		c.readEmbeddings(ctx, body, req, origin, rec)
 	case isEventStream(resp.Header.Get("Content-Type")) || (c.cfg.stream && !isJSON(resp.Header.Get("Content-Type"))):
 		c.readStream(ctx, body, req, origin, rec)
 	default:
@@ -404,6 +408,12 @@ func (c *Client) newRequest(ctx context.Context, req *loadgen.Request) (*http.Re
 		c.setHeaders(hreq, acceptJSON)
 		return hreq, nil
 	}
+	if (req.Input != nil) != c.embeddings {
+		if c.embeddings {
+			return nil, errNoInput
+		}
+		return nil, fmt.Errorf("an embeddings request needs an /embeddings URL, not %s", c.url)
+	}
 	buf := new(bytes.Buffer)
 	if err := c.encodeBody(req, buf); err != nil {
 		return nil, err
@@ -413,7 +423,7 @@ func (c *Client) newRequest(ctx context.Context, req *loadgen.Request) (*http.Re
 		return nil, err
 	}
 	accept := acceptJSON
-	if c.cfg.stream {
+	if c.cfg.stream && !c.embeddings {
 		accept = acceptEvents
 	}
 	hreq.Header["Content-Type"] = acceptJSON
@@ -458,6 +468,12 @@ type streamOptions struct {
 var includeUsage = &streamOptions{IncludeUsage: true}
 
 func (c *Client) encodeBody(req *loadgen.Request, buf *bytes.Buffer) error {
+	if c.embeddings {
+		if err := c.encodeEmbeddings(req, buf); err != nil {
+			return err
+		}
+		return c.mergeExtra(req, buf)
+	}
 	b := chatBody{Model: c.cfg.model, MaxTokens: c.cfg.maxTokens, Temperature: c.cfg.temperature, Stream: c.cfg.stream}
 	if req.MaxTokens > 0 {
 		b.MaxTokens = req.MaxTokens
@@ -486,10 +502,15 @@ func (c *Client) encodeBody(req *loadgen.Request, buf *bytes.Buffer) error {
 	if err := enc.Encode(b); err != nil {
 		return err
 	}
+	return c.mergeExtra(req, buf)
+}
+
+// mergeExtra merges the extra body fields into the JSON object in buf: the request's over the
+// client's over the standard ones.
+func (c *Client) mergeExtra(req *loadgen.Request, buf *bytes.Buffer) error {
 	if len(c.extra) == 0 && len(req.Extra) == 0 {
 		return nil
 	}
-	// Merge the extra fields: the request's over the client's over the standard ones.
 	fields := map[string]json.RawMessage{}
 	if err := json.Unmarshal(buf.Bytes(), &fields); err != nil {
 		return err
@@ -505,6 +526,8 @@ func (c *Client) encodeBody(req *loadgen.Request, buf *bytes.Buffer) error {
 		fields[k] = raw
 	}
 	buf.Reset()
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
 	return enc.Encode(fields)
 }
 
@@ -959,9 +982,12 @@ func (c *Client) modelsURL() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	base := strings.TrimSuffix(u.Path, "/chat/completions")
-	if base == u.Path {
-		base = strings.TrimSuffix(u.Path, "/completions")
+	base := u.Path
+	for _, route := range []string{"/chat/completions", "/completions", "/embeddings"} {
+		if b, ok := strings.CutSuffix(u.Path, route); ok {
+			base = b
+			break
+		}
 	}
 	u.Path = base + "/models"
 	return u.String(), nil

@@ -828,6 +828,7 @@ func TestResolveURL(t *testing.T) {
 		{"http://h:8000/v1/chat/completions", "http://h:8000/v1/chat/completions", "/v1/models"},
 		{"http://h:8000/v1/chat/completions/", "http://h:8000/v1/chat/completions", "/v1/models"},
 		{"http://h:8000/v1/completions", "http://h:8000/v1/completions", "/v1/models"},
+		{"http://h:8000/v1/embeddings", "http://h:8000/v1/embeddings", "/v1/models"},
 	}
 	for _, tt := range tests {
 		u, err := ResolveURL(tt.in)
