@@ -59,6 +59,9 @@ type Load struct {
 	// chat step of a sessions file continue the conversation, each turn carrying the server's
 	// actual answers to the turns before it.
 	MultiTurn bool
+	// EmbedBatch is the inputs of each request to an /embeddings URL: that many of the
+	// dataset's prompts are embedded in one request (0 means 1).
+	EmbedBatch int
 	// Trace paces a trace dataset (Dataset mooncake:FILE, azure:FILE or burstgpt:FILE).
 	Trace TraceOptions
 
@@ -136,7 +139,9 @@ func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.C
 		return nil, fmt.Errorf("--url: %w", err)
 	}
 	o.URL = c.URL()
-	if o.Model == "" && !o.isKeyLookups() {
+	// An embeddings endpoint's model is not the chat model GET /v1/models lists first: without
+	// --model the server's own applies.
+	if o.Model == "" && !o.isKeyLookups() && !c.IsEmbeddings() {
 		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		models, err := c.Models(lctx)
 		cancel()
@@ -274,6 +279,13 @@ func WatchInterrupts(ctx context.Context, sigs <-chan os.Signal, unwatch func(),
 	}
 }
 
+// isEmbeddings reports whether the target is an embeddings endpoint (a URL ending in
+// /embeddings).
+func (o *Load) isEmbeddings() bool {
+	u, err := client.ResolveURL(o.URL)
+	return err == nil && strings.HasSuffix(u.Path, "/embeddings")
+}
+
 func (o *Load) isKeyLookups() bool {
 	return o.Dataset == "keys" || strings.HasPrefix(o.Dataset, "keys:")
 }
@@ -374,8 +386,13 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(o.Shape)), ":")
 	profiled := name == "ramp" || name == "step" || name == "steps"
 	p := plan{rate: rate}
-	if _, _, trace := traceDataset(o.Dataset); o.MultiTurn && (trace || name == "article" || o.Sessions == "synthetic" || o.isKeyLookups()) {
+	_, _, trace := traceDataset(o.Dataset)
+	if o.MultiTurn && (trace || name == "article" || o.Sessions == "synthetic" || o.isKeyLookups()) {
 		return p, errors.New("--multi-turn replays conversations: give a ShareGPT or OpenAI-messages --dataset file, or --sessions FILE")
+	}
+	if o.isEmbeddings() && (trace || name == "article" || o.Sessions != "" || o.MultiTurn || o.isKeyLookups()) {
+		return p, errors.New("an /embeddings --url embeds the --dataset's prompts (synthetic lengths or a file): it does not combine with\n" +
+			"--sessions, --multi-turn, --shape article, key lookups or a trace")
 	}
 	if tp, ok, err := o.tracePlan(rate); ok {
 		return tp, err
@@ -474,6 +491,13 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 	src, err := o.source()
 	if err != nil {
 		return p, err
+	}
+	if o.isEmbeddings() {
+		batch := max(o.EmbedBatch, 1)
+		if src, err = shape.Embeddings(src, batch); err != nil {
+			return p, fmt.Errorf("--embed-batch: %w", err)
+		}
+		p.desc = strings.TrimPrefix(fmt.Sprintf("%s, embeddings of %d inputs a request", p.desc, batch), ", ")
 	}
 	p.workload = shape.Open(proc, src)
 	return p, nil
@@ -779,6 +803,10 @@ func (o *Load) validate() error {
 		return errors.New("--warmup-duration must not be negative")
 	case !(o.MaxErrorRate >= 0 && o.MaxErrorRate <= 1):
 		return errors.New("--max-error-rate must be between 0 and 1")
+	case o.EmbedBatch < 0 || o.EmbedBatch > shape.MaxEmbeddingBatch:
+		return fmt.Errorf("--embed-batch must be between 1 and %d", shape.MaxEmbeddingBatch)
+	case o.EmbedBatch > 1 && !o.isEmbeddings():
+		return errors.New("--embed-batch applies to an embeddings endpoint: give an /embeddings --url (e.g. http://host:8080/v1/embeddings)")
 	}
 	return nil
 }

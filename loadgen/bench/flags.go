@@ -18,7 +18,7 @@ import (
 // parsed a command line, call FlagsParsed (of Options or SweepOptions) for the fields that
 // depend on which flags were given.
 func (o *Load) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL, or a base URL\n(http://host:8000/v1 or http://host:8000) that gets the chat-completions route appended")
+	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL, or a base URL\n(http://host:8000/v1 or http://host:8000) that gets the chat-completions route appended; a /v1/embeddings\nURL embeds the dataset's prompts instead (see --embed-batch)")
 	fs.StringVar(&o.Model, "model", "", "model name sent with each request (default: the first model of GET /v1/models)")
 	fs.StringVar(&o.APIKey, "api-key", "", "bearer token (default: $OPENAI_API_KEY)")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 256, "max_tokens of each request (a dataset's own output lengths are used unless this is given)")
@@ -39,6 +39,7 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	o.registerArticle(fs)
 	o.registerKeys(fs)
 
+	fs.IntVar(&o.EmbedBatch, "embed-batch", 1, "with an /embeddings --url (http://host:8080/v1/embeddings): the dataset's prompts embedded in each request")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", loadgen.DefaultDrainTimeout, "once sending stops (at the end, or at a first Ctrl-C), how long to wait for requests in flight\nbefore cancelling them (0: no limit); a second Ctrl-C cancels them at once")
 	fs.IntVar(&o.Warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
 	fs.DurationVar(&o.WarmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")

@@ -118,7 +118,8 @@ func (b *Bench) workloadFields() []field {
 }
 
 // turnsField is the "turns" array: per session step, its count, mean prompt and cached
-// tokens, TTFT mean and percentiles (with intervals) and the TTFT histogram they come from.
+// tokens, TTFT mean and percentiles with their intervals (null where the step has too few
+// requests for one) and the TTFT histogram they come from.
 func (b *Bench) turnsField() []field {
 	if len(b.Turns) == 0 {
 		return nil
@@ -139,7 +140,14 @@ func (b *Bench) turnsField() []field {
 			row = append(row, field{"mean_cached_tokens", sig(t.MeanCachedTokens())})
 		}
 		row = append(row, field{"n_ttft", t.TTFT.Count()}, field{"mean_ttft_ms", mean})
-		row = percentileFields(row, MetricTTFT, b.Percentiles, t.Percentiles)
+		// A percentile without enough samples for its interval is left out (null).
+		withCI := make([]PercentileStat, 0, len(t.Percentiles))
+		for _, ps := range t.Percentiles {
+			if ps.HasCI {
+				withCI = append(withCI, ps)
+			}
+		}
+		row = percentileFields(row, MetricTTFT, b.Percentiles, withCI)
 		rows = append(rows, append(row, field{"histogram", t.TTFT}))
 	}
 	return []field{{"turns", rows}}

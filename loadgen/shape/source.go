@@ -153,3 +153,43 @@ func (d *dataset) Next() loadgen.Request {
 // Closed returns a workload for a closed loop: the source's requests, all at offset 0 (a
 // closed loop ignores intended times).
 func Closed(s Source) loadgen.Workload { return Open(Infinite(), s) }
+
+// Embeddings returns a source of embeddings requests (loadgen.Request.Input): each batches the
+// texts of the next batch requests of src, one input per request (its messages' contents
+// joined by blank lines), and estimates their tokens as src does.
+func Embeddings(src Source, batch int) (Source, error) {
+	if batch < 1 || batch > MaxEmbeddingBatch {
+		return nil, fmt.Errorf("embeddings batch %d: want 1 to %d inputs", batch, MaxEmbeddingBatch)
+	}
+	return &embeddings{src: src, batch: batch}, nil
+}
+
+// MaxEmbeddingBatch is the most inputs one embeddings request may carry (OpenAI's limit).
+const MaxEmbeddingBatch = 2048
+
+type embeddings struct {
+	src   Source
+	batch int
+}
+
+func (e *embeddings) Next() loadgen.Request {
+	req := loadgen.Request{Input: make([]string, e.batch)}
+	for i := range req.Input {
+		r := e.src.Next()
+		req.Input[i] = joinContents(r.Messages)
+		req.PromptTokens += r.PromptTokens
+	}
+	return req
+}
+
+// joinContents is the text of messages, joined by blank lines.
+func joinContents(msgs []loadgen.Message) string {
+	if len(msgs) == 1 {
+		return msgs[0].Content
+	}
+	parts := make([]string, len(msgs))
+	for i, m := range msgs {
+		parts[i] = m.Content
+	}
+	return strings.Join(parts, "\n\n")
+}

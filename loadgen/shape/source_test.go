@@ -197,3 +197,36 @@ func TestArticle(t *testing.T) {
 }
 
 var _ loadgen.Workload = Open(Infinite(), nil)
+
+func TestEmbeddingsSource(t *testing.T) {
+	t.Parallel()
+	prompts := []Prompt{
+		{Messages: []loadgen.Message{{Role: "user", Content: "abcdefgh"}}},
+		{Messages: []loadgen.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "q"}}},
+	}
+	src, err := Prompts(prompts, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emb, err := Embeddings(src, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := emb.Next()
+	if len(req.Input) != 4 || req.Messages != nil {
+		t.Fatalf("request %+v: want 4 inputs and no messages", req)
+	}
+	counts := map[string]int{}
+	for _, in := range req.Input {
+		counts[in]++
+	}
+	// Prompts draws each entry once a pass: two passes of two entries.
+	if counts["abcdefgh"] != 2 || counts["s\n\nq"] != 2 || req.PromptTokens != 2*(2+1+1) {
+		t.Errorf("inputs %q, prompt tokens %d", req.Input, req.PromptTokens)
+	}
+	for _, bad := range []int{0, -1, MaxEmbeddingBatch + 1} {
+		if _, err := Embeddings(src, bad); err == nil {
+			t.Errorf("batch %d accepted", bad)
+		}
+	}
+}
