@@ -92,8 +92,17 @@ func (b *Bench) mergeWorkloads(o *Bench) {
 }
 
 // reports tells whether metric m has figures in the reports: TTFO only when some response
-// reasoned, since it is TTFT otherwise.
-func (b *Bench) reports(m string) bool { return m != MetricTTFO || b.ReasoningRequests > 0 }
+// reasoned, since it is TTFT otherwise, and none of the token metrics for embeddings, which
+// stream no tokens.
+func (b *Bench) reports(m string) bool {
+	switch {
+	case b.EmbeddedInputs > 0:
+		return m != MetricTTFT && m != MetricTTFO && m != MetricTPOT && m != MetricITL
+	case m == MetricTTFO:
+		return b.ReasoningRequests > 0
+	}
+	return true
+}
 
 // EmbeddingThroughput is the embedded inputs per second over the measured window.
 func (b *Bench) EmbeddingThroughput() float64 {

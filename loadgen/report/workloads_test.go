@@ -253,6 +253,12 @@ func TestEmbeddingFigures(t *testing.T) {
 		!strings.Contains(text.String(), "Embedding throughput (inputs/s)") {
 		t.Errorf("no embedding figures in\n%s\n%s", js.String()[:400], text.String())
 	}
+	if strings.Contains(js.String(), "std_ttft_ms") || strings.Contains(text.String(), "Time to First Token") {
+		t.Error("an embeddings run reports token latencies it cannot have")
+	}
+	if _, ok := b.Metric(MetricE2EL); !ok {
+		t.Error("an embeddings run reports no E2EL")
+	}
 	f, err := Decode(bytes.NewReader(js.Bytes()))
 	if err != nil || f.Bench.EmbeddedInputs != 320 {
 		t.Fatalf("read back %v, %v", f, err)
