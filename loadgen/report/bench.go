@@ -302,6 +302,9 @@ func (b *Bench) finish() {
 	b.finishTurns()
 	b.Tails = b.Tails[:0]
 	for _, m := range TailMetrics {
+		if !b.reports(m) {
+			continue
+		}
 		b.Tails = append(b.Tails, MetricTail{Metric: m, Tail: b.Histograms[m].FitTail()})
 	}
 }
