@@ -2,6 +2,7 @@ package shape
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -172,4 +173,33 @@ func FuzzReadConversations(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadConversationsSample reads the ShareGPT-format sample the README replays.
+func TestReadConversationsSample(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("testdata/sharegpt_multiturn.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	convs, err := ReadConversations(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := 0
+	for _, c := range convs {
+		if len(c.Turns) < 3 || len(c.Turns) > 5 {
+			t.Errorf("conversation %s has %d turns, want 3 to 5", c.ID, len(c.Turns))
+		}
+		for _, tr := range c.Turns {
+			if tr.MaxTokens < 40 {
+				t.Errorf("conversation %s: a turn's recorded reply gives %d tokens", c.ID, tr.MaxTokens)
+			}
+		}
+		turns += len(c.Turns)
+	}
+	if len(convs) != 40 || turns != 159 {
+		t.Errorf("%d conversations of %d turns, want 40 of 159 (the README's run)", len(convs), turns)
+	}
 }
