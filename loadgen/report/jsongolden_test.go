@@ -21,6 +21,8 @@ func jsonGoldenDocs(tb testing.TB) []struct {
 	everything := withServerMetrics(withClock(Summarize(syntheticResult(9, 120), goldenOptions(tb))))
 	everything.Warmup = 7
 	everything.CachedTokens, everything.ReasoningTokens = 1234, 56
+	everything.ReasoningRequests = 9 // TTFO's keys, with no sample of it (synthetic records do not reason)
+	everything.finish()
 	everything.Config.RequestRate = math.Inf(1)
 	everything.Config.Concurrency = 8
 	everything.Config.Segment = &loadgen.SegmentOf{Index: 1, Count: 3}
