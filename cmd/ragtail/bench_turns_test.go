@@ -3,9 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ragtail/ragtail/rag/llmsim"
@@ -120,5 +126,52 @@ func TestBenchEmbeddingsAgainstServe(t *testing.T) {
 	err = run(context.Background(), []string{"bench", "--url", "http://" + addr + "/v1/chat/completions", "--embed-batch", "8", "--num-prompts", "2"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "--embed-batch applies to an embeddings endpoint") {
 		t.Errorf("--embed-batch with a chat URL: err %v", err)
+	}
+}
+
+// TestBenchSessionsFileMultiTurn replays a sessions file with --multi-turn against a server
+// that checks the second chat step carries the first step's real answer.
+func TestBenchSessionsFileMultiTurn(t *testing.T) {
+	t.Parallel()
+	sessions := filepath.Join(t.TempDir(), "sessions.jsonl")
+	if err := os.WriteFile(sessions, []byte(`{"session": "u1", "step": 0, "request": {"prompt": "first"}}
+{"session": "u1", "step": 1, "think_ms": 1, "request": {"messages": [{"role": "user", "content": "second"}]}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen [][]map[string]string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			_, _ = io.WriteString(w, `{"data":[{"id":"m"}]}`)
+			return
+		}
+		var body struct {
+			Messages []map[string]string `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		seen = append(seen, body.Messages)
+		n := len(seen)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"answer number %d\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", n)
+	}))
+	defer srv.Close()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--quiet", "--sessions", sessions,
+		"--multi-turn", "--num-prompts", "1"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The preflight sends step 0 once; then the session's two steps.
+	last := seen[len(seen)-1]
+	first := seen[len(seen)-2]
+	want := []map[string]string{{"role": "user", "content": "first"}, {"role": "assistant", "content": fmt.Sprintf("answer number %d", len(seen)-1)},
+		{"role": "user", "content": "second"}}
+	if len(seen) != 3 || len(first) != 1 || fmt.Sprint(last) != fmt.Sprint(want) {
+		t.Errorf("requests %v: want the preflight, step 0 alone, then step 1 after step 0's answer %v", seen, want)
 	}
 }
