@@ -142,8 +142,13 @@ func TestBenchSessionsFileMultiTurn(t *testing.T) {
 	var mu sync.Mutex
 	var seen [][]map[string]string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/models" {
+		switch r.URL.Path {
+		case "/v1/models":
 			_, _ = io.WriteString(w, `{"data":[{"id":"m"}]}`)
+			return
+		case "/v1/chat/completions":
+		default:
+			http.NotFound(w, r) // the metrics scrape, say
 			return
 		}
 		var body struct {
