@@ -304,6 +304,7 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 	recs := one[:0]
 	defer func() { r.deliver(recs) }()
 	rec, ok := r.send(&item.Request, item.Session, 0, intended, warm)
+	ok = ok && r.patient(&rec.rec)
 	recs = append(recs, rec)
 	end = rec.rec.End
 	if len(item.Then) == 0 {
@@ -313,7 +314,7 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 	defer timer.Stop()
 	for k := range item.Then {
 		if !ok {
-			break // the user gave up after a failed step
+			break // the user gave up after a failed or too slow step
 		}
 		st := &item.Then[k]
 		due := end + st.Think
@@ -338,10 +339,17 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 			return end
 		}
 		rec, ok = r.send(&st.Request, item.Session, k+1, due, warm)
+		ok = ok && r.patient(&rec.rec)
 		recs = append(recs, rec)
 		end = rec.rec.End
 	}
 	return end
+}
+
+// patient reports whether a session's user waits on after the step rec: its E2EL is within
+// Config.SessionStepLimit, or there is no limit.
+func (r *runner) patient(rec *Record) bool {
+	return r.cfg.SessionStepLimit <= 0 || rec.E2EL() <= r.cfg.SessionStepLimit
 }
 
 // itemRecord is a finished record and its creation order.
