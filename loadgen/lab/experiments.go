@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
@@ -209,154 +207,6 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 			couplingShardLaws, rate, per.Round(time.Second), sweepPer.Round(time.Second)),
 		Variants: variants,
 		Document: map[string]any{"sync_mean_ms": 890, "async_mean_ms": 320, "sync_p95_jitter_ms": 210, "async_p95_jitter_ms": 15},
-		Rows:     rows, Verdict: Verdict{out, why},
-	}, nil
-}
-
-// DefaultStoreConcurrency is the in-memory doc store's capacity in the in-process lab: lookups
-// it serves at once, each holding a slot for its fetch latency, so that cache misses queue.
-const DefaultStoreConcurrency = 2
-
-// cacheSize is the cache of the cache-penetration experiment: room for the hot set and a little
-// more, far less than the key space, so that cold keys evict hot ones under LRU.
-const cacheSize = 64
-
-// cacheArm is one key mix of the cache-penetration experiment.
-type cacheArm struct {
-	name             string
-	cold, invalid    float64
-	bloom            bool
-	p50Claim, p99Clm string
-}
-
-var cacheArms = []cacheArm{
-	{"hot-only", 0, 0, true, "5 ms", "18 ms"},
-	{"hot+1% cold", 0.01, 0, true, "6 ms", "142 ms"},
-	{"hot+10% cold", 0.10, 0, true, "—", "—"},
-	{"hot+30% invalid, bloom off", 0, 0.30, false, "—", "—"},
-	{"hot+30% invalid, bloom on", 0, 0.30, true, "—", "—"},
-}
-
-// bloomFPRate is the Bloom guard's configured false-positive rate in the experiment.
-const bloomFPRate = 0.01
-
-// guardHeld applies the guard half of the rule: with the guard on, the share of invalid keys
-// that reached the store is consistent with the filter's false-positive rate (the lower end of
-// its Wilson interval is at most fpRate); with it off, some reached it.
-func guardHeld(on, off map[string]float64, fpRate float64) bool {
-	passed, blocked := on["store_missing_lookups"], on["bloom_blocked"]
-	_, lo, _ := binomialCI(passed, passed+blocked)
-	return passed+blocked > 0 && lo <= fpRate && off["store_missing_lookups"] > 0
-}
-
-// hotP99 is the P99 end-to-end latency of the requests for hot keys only: the victims of
-// pollution and of a flooded store.
-func hotP99(recs []loadgen.Record, hot map[string]bool) report.PercentileStat {
-	var lat []time.Duration
-	for i := range recs {
-		r := &recs[i]
-		if r.Warmup || r.NotSent || !r.OK() || !hot[r.Key] {
-			continue
-		}
-		lat = append(lat, r.E2EL())
-	}
-	slices.Sort(lat)
-	v, lo, hi, ok := stats.QuantileCI(lat, 0.99, 0.95)
-	return report.PercentileStat{P: 99, Value: v, Lo: lo, Hi: hi, HasCI: ok}
-}
-
-// hotSet returns the keys of the hot set.
-func hotSet() map[string]bool {
-	m := make(map[string]bool, hotKeys)
-	for i := range hotKeys {
-		m[fmt.Sprintf(shape.DefaultKeyPattern, i)] = true
-	}
-	return m
-}
-
-// runCachePenetration drives GET /v1/documents/{id} with hot, cold and invalid keys against a
-// cache smaller than the key space and a store of finite capacity.
-func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
-	base := &Settings{FetchLatency: ptr("lognormal:20ms,0.5,1s"), Cache: &CacheSettings{Enabled: ptr(true), Size: ptr(cacheSize)}, Faults: noFaults()}
-	arms := cacheArms
-	const rate = 100.0
-	per := e.dur / time.Duration(len(arms))
-	hot := hotSet()
-	var variants []Variant
-	var rows []Row
-	missing := make([]float64, len(arms))
-	p99 := make([]report.PercentileStat, len(arms))
-	for i, a := range arms {
-		s := clone(base)
-		s.Bloom = &BloomSettings{Enabled: ptr(a.bloom), FPRate: ptr(bloomFPRate)}
-		if err := e.put(ctx, s); err != nil {
-			return nil, err
-		}
-		// Warm the cache with the hot set, so that every arm starts from the steady state a
-		// hot-only load reaches (the first arm would otherwise pay the cold start).
-		if err := e.warm(ctx, hotKeys); err != nil {
-			return nil, err
-		}
-		before, err := e.stats(ctx)
-		if err != nil {
-			return nil, err
-		}
-		p, err := shape.Poisson(rate, e.o.Seed+uint64(30+i))
-		if err != nil {
-			return nil, err
-		}
-		src, err := shape.Keys(shape.KeyConfig{Pattern: shape.DefaultKeyPattern, Count: shape.DefaultKeyCount, Hot: hotKeys, Alpha: 1.2,
-			ColdFraction: a.cold, InvalidFraction: a.invalid}, e.o.Seed+uint64(30+i))
-		if err != nil {
-			return nil, err
-		}
-		v, res, err := e.run(ctx, a.name, s, load{workload: shape.Open(p, src), shape: "poisson(rate=100)", rate: rate, duration: per})
-		if err != nil {
-			return nil, err
-		}
-		after, err := e.stats(ctx)
-		if err != nil {
-			return nil, err
-		}
-		missing[i] = after.Docs.StoreMissingLookups - before.Docs.StoreMissingLookups
-		hits, misses := after.Docs.Hits-before.Docs.Hits, after.Docs.Misses-before.Docs.Misses
-		v.Counters = map[string]float64{
-			"store_lookups":         after.Docs.StoreLookups - before.Docs.StoreLookups,
-			"store_missing_lookups": missing[i],
-			"bloom_blocked":         after.Docs.Blocked - before.Docs.Blocked,
-			"cache_hits":            hits,
-			"cache_misses":          misses,
-		}
-		variants = append(variants, *v)
-		p99[i] = pct(v.Bench, report.MetricE2EL, 99)
-		rows = append(rows,
-			Row{a.name + " P50", a.p50Claim, fmtPct(pct(v.Bench, report.MetricE2EL, 50))},
-			Row{a.name + " P99", a.p99Clm, fmtPct(p99[i])},
-			Row{a.name + " hot keys' own P99", "hot keys are the victims", fmtPct(hotP99(res.Records, hot))},
-			Row{a.name + " cache hit ratio", "", fmtRate(hits, hits+misses)},
-			Row{a.name + " store lookups of invalid keys", "reach the store without a guard", fmt.Sprintf("%.0f", missing[i])})
-	}
-	out := compare(p99[1], p99[0])
-	offI, onI := len(arms)-2, len(arms)-1
-	why := fmt.Sprintf("1%% cold keys: P99 %s -> %s (article 18 -> 142 ms), 10%% cold: %s; invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
-		fmtPct(p99[0]), fmtPct(p99[1]), fmtPct(p99[2]), missing[offI], missing[onI])
-	guard := guardHeld(variants[onI].Counters, variants[offI].Counters, bloomFPRate)
-	switch {
-	case out == Reproduced && guard:
-		why = "reproduced: " + why
-	case out == Reproduced:
-		out = NotReproduced
-		why = "the cold-key tail appeared but the Bloom guard did not hold: " + why
-	case out == Opposite:
-		why = "the cold-key P99 came out lower than the hot-only one: " + why
-	default:
-		why = "the hot+1% cold P99 interval does not lie above the hot-only one: " + why
-	}
-	return &Result{
-		Setup: fmt.Sprintf("GET /v1/documents/{id}: %d docs, hot set %d (Zipf 1.2), LRU cache of %d entries, store lookup lognormal 20 ms with the store's capacity as the service was started (the in-process lab: %d lookups at once); Poisson 100 req/s, %v per arm",
-			shape.DefaultKeyCount, hotKeys, cacheSize, DefaultStoreConcurrency, per.Round(time.Second)),
-		Variants: variants,
-		Document: map[string]any{"hot_p50_ms": 5, "hot_p99_ms": 18, "cold1pct_p50_ms": 6, "cold1pct_p99_ms": 142},
 		Rows:     rows, Verdict: Verdict{out, why},
 	}, nil
 }
@@ -791,24 +641,4 @@ func failedNote(b *report.Bench) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%d of %d failed)", b.Failed, b.Completed+b.Failed)
-}
-
-// hotKeys is the size of the hot set of the cache-penetration experiment.
-const hotKeys = 50
-
-// warm GETs the first n documents once.
-func (e *env) warm(ctx context.Context, n int) error {
-	for i := range n {
-		u := strings.TrimRight(e.t.URL, "/") + "/v1/documents/" + shape.EscapeKey(fmt.Sprintf(shape.DefaultKeyPattern, i))
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := e.t.HTTP.Do(req)
-		if err != nil {
-			return fmt.Errorf("warm the cache: %w", err)
-		}
-		_ = resp.Body.Close()
-	}
-	return nil
 }

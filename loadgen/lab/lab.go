@@ -156,7 +156,7 @@ var experiments = []experiment{
 		Interval:  "order-statistic 95% interval of each P95",
 		Threshold: "the sync interval lies entirely above the async one",
 	}, "sync mean 890 ms vs async 320 ms"},
-	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 40 * time.Second, runCachePenetration, Rule{
+	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 56 * time.Second, runCachePenetration, Rule{
 		Compared:  "end-to-end P99 of hot+1% cold keys against hot keys only; invalid keys reaching the store with the Bloom guard off and on",
 		Interval:  "order-statistic 95% interval of each P99; Wilson 95% interval of the share of invalid keys passing the guard",
 		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it",
@@ -324,6 +324,11 @@ type serverStats struct {
 		Blocked             float64 `json:"Blocked"`
 		Hits                float64 `json:"Hits"`
 		Misses              float64 `json:"Misses"`
+		Backend             struct {
+			Concurrency float64 `json:"Concurrency"`
+			Waited      float64 `json:"Waited"`
+			WaitSeconds float64 `json:"WaitSeconds"`
+		} `json:"Backend"`
 	} `json:"docs"`
 	Admission struct {
 		Rejected float64 `json:"Rejected"`
