@@ -167,7 +167,7 @@ var experiments = []experiment{
 		Threshold: "the advised pool's interval lies entirely above the risky pool's",
 	}, "risky pool (core 1, unbounded) raises P99/P99.9 under bursts"},
 	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection, Rule{
-		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the baseline arm's step P95 (the calibration), derived before the faulted arm runs",
+		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the step P95 of a calibration run of baseline sessions made before either arm; in both arms a step that fails or runs over the budget ends its session (the generator sends none of its later steps)",
 		Interval:  "Wilson 95% interval of each rate",
 		Threshold: "the faulted arm's interval lies entirely above the baseline's",
 	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
@@ -389,6 +389,9 @@ type load struct {
 	maxTokens   int
 	body        map[string]any // extra chat body fields (the "rag" object)
 	report      report.Options
+	// stepLimit ends a replayed session whose step runs over it (its later steps are not
+	// sent) and counts the session as interrupted; 0: only a failed step ends a session.
+	stepLimit time.Duration
 }
 
 // run applies settings, runs l and summarises it.
@@ -414,16 +417,21 @@ func (e *env) run(ctx context.Context, name string, settings *Settings, l load) 
 		return nil, nil, err
 	}
 	e.logf("  %-28s %s for %v", name, l.shape, l.duration.Round(time.Second))
+	rate := l.rate
+	if l.closed {
+		rate = math.Inf(1) // a closed loop has no arrival rate: each user sends when its last request ended
+	}
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		Workload: l.workload, Client: c, Concurrency: l.concurrency, ClosedLoop: l.closed,
-		Duration: l.duration, DrainTimeout: 30 * time.Second,
-		Info: loadgen.RunInfo{URL: e.t.URL, Model: model, Shape: l.shape, RequestRate: l.rate,
-			Concurrency: l.concurrency, MaxTokens: l.maxTokens, Seed: e.o.Seed},
+		Duration: l.duration, DrainTimeout: 30 * time.Second, SessionStepLimit: l.stepLimit,
+		Info: loadgen.NewRunInfo(e.t.URL, model, l.shape, rate, e.o.Seed).WithLimits(l.concurrency, 0, l.maxTokens),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("variant %s: %w", name, err)
 	}
-	b := report.Summarize(res, l.report)
+	ro := l.report
+	ro.SessionStepLimit = l.stepLimit
+	b := report.Summarize(res, ro)
 	e.logf("  %-28s %d completed, %d failed, P99 E2EL %v", name, b.Completed, b.Failed, pct(b, report.MetricE2EL, 99).Value.Round(time.Millisecond))
 	return &Variant{Name: name, Settings: settings, Bench: b}, res, nil
 }
