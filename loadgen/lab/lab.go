@@ -70,6 +70,10 @@ type Options struct {
 	// Qdrant-protocol servers with different MaxConnectionAge settings. Without two arms the
 	// experiment reports that it did not run.
 	Keepalive []KeepaliveArm
+	// Llama, if set, is a service whose simulated engine runs the llama3-8b-a100 profile with
+	// the article's engine settings (--max-num-seqs 256 --max-model-len 4096): the knee
+	// experiment sweeps it as a second arm. Without it that arm reports that it did not run.
+	Llama *Target
 }
 
 // KeepaliveArm is one service of the keepalive experiment.
@@ -171,8 +175,8 @@ var experiments = []experiment{
 		Interval:  "Wilson 95% interval of each rate",
 		Threshold: "the faulted arm's interval lies entirely above the baseline's",
 	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
-	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 60 * time.Second, runKnee, Rule{
-		Compared:  "peak running sequences of paged against contiguous KV-cache allocation on the same cache and load ladder",
+	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 120 * time.Second, runKnee, Rule{
+		Compared:  "peak running sequences of paged against contiguous KV-cache allocation on the tiny profile's same cache and load ladder",
 		Interval:  "none: peak counters sampled every 200 ms from /admin/stats",
 		Threshold: "contiguous allocation's peak is below paged allocation's",
 	}, "contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},
@@ -389,6 +393,9 @@ type load struct {
 	maxTokens   int
 	body        map[string]any // extra chat body fields (the "rag" object)
 	report      report.Options
+	// unary asks for non-streamed answers (E2EL only: no token timings), which cost the client
+	// and the server less per request.
+	unary bool
 	// stepLimit ends a replayed session whose step runs over it (its later steps are not
 	// sent) and counts the session as interrupted; 0: only a failed step ends a session.
 	stepLimit time.Duration
@@ -405,7 +412,7 @@ func (e *env) run(ctx context.Context, name string, settings *Settings, l load) 
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := []client.Option{client.WithModel(model), client.WithStream(true), client.WithTimeout(30 * time.Second)}
+	opts := []client.Option{client.WithModel(model), client.WithStream(!l.unary), client.WithTimeout(30 * time.Second)}
 	if l.maxTokens > 0 {
 		opts = append(opts, client.WithMaxTokens(l.maxTokens))
 	}
