@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/loadgen/lab"
 	"github.com/ragtail/ragtail/loadgen/report"
 )
 
@@ -25,7 +26,7 @@ type reportOptions struct {
 
 func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var o reportOptions
-	fs := newFlagSet("report", "FILE... [flags]", `Renders a result file written by "ragtail bench --json" or "ragtail sweep --json": as a
+	fs := newFlagSet("report", "FILE... [flags]", `Renders a result file written by "ragtail bench --json", "ragtail sweep --json" or "ragtail lab --json": as a
 terminal table (printed unless --quiet), as one self-contained HTML page that needs no network
 (--html), or as JSON again (--json). Given several bench files, for example from load generators
 on several hosts, it merges them exactly: the HDR histograms are added and every percentile,
@@ -72,12 +73,28 @@ Examples:
 	if o.html == "-" && o.json == "-" {
 		return errors.New("--html and --json cannot both go to standard output")
 	}
+	if lab.IsLabFile(o.files[0]) {
+		return o.writeLab(stdout)
+	}
 
 	doc, err := bench.ReadResults(o.files, o.partial, stderr)
 	if err != nil {
 		return err
 	}
 	return bench.WriteDocument(stdout, doc, o.json, o.html, o.quiet, report.HTMLOptions{DebugURL: o.debugURL})
+}
+
+// writeLab renders the results of `ragtail lab --json` files, as the lab prints and pages them.
+func (o *reportOptions) writeLab(stdout io.Writer) error {
+	var results []*lab.Result
+	for _, path := range o.files {
+		rs, err := lab.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
+	return lab.Render(stdout, results, o.json, o.html, o.quiet)
 }
 
 // writeComparison renders several bench files side by side.
