@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -82,17 +81,10 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 // would bury the tables (every shed request is an error line), their failures show in the
 // measurements, and startup errors are returned.
 func startLabWorld(ctx context.Context, o labOptions, run []string, t *lab.Target, lo *lab.Options) (stop func() error, err error) {
-	var stops []func() error
-	stop = func() error {
-		var errs []error
-		for i := len(stops) - 1; i >= 0; i-- {
-			errs = append(errs, stops[i]())
-		}
-		return errors.Join(errs...)
-	}
+	var stops lab.Closers
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, stop())
+			err = errors.Join(err, stops.Close())
 		}
 	}()
 	quiet := newLogger(io.Discard, "error")
@@ -106,13 +98,15 @@ func startLabWorld(ctx context.Context, o labOptions, run []string, t *lab.Targe
 	if err != nil {
 		return nil, err
 	}
-	stops, *t = append(stops, s), main
+	stops.Add(s)
+	*t = main
 	if slices.Contains(run, "keepalive") {
 		arms, s, err := startKeepaliveArms(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("keepalive experiment setup: %w", err)
 		}
-		stops, lo.Keepalive = append(stops, s), arms
+		stops.Add(s)
+		lo.Keepalive = arms
 	}
 	if slices.Contains(run, "knee") {
 		lcfg := service.DefaultConfig()
@@ -122,9 +116,10 @@ func startLabWorld(ctx context.Context, o labOptions, run []string, t *lab.Targe
 		if err != nil {
 			return nil, fmt.Errorf("knee experiment setup (%s engine): %w", llamaKneeProfile, err)
 		}
-		stops, lo.Llama = append(stops, s), &lt
+		stops.Add(s)
+		lo.Llama = &lt
 	}
-	return stop, nil
+	return stops.Close, nil
 }
 
 // llamaKneeProfile is the engine profile of the knee experiment's second arm.
@@ -137,31 +132,8 @@ func startLabService(ctx context.Context, cfg service.Config, logger *slog.Logge
 	if err != nil {
 		return nil, t, err
 	}
-	var servers []*http.Server
-	var addrs []string
-	for _, h := range []http.Handler{svc.API, svc.Admin} {
-		ln, lerr := listen(ctx, "127.0.0.1:0")
-		if lerr != nil {
-			for _, s := range servers {
-				_ = s.Close()
-			}
-			return nil, t, errors.Join(fmt.Errorf("listen on loopback: %w", lerr), svc.Close())
-		}
-		srv := service.NewServer(h, service.DefaultTimeouts, logger)
-		go func() { _ = srv.Serve(ln) }()
-		servers = append(servers, srv)
-		addrs = append(addrs, "http://"+ln.Addr().String())
-	}
-	stop = func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var errs []error
-		for _, s := range servers {
-			errs = append(errs, s.Shutdown(sctx))
-		}
-		return errors.Join(append(errs, svc.Close())...)
-	}
-	return stop, lab.Target{URL: addrs[0], AdminURL: addrs[1]}, nil
+	t, stop, err = lab.Serve(ctx, svc.API, svc.Admin, svc.Close)
+	return stop, t, err
 }
 
 // keepaliveMaxAge is the short MaxConnectionAge of the keepalive experiment: the article's 30
