@@ -42,6 +42,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fs.StringVar(&o.jsonFile, "json", "", "write the ragtail.lab/v1 result to this file (an array for all)")
 	fs.StringVar(&o.htmlFile, "html", "", "write a self-contained HTML page of the tables to this file")
 	o.service.register(fs)
+	o.service.backends.register(fs) // --docstore postgres://, --cache redis://, ...: the lab's world on real parts
 	names, err := parseFlagsAndArgs(fs, args, stdout, stderr)
 	if err != nil {
 		return err
@@ -88,7 +89,7 @@ func startLabWorld(ctx context.Context, o labOptions, run []string, t *lab.Targe
 		}
 	}()
 	quiet := newLogger(io.Discard, "error")
-	cfg := o.service.config(false)
+	cfg := o.service.config(true)
 	if cfg.Backends.DocStore == "" && cfg.Backends.DocStoreConcurrency == 0 {
 		// A store of finite capacity, so that lookups the cache lets through queue
 		// (cache-penetration); --docstore-concurrency or --docstore postgres:// replace it.

@@ -163,9 +163,13 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 		rows = append(rows, cacheRows(a, run)...)
 	}
 	out, why := cacheVerdict(runs)
+	st, err := e.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return &Result{
-		Setup: fmt.Sprintf("GET /v1/documents/{id}: %d docs, hot set %d (Zipf 1.2), cache of %d entries (%s unless the arm says), store lookup %s with the store's capacity as the service was started (the in-process lab: %d lookups at once); Poisson %.0f req/s from a calibration of the store (%.1f lookups/s), %v per arm",
-			shape.DefaultKeyCount, hotKeys, cacheSize, tier, storeFetchLaw, DefaultStoreConcurrency, rate, capacity, per.Round(time.Second)),
+		Setup: fmt.Sprintf("GET /v1/documents/{id}: %d docs, hot set %d (Zipf 1.2), cache of %d entries (%s unless the arm says), store lookup %s holding one of the %s store's %s; Poisson %.0f req/s from a calibration of the store (%.1f lookups/s), %v per arm",
+			shape.DefaultKeyCount, hotKeys, cacheSize, tier, storeFetchLaw, st.Docs.Backend.Kind, slotsOf(st.Docs.Backend.Concurrency), rate, capacity, per.Round(time.Second)),
 		Variants: variants,
 		Document: map[string]any{"hot_p50_ms": 5, "hot_p99_ms": 18, "cold1pct_p50_ms": 6, "cold1pct_p99_ms": 142},
 		Rows:     rows, Verdict: Verdict{out, why},
@@ -240,6 +244,14 @@ func (e *env) cacheArm(ctx context.Context, base *Settings, a cacheArm, switchab
 	}
 	v.Counters = docCounters(before, after)
 	return &cacheRun{v: v, p99: pct(v.Bench, report.MetricE2EL, 99), hotP99: hotP99(res.Records, hotSet())}, nil
+}
+
+// slotsOf names a store's capacity: its slots (or pool connections), or none.
+func slotsOf(n float64) string {
+	if n <= 0 {
+		return "unbounded slots"
+	}
+	return fmt.Sprintf("%.0f slots (lookups at once)", n)
 }
 
 // docCounters are the doc store's counter deltas over an arm.

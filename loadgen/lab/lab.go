@@ -329,6 +329,7 @@ type serverStats struct {
 		Hits                float64 `json:"Hits"`
 		Misses              float64 `json:"Misses"`
 		Backend             struct {
+			Kind        string  `json:"Kind"`
 			Concurrency float64 `json:"Concurrency"`
 			Waited      float64 `json:"Waited"`
 			WaitSeconds float64 `json:"WaitSeconds"`
