@@ -143,6 +143,3 @@ Example (the article's command, against ragtail llm-sim):
 	}
 	return bench.Run(ctx, o, stdout, stderr)
 }
-
-// msf is d in milliseconds.
-func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

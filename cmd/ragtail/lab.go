@@ -10,10 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/grpc/keepalive"
-
 	"github.com/ragtail/ragtail/loadgen/lab"
-	"github.com/ragtail/ragtail/rag/retrieve/qdranttest"
 	"github.com/ragtail/ragtail/rag/service"
 )
 
@@ -135,63 +132,6 @@ func startLabService(ctx context.Context, cfg service.Config, logger *slog.Logge
 	}
 	t, stop, err = lab.Serve(ctx, svc.API, svc.Admin, svc.Close)
 	return stop, t, err
-}
-
-// keepaliveMaxAge is the short MaxConnectionAge of the keepalive experiment: the article's 30
-// minutes scaled down so that a run of seconds sees several forced reconnects.
-const keepaliveMaxAge = 2 * time.Second
-
-// startKeepaliveArms starts two Qdrant-protocol servers (one sending GOAWAY after
-// keepaliveMaxAge, one never), ingests the built-in corpus into each, and serves a service
-// retrieving from each on loopback.
-func startKeepaliveArms(ctx context.Context) (arms []lab.KeepaliveArm, stop func() error, err error) {
-	var stops []func() error
-	stop = func() error {
-		var errs []error
-		for i := len(stops) - 1; i >= 0; i-- {
-			errs = append(errs, stops[i]())
-		}
-		return errors.Join(errs...)
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, stop())
-		}
-	}()
-	for _, age := range []time.Duration{keepaliveMaxAge, 0} {
-		var opts []qdranttest.Option
-		name := "no max-age"
-		if age > 0 {
-			name = "max-age " + age.String()
-			opts = append(opts, qdranttest.WithKeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: time.Second}))
-		}
-		srv, err := qdranttest.Start(opts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("start qdrant-protocol server: %w", err)
-		}
-		stops = append(stops, func() error { srv.Close(); return nil })
-		cfg := service.DefaultConfig()
-		cfg.Shards = 1
-		cfg.Backends.Qdrant.Addr = srv.Addr()
-		in := service.DefaultIngestConfig()
-		in.Shards, in.Backends = cfg.Shards, cfg.Backends
-		if _, err := service.Ingest(ctx, in, nil); err != nil {
-			return nil, nil, fmt.Errorf("ingest into %s: %w", srv.Addr(), err)
-		}
-		stopSvc, t, err := startLabService(ctx, cfg, newLogger(io.Discard, "error"))
-		if err != nil {
-			return nil, nil, err
-		}
-		stops = append(stops, stopSvc)
-		if err := waitReady(ctx, t.URL); err != nil {
-			return nil, nil, err
-		}
-		arms = append(arms, lab.KeepaliveArm{Name: name, MaxConnectionAge: age, Target: t, Counters: func() map[string]float64 {
-			st := srv.Stats()
-			return map[string]float64{"connections": float64(st.Connections), "goaway_max_age": float64(st.GoAways["max_age"])}
-		}})
-	}
-	return arms, stop, nil
 }
 
 // waitReady polls GET /readyz until the service is ready (the Qdrant retriever loads the doc

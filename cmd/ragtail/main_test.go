@@ -202,6 +202,11 @@ func TestDemoPrintsEveryCoupling(t *testing.T) {
 	if strings.Contains(out.String(), "failed:") {
 		t.Errorf("demo requests failed:\n%s", out.String())
 	}
+	for _, want := range []string{"chunks in shards on a Qdrant-protocol server behind a link", "Conclusion", "TTFT P50: sync", "E2E P95: sync"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
 }
 
 func TestHealthcheck(t *testing.T) {

@@ -215,8 +215,8 @@ func NewQdrant(b Backends, shards int, embedder string, extra []retrieve.QdrantO
 	}
 	if o.TLS {
 		var cfg *tls.Config
-		if o.ServerName != "" {
-			cfg = &tls.Config{ServerName: o.ServerName, MinVersion: tls.VersionTLS12}
+		if o.ServerName != "" || o.RootCAs != nil {
+			cfg = &tls.Config{ServerName: o.ServerName, RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12}
 		}
 		opts = append(opts, retrieve.WithTLS(cfg))
 	}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,6 +114,9 @@ type Qdrant struct {
 	// ServerName is the name TLS verifies Qdrant's certificate against; "" takes Addr's host.
 	// A link in front of Qdrant sets it, since Addr is then the link's.
 	ServerName string
+	// RootCAs, when set, is the pool TLS verifies Qdrant's certificate against instead of the
+	// system roots (a private or self-signed certificate).
+	RootCAs *x509.CertPool
 }
 
 // LLM is the OpenAI-compatible generation server (--llm-url and its companions).

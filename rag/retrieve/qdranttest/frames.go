@@ -1,10 +1,12 @@
 package qdranttest
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
+	"time"
 )
 
 // HTTP/2 frame layout (RFC 9113 section 4.1): a 9-byte header of 24-bit length, 8-bit type,
@@ -101,6 +103,9 @@ func (l *watchedListener) Accept() (net.Conn, error) {
 	}
 	l.s.connections.Add(1)
 	wc := &watchedConn{Conn: c}
+	if tc, ok := c.(*tls.Conn); ok {
+		wc.tls = &handshakeTimer{conn: tc, accepted: time.Now(), done: l.s.countHandshake}
+	}
 	seen := map[string]bool{}
 	wc.scan.onGoAway = func(code uint32, debug string) {
 		// gRPC drains with two GOAWAYs (a heads-up, then the final one); count a reason once
@@ -114,15 +119,31 @@ func (l *watchedListener) Accept() (net.Conn, error) {
 	return wc, nil
 }
 
-// watchedConn feeds every byte the server writes to a frameScanner. gRPC writes from one
-// goroutine per connection, but the mutex keeps the scanner safe if that ever changes.
+// watchedConn feeds every byte the server writes to a frameScanner, and times the TLS
+// handshake of a TLS connection. gRPC writes from one goroutine per connection, but the mutex
+// keeps the scanner safe if that ever changes.
 type watchedConn struct {
 	net.Conn
+	tls  *handshakeTimer // nil without TLS
 	mu   sync.Mutex
 	scan frameScanner
 }
 
+func (c *watchedConn) Read(p []byte) (int, error) {
+	if c.tls != nil {
+		if err := c.tls.handshake(); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(p)
+}
+
 func (c *watchedConn) Write(p []byte) (int, error) {
+	if c.tls != nil {
+		if err := c.tls.handshake(); err != nil {
+			return 0, err
+		}
+	}
 	n, err := c.Conn.Write(p)
 	c.mu.Lock()
 	c.scan.Write(p[:n])

@@ -7,8 +7,10 @@
 // Beyond the protocol it lets a test break things the way production breaks them: Stop and
 // Restart on the same port (Qdrant dies and returns, data kept), SetQueryLatency (Qdrant is
 // slow), a keepalive enforcement policy and MaxConnectionAge (gRPC's GOAWAYs: too_many_pings and
-// forced reconnects), an API key and TLS. Stats counts accepted connections, GOAWAYs by reason
-// and calls by method, read from the HTTP/2 frames the server writes.
+// forced reconnects), an API key and TLS (SelfSigned makes a certificate in process), and
+// answers padded past a fresh connection's flow-control window (WithAnswerPadding). Stats counts
+// accepted connections, TLS handshakes and their time, GOAWAYs by reason and calls by method,
+// read from the HTTP/2 frames the server writes.
 //
 // Supported calls: HealthCheck; collection Create (one unnamed dense vector, cosine distance),
 // Get, List, Delete, CollectionExists; points Upsert, Get, Delete (by ids), Query (nearest to a
@@ -21,10 +23,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"path"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/qdrant/go-client/qdrant"
 	"github.com/ragtail/ragtail/rag/latency"
@@ -46,6 +51,7 @@ type config struct {
 	tlsConfig   *tls.Config
 	version     string
 	seed        uint64
+	padding     int
 }
 
 // Option configures Start.
@@ -84,6 +90,21 @@ func WithTLS(cfg *tls.Config) Option { return optionFunc(func(c *config) { c.tls
 // WithVersion sets the version HealthCheck reports (default Version).
 func WithVersion(v string) Option { return optionFunc(func(c *config) { c.version = v }) }
 
+// MaxPadding bounds WithAnswerPadding.
+const MaxPadding = 4 << 20
+
+// WithAnswerPadding makes every Query answer n bytes larger (at most MaxPadding): its first
+// point carries them in a payload field PaddingField, whatever payload the query selected. It
+// stands for the payloads and vectors a production search returns (ragtail asks for chunk ids
+// only), so that an answer can outgrow a fresh HTTP/2 connection's 64 KiB flow-control window.
+// Clients ignore the field.
+func WithAnswerPadding(n int) Option {
+	return optionFunc(func(c *config) { c.padding = min(max(n, 0), MaxPadding) })
+}
+
+// PaddingField is the payload field WithAnswerPadding fills.
+const PaddingField = "qdranttest_padding"
+
 // WithSeed seeds the query latency draws (default 1).
 func WithSeed(seed uint64) Option { return optionFunc(func(c *config) { c.seed = seed }) }
 
@@ -98,13 +119,20 @@ type Server struct {
 	grpc    *grpc.Server
 	running bool
 
-	latency atomic.Pointer[latency.Delay]
+	latency     atomic.Pointer[latency.Delay]
+	collDelayMu sync.Mutex
+	collDelay   map[string]*latency.Delay // SetCollectionLatency's laws, by collection
 
 	connections atomic.Int64
-	statsMu     sync.Mutex
-	goAways     map[string]int
-	calls       map[string]int
-	traceparent string
+	padding     *qdrant.Value // WithAnswerPadding's field, made once; nil without
+
+	statsMu           sync.Mutex
+	handshakes        int
+	handshakeFailures int
+	handshakeTime     time.Duration
+	goAways           map[string]int
+	calls             map[string]int
+	traceparent       string
 }
 
 // Stats is what the server has seen since Start, across restarts.
@@ -120,6 +148,13 @@ type Stats struct {
 	Calls map[string]int
 	// LastTraceparent is the traceparent metadata of the last call that carried one.
 	LastTraceparent string
+	// TLSHandshakes counts completed TLS handshakes (with WithTLS): one per connection.
+	TLSHandshakes int
+	// TLSHandshakeFailures counts TLS handshakes that failed or timed out.
+	TLSHandshakeFailures int
+	// TLSHandshakeTime is the total time of the completed handshakes, each from the accept of
+	// its connection to the handshake's end: the round trips a handshake costs, server side.
+	TLSHandshakeTime time.Duration
 }
 
 // Start starts a server and returns once it accepts connections.
@@ -135,6 +170,9 @@ func Start(opts ...Option) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, store: newStore(), goAways: map[string]int{}, calls: map[string]int{}}
+	if cfg.padding > 0 {
+		s.padding = qdrant.NewValueString(strings.Repeat("x", cfg.padding))
+	}
 	s.latency.Store(latency.NewDelay(latency.Law{Kind: latency.LawNone}, cfg.seed))
 	if err := s.listen(cfg.addr); err != nil {
 		return nil, err
@@ -230,11 +268,38 @@ func (s *Server) SetQueryLatency(law latency.Law) {
 	s.latency.Store(latency.NewDelay(law, s.cfg.seed))
 }
 
+// SetCollectionLatency makes every Query of collection wait a draw of law instead of
+// SetQueryLatency's, so that the shards of an index (one collection each) answer with laws of
+// their own. The draws are seeded by the server's seed and the collection's name.
+func (s *Server) SetCollectionLatency(collection string, law latency.Law) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(collection))
+	d := latency.NewDelay(law, s.cfg.seed^h.Sum64())
+	s.collDelayMu.Lock()
+	defer s.collDelayMu.Unlock()
+	if s.collDelay == nil {
+		s.collDelay = map[string]*latency.Delay{}
+	}
+	s.collDelay[collection] = d
+}
+
+// queryDelay is the delay a Query of collection waits.
+func (s *Server) queryDelay(collection string) *latency.Delay {
+	s.collDelayMu.Lock()
+	d := s.collDelay[collection]
+	s.collDelayMu.Unlock()
+	if d != nil {
+		return d
+	}
+	return s.latency.Load()
+}
+
 // Stats returns what the server has seen.
 func (s *Server) Stats() Stats {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
-	st := Stats{Connections: int(s.connections.Load()), GoAways: map[string]int{}, Calls: map[string]int{}, LastTraceparent: s.traceparent}
+	st := Stats{Connections: int(s.connections.Load()), GoAways: map[string]int{}, Calls: map[string]int{}, LastTraceparent: s.traceparent,
+		TLSHandshakes: s.handshakes, TLSHandshakeFailures: s.handshakeFailures, TLSHandshakeTime: s.handshakeTime}
 	for k, v := range s.goAways {
 		st.GoAways[k] = v
 	}

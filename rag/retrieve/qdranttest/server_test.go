@@ -294,3 +294,40 @@ func TestQueryHonoursLatencyAndOptions(t *testing.T) {
 		t.Errorf("slow query past the deadline: %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestCollectionLatencyAndPadding: a collection's own law replaces the server-wide one for its
+// queries only, and padded answers carry the padding on their first point.
+func TestCollectionLatencyAndPadding(t *testing.T) {
+	const padding = 100 << 10
+	s := startServer(t, WithAnswerPadding(padding))
+	c := newClient(t, s)
+	for _, name := range []string{"slow", "fast"} {
+		createCollection(t, c, name, 2)
+		if _, err := c.Upsert(context.Background(), &qdrant.UpsertPoints{CollectionName: name, Points: []*qdrant.PointStruct{
+			{Id: qdrant.NewIDNum(1), Vectors: qdrant.NewVectors(1, 0), Payload: qdrant.NewValueMap(map[string]any{"chunk_id": "a"})},
+			{Id: qdrant.NewIDNum(2), Vectors: qdrant.NewVectors(0, 1), Payload: qdrant.NewValueMap(map[string]any{"chunk_id": "b"})},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.SetCollectionLatency("slow", latency.Fixed(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := c.Query(ctx, &qdrant.QueryPoints{CollectionName: "slow", Query: qdrant.NewQuery(1, 0)}); status.Code(errors.Unwrap(err)) != codes.DeadlineExceeded {
+		t.Errorf("query of the slow collection: %v, want DeadlineExceeded", err)
+	}
+	res, err := c.Query(context.Background(), &qdrant.QueryPoints{CollectionName: "fast", Query: qdrant.NewQuery(1, 0),
+		WithPayload: qdrant.NewWithPayloadInclude("chunk_id")})
+	if err != nil {
+		t.Fatalf("query of the other collection: %v", err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d points, want 2", len(res))
+	}
+	if pad := res[0].GetPayload()[PaddingField].GetStringValue(); len(pad) != padding {
+		t.Errorf("first point's padding is %d bytes, want %d", len(pad), padding)
+	}
+	if _, ok := res[1].GetPayload()[PaddingField]; ok || res[0].GetPayload()["chunk_id"].GetStringValue() != "a" {
+		t.Errorf("payloads %v, %v: want the selection kept and the padding on the first point only", res[0].GetPayload()["chunk_id"], res[1].GetPayload())
+	}
+}

@@ -346,7 +346,7 @@ func (ps pointsService) Query(ctx context.Context, req *qdrant.QueryPoints) (*qd
 	if len(vec) != c.dim {
 		return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Vector dimension error: expected dim: %d, got %d", c.dim, len(vec))
 	}
-	if _, err := ps.s.latency.Load().Wait(ctx); err != nil {
+	if _, err := ps.s.queryDelay(req.GetCollectionName()).Wait(ctx); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 	limit, offset := 10, int(req.GetOffset())
@@ -373,6 +373,15 @@ func (ps pointsService) Query(ctx context.Context, req *qdrant.QueryPoints) (*qd
 		p := c.points[h.ChunkID]
 		resp.Result = append(resp.Result, &qdrant.ScoredPoint{Id: p.id, Score: h.Score, Version: 1,
 			Payload: selectPayload(req.GetWithPayload(), false, p.payload)})
+	}
+	if pad := ps.s.padding; pad != nil && len(resp.Result) > 0 {
+		first := resp.Result[0]
+		payload := make(map[string]*qdrant.Value, len(first.Payload)+1)
+		for k, v := range first.Payload {
+			payload[k] = v
+		}
+		payload[PaddingField] = pad
+		first.Payload = payload
 	}
 	return resp, nil
 }
