@@ -34,11 +34,15 @@ bench:
 	$(MAKE) bench-loadgen
 
 ## bench-telemetry: BenchmarkPipelineTelemetry TELCOUNT times, then per corpus the median, min and
-## max of loss_%, allocs/op and on_allocs/req beside their targets (tools/telsum.awk)
+## max of loss_%, allocs/op and on_allocs/req beside their targets, and the ablation (the loss of
+## each telemetry component on its own) (tools/telsum.awk). The tiny corpus runs ten times the
+## requests, so that its phases last about as long as the default corpus's.
 TELCOUNT ?= 6
+TELFLAGS = -run '^$$' -benchmem -count $(TELCOUNT)
 bench-telemetry:
 	@mkdir -p bin
-	$(GO) test -run '^$$' -bench PipelineTelemetry -benchmem -benchtime 4000x -count $(TELCOUNT) ./telemetry/ > bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
+	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=default' -benchtime 4000x ./telemetry/ > bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
+	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=tiny' -benchtime 40000x ./telemetry/ >> bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
 	@cat bin/bench-telemetry.txt
 	awk -f tools/telsum.awk bin/bench-telemetry.txt
 

@@ -137,6 +137,13 @@ type RunInfo struct {
 	// schedule share it.
 	ScheduleHash string `json:"schedule_hash,omitempty"`
 	Interrupted  bool   `json:"interrupted,omitempty"` // stopped by Ctrl-C
+	// What every request sent beyond its prompt, and what made the run (WithRequests,
+	// WithProvenance); empty when the caller did not say.
+	Dataset     string   `json:"dataset,omitempty"`
+	Stream      *bool    `json:"stream,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"` // nil: the server's default
+	Version     string   `json:"version,omitempty"`
+	Command     string   `json:"command,omitempty"` // shell-quoted, secrets redacted
 }
 
 // NewRunInfo starts the description of a run for the reports: the target url, the model sent

@@ -4,17 +4,23 @@ package telemetry_test
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
@@ -64,26 +70,99 @@ type discardSink struct{}
 func (discardSink) Progress(pipeline.Progress) error { return nil }
 func (discardSink) Delta(rag.Delta) error            { return nil }
 
+// benchArms selects the arms BenchmarkPipelineTelemetry runs besides "off" (comma-separated;
+// empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
+// built-in profiler left out (-telemetry.arms=spans,metrics,labels): a process has one CPU
+// profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's noise.
+var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,aa; empty: all but aa)")
+
+// benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
+// components are on.
+type benchArm struct {
+	name     string
+	tracing  bool // the SDK's spans, every one sampled into the ring
+	metrics  bool // every metric, recorded through the SDK
+	labels   bool // the rag_stage (and, with spans, span_id) pprof labels
+	profiler bool // the continuous profiler, CPU and wall sampler, linking spans when tracing
+}
+
+// telemetryArms are the arms of BenchmarkPipelineTelemetry: off, each component on its own (the
+// ablation), and everything on. The components' losses need not add up to the loss of all:
+// span_id labels exist only with spans and labels, and the profiler's wall sampler parses the
+// labels of every goroutine it sees.
+var telemetryArms = []benchArm{
+	{name: "off"},
+	{name: "spans", tracing: true},
+	{name: "metrics", metrics: true},
+	{name: "labels", labels: true},
+	{name: "profiler", profiler: true},
+	{name: "all", tracing: true, metrics: true, labels: true, profiler: true},
+}
+
+// aaArm is off again, run only when asked for: the spread of its loss around zero is what the
+// machine's noise does to a ratio.
+var aaArm = benchArm{name: "aa"}
+
 // BenchmarkPipelineTelemetry runs the pipeline with telemetry off (no-op providers, no pprof
-// labels, no profiler) and fully on (every trace sampled into the ring, every metric recorded,
-// the continuous profiler running with span labels), in alternating phases within one run, and
-// reports the throughput of each, their ratio and the loss in percent. Throughput is counted per
-// second of the process's CPU time (req/cpu_s), which other processes on a shared machine do not
-// disturb the way they disturb wall-clock rates (reported too, as req/s); the ratio is the median
-// over ten off/on pairs, so a burst of outside load in one phase does not decide it. The backends
-// answer at once (no simulated latency), so every microsecond telemetry costs shows. Two corpora: the service's default one (the index search is most of a request's
-// CPU, as in a real deployment where search is remote and far slower still), and a tiny one,
-// where a request does almost nothing but telemetry: the worst case.
+// labels, no profiler), with each telemetry component on its own (SDK spans, metrics, pprof
+// labels, the continuous profiler), and fully on (every trace sampled into the ring, every metric
+// recorded, the continuous profiler running with span labels), in interleaved phases within one
+// run, and reports each arm's loss of throughput against off in percent (loss_% for all,
+// loss_spans_% and so on for the components). Throughput is counted per second of the process's
+// CPU time (req/cpu_s), which other processes on a shared machine do not disturb the way they
+// disturb wall-clock rates (reported too, as req/s, for off and all); each arm's ratio to off is
+// the median over ten rounds, each round running every arm once on the same number of requests
+// in an order that rotates and reverses from round to round, so that neither a burst of outside
+// load in one phase nor the position in a round decides it. The backends answer at once (no
+// simulated latency), so every microsecond telemetry costs shows. Two corpora: the service's
+// default one (the index search is most of a request's CPU, as in a real deployment where search
+// is remote and far slower still), and a tiny one, where a request does almost nothing but
+// telemetry: the worst case.
+//
+// b.N counts requests of the off and all arms (ns/op, allocs/op and B/op average those two, as
+// before the ablation arms existed); each ablation arm runs as many requests as off, with the
+// timer stopped.
 func BenchmarkPipelineTelemetry(b *testing.B) {
+	arms, err := selectArms(*benchArms)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		docs int
 	}{{"corpus=default", 0}, {"corpus=tiny", 10}} {
-		b.Run(c.name, func(b *testing.B) { benchTelemetry(b, c.docs) })
+		b.Run(c.name, func(b *testing.B) { benchTelemetry(b, c.docs, arms) })
 	}
 }
 
-func benchTelemetry(b *testing.B, docs int) {
+// selectArms returns the arms named in list (comma-separated, "" for all), off first.
+func selectArms(list string) ([]benchArm, error) {
+	if list == "" {
+		return telemetryArms, nil
+	}
+	arms := telemetryArms[:1:1]
+	for name := range strings.SplitSeq(list, ",") {
+		if name == aaArm.name {
+			arms = append(arms, aaArm)
+			continue
+		}
+		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
+		if i < 1 {
+			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all or aa", name)
+		}
+		arms = append(arms, telemetryArms[i])
+	}
+	return arms, nil
+}
+
+// armResult sums one arm's phases.
+type armResult struct {
+	wall, cpu time.Duration
+	allocs    uint64
+	ratios    []float64 // per round: off's CPU time over this arm's, on the same request count
+}
+
+func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	chunks := corpus.Builtin(corpus.Options{Seed: 1, Docs: docs})
 	hash, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
 	if err != nil {
@@ -112,15 +191,16 @@ func benchTelemetry(b *testing.B, docs int) {
 	}
 	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 
-	off, err := pipeline.New(hash, idx, lookups{store}, gen, pipeline.Config{TopK: 5}, pipeline.WithProfileLabels(false))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// on builds the fully instrumented pipeline around a running profiler.
-	on := func(prof *profile.Profiler) *pipeline.Pipeline {
-		p, err := pipeline.New(hash, idx, lookups{store}, gen, pipeline.Config{TopK: 5},
-			pipeline.WithClock(tel.Now), pipeline.WithTracerProvider(prof.WrapTracerProvider(tel.TracerProvider)),
-			pipeline.WithMeterProvider(tel.MeterProvider))
+	// build returns the pipeline of arm a, around prof when the arm runs the profiler.
+	build := func(a benchArm, prof *profile.Profiler) *pipeline.Pipeline {
+		opts := []pipeline.Option{pipeline.WithClock(tel.Now), pipeline.WithProfileLabels(a.labels)}
+		if a.tracing {
+			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tel.TracerProvider)))
+		}
+		if a.metrics {
+			opts = append(opts, pipeline.WithMeterProvider(tel.MeterProvider))
+		}
+		p, err := pipeline.New(hash, idx, lookups{store}, gen, pipeline.Config{TopK: 5}, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -128,15 +208,23 @@ func benchTelemetry(b *testing.B, docs int) {
 	}
 
 	workers := runtime.GOMAXPROCS(0)
+	// Under -cpuprofile, the requests of each arm carry the pprof label arm=NAME (their stages
+	// add theirs to it), so that the profile splits by arm: go tool pprof -tagfocus arm=spans.
+	profiling := flag.Lookup("test.cpuprofile") != nil && flag.Lookup("test.cpuprofile").Value.String() != ""
 	// phase runs n requests on p from workers goroutines and returns the wall and CPU time they
 	// took and the heap allocations they made.
-	phase := func(p *pipeline.Pipeline, n int) (wall, cpu time.Duration, allocs uint64) {
+	phase := func(p *pipeline.Pipeline, arm string, n int) (wall, cpu time.Duration, allocs uint64) {
+		ctx := context.Background()
+		if profiling {
+			ctx = pprof.WithLabels(ctx, pprof.Labels("arm", arm))
+		}
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		startAllocs := mallocs()
 		start, startCPU := time.Now(), processCPU()
 		for range workers {
 			wg.Go(func() {
+				pprof.SetGoroutineLabels(ctx)
 				for {
 					i := next.Add(1) - 1
 					if i >= int64(n) {
@@ -144,7 +232,7 @@ func benchTelemetry(b *testing.B, docs int) {
 					}
 					q := rag.Query{ID: "bench", Model: "bench-model", MaxTokens: 32, Coupling: rag.CouplingFanout,
 						Messages: []rag.Message{{Role: "user", Content: questions[i%int64(len(questions))]}}}
-					if _, err := p.Run(context.Background(), q, discardSink{}); err != nil {
+					if _, err := p.Run(ctx, q, discardSink{}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -155,65 +243,92 @@ func benchTelemetry(b *testing.B, docs int) {
 		wall, cpu = time.Since(start), processCPU()-startCPU
 		return wall, cpu, mallocs() - startAllocs
 	}
+	// timed reports whether an arm's phases count towards b.N (and so ns/op and allocs/op).
+	timed := func(a benchArm) bool { return a.name == "off" || a.name == "all" }
 
-	// Ten off/on pairs, in ABBA order, so that drift in machine load (other processes, GC of
-	// earlier rounds) falls on both sides alike.
-	const pairs = 10
-	per := max(1, b.N/(2*pairs))
-	var (
-		offWall, onWall, offCPU, onCPU time.Duration
-		offAllocs, onAllocs            uint64
-		ratios                         []float64
-	)
+	const rounds = 10
+	per := max(1, b.N/(2*rounds))
+	results := make([]armResult, len(arms))
+	order := make([]int, len(arms))
 	b.ReportAllocs()
 	b.ResetTimer()
-	for r := range pairs {
-		var pairOff, pairOn time.Duration
-		for _, instrumented := range []bool{r%2 == 1, r%2 == 0} {
-			if !instrumented {
-				wall, cpu, allocs := phase(off, per)
-				offWall, offCPU, offAllocs, pairOff = offWall+wall, offCPU+cpu, offAllocs+allocs, cpu
-				continue
+	b.StopTimer()
+	for r := range rounds {
+		// Rounds come in pairs, one forwards and one backwards (ABBA), and the order rotates by
+		// one arm from pair to pair, so that every arm runs early and late, after each of the
+		// others, alike.
+		for i := range order {
+			order[i] = (i + r/2) % len(arms)
+		}
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		cpus := make([]time.Duration, len(arms))
+		for _, ai := range order {
+			a := arms[ai]
+			var prof *profile.Profiler
+			if a.profiler {
+				if prof, err = profile.Start(profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					b.Fatal(err)
+				}
 			}
-			b.StopTimer()
-			prof, err := profile.Start(profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
+			p := build(a, prof)
+			if timed(a) {
+				b.StartTimer()
 			}
-			p := on(prof)
-			b.StartTimer()
-			wall, cpu, allocs := phase(p, per)
-			onWall, onCPU, onAllocs, pairOn = onWall+wall, onCPU+cpu, onAllocs+allocs, cpu
-			b.StopTimer()
+			wall, cpu, allocs := phase(p, a.name, per)
+			if timed(a) {
+				b.StopTimer()
+			}
 			if err := prof.Stop(); err != nil {
 				b.Fatal(err)
 			}
 			tel.Ring.Reset()
-			b.StartTimer()
+			res := &results[ai]
+			res.wall, res.cpu, res.allocs = res.wall+wall, res.cpu+cpu, res.allocs+allocs
+			cpus[ai] = cpu
 		}
-		if pairOff > 0 && pairOn > 0 {
-			ratios = append(ratios, pairOff.Seconds()/pairOn.Seconds()) // same request count
+		for ai := range arms {
+			if cpus[0] > 0 && cpus[ai] > 0 {
+				results[ai].ratios = append(results[ai].ratios, cpus[0].Seconds()/cpus[ai].Seconds())
+			}
 		}
 	}
-	b.StopTimer()
-	n := float64(per * pairs)
-	b.ReportMetric(n/offWall.Seconds(), "off_req/s")
-	b.ReportMetric(n/onWall.Seconds(), "on_req/s")
-	b.ReportMetric(n/offCPU.Seconds(), "off_req/cpu_s")
-	b.ReportMetric(n/onCPU.Seconds(), "on_req/cpu_s")
-	// allocs/op averages the two phases; these are each phase's own, per request, the profiler's
-	// and the exporters' background work included.
-	b.ReportMetric(float64(offAllocs)/n, "off_allocs/req")
-	b.ReportMetric(float64(onAllocs)/n, "on_allocs/req")
-	if len(ratios) > 0 {
-		slices.Sort(ratios)
-		median := ratios[len(ratios)/2]
-		if len(ratios)%2 == 0 {
-			median = (ratios[len(ratios)/2-1] + median) / 2
+	n := float64(per * rounds)
+	for ai, a := range arms {
+		res := &results[ai]
+		switch a.name {
+		case "off", "all":
+			side := map[string]string{"off": "off", "all": "on"}[a.name]
+			b.ReportMetric(n/res.wall.Seconds(), side+"_req/s")
+			b.ReportMetric(n/res.cpu.Seconds(), side+"_req/cpu_s")
+			// allocs/op averages off and all; these are each arm's own, per request, the
+			// profiler's and the exporters' background work included.
+			b.ReportMetric(float64(res.allocs)/n, side+"_allocs/req")
+		default:
+			b.ReportMetric(float64(res.allocs)/n, a.name+"_allocs/req")
 		}
-		b.ReportMetric(median, "on/off")
-		b.ReportMetric(100*(1-median), "loss_%")
+		if ai == 0 || len(res.ratios) == 0 {
+			continue
+		}
+		m := median(res.ratios)
+		if a.name == "all" {
+			b.ReportMetric(m, "on/off")
+			b.ReportMetric(100*(1-m), "loss_%")
+		} else {
+			b.ReportMetric(100*(1-m), "loss_"+a.name+"_%")
+		}
 	}
+}
+
+// median returns the median of xs, which it sorts.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	m := xs[len(xs)/2]
+	if len(xs)%2 == 0 {
+		m = (xs[len(xs)/2-1] + m) / 2
+	}
+	return m
 }
 
 // mallocs returns the number of heap objects the process has allocated so far.
@@ -230,4 +345,58 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSpanCost is the price of one span as the pipeline makes it, built up side by side:
+// the SDK's own (sampled, no processor, no attributes), then with the ring as its processor and
+// the span limits Setup configures, then with seven attributes set in one call at the end (a
+// "Query {collection}" span has six, a stage span five to twelve), then with explicit start and
+// end timestamps from the service's clock. BenchmarkPipelineTelemetry's spans arm costs about
+// ten of the last kind per request.
+func BenchmarkSpanCost(b *testing.B) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	bare := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = bare.Shutdown(context.Background()) })
+	attrs := []attribute.KeyValue{
+		attribute.String("rag.stage", "retrieve"), attribute.String("db.system.name", "ragtail.memory"),
+		attribute.String("db.collection.name", "ragtail"), attribute.String("db.operation.name", "Query"),
+		attribute.Int("rag.shard", 2), attribute.Int("db.response.returned_rows", 5), attribute.Int("rag.hits", 5),
+	}
+	for _, bc := range []struct {
+		name              string
+		tp                trace.TracerProvider
+		attrs, timestamps bool
+	}{
+		{"sdk", bare, false, false},
+		{"ring", tel.TracerProvider, false, false},
+		{"ring+attrs", tel.TracerProvider, true, false},
+		{"ring+attrs+timestamps", tel.TracerProvider, true, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tracer := bc.tp.Tracer("bench")
+			ctx, root := tracer.Start(context.Background(), "root")
+			b.ReportAllocs()
+			for b.Loop() {
+				var start []trace.SpanStartOption
+				var endOpts []trace.SpanEndOption
+				if bc.timestamps {
+					now := tel.Now()
+					start = []trace.SpanStartOption{trace.WithTimestamp(now)}
+					endOpts = []trace.SpanEndOption{trace.WithTimestamp(now.Add(time.Microsecond))}
+				}
+				_, span := tracer.Start(ctx, "Query ragtail", start...)
+				if bc.attrs {
+					span.SetAttributes(attrs...)
+				}
+				span.End(endOpts...)
+			}
+			b.StopTimer()
+			root.End()
+			tel.Ring.Reset()
+		})
+	}
 }

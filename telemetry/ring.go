@@ -28,9 +28,9 @@ type Ring struct {
 	recentCap, slowCap, maxSpans, pendingCap int
 
 	mu           sync.Mutex
-	pending      map[trace.TraceID]*pendingTrace
-	pendingOrder []trace.TraceID // FIFO of pending ids, for eviction; may hold completed ids
-	recent       []*Trace        // circular, newest at recent[(next-1) % cap]
+	pending      map[trace.TraceID][]sdktrace.ReadOnlySpan // spans of traces whose root has not ended
+	pendingOrder []trace.TraceID                           // FIFO of pending ids, for eviction; may hold completed ids
+	recent       []*Trace                                  // circular, newest at recent[(next-1) % cap]
 	next         int
 	slow         slowHeap
 	kept         map[trace.TraceID]*Trace // every trace in recent or slow
@@ -43,10 +43,6 @@ type RingStats struct {
 	Spans          uint64 `json:"spans"`           // spans kept
 	DroppedSpans   uint64 `json:"dropped_spans"`   // spans over the per-trace limit
 	EvictedPending uint64 `json:"evicted_pending"` // incomplete traces dropped because too many were pending
-}
-
-type pendingTrace struct {
-	spans []sdktrace.ReadOnlySpan
 }
 
 // Trace is one complete trace held by the Ring. Its fields must not be changed.
@@ -62,6 +58,7 @@ type Trace struct {
 	Dropped  int // spans not kept because the trace had RingMaxSpans
 
 	inRecent, inSlow bool
+	firstRoot        [1]sdktrace.ReadOnlySpan // Roots' backing array until a second root joins
 }
 
 // NewRing returns a Ring keeping recent traces, slowest traces apart from them, and at most
@@ -78,7 +75,7 @@ func NewRing(recent, slowest, maxSpans int) *Ring {
 	}
 	return &Ring{
 		recentCap: recent, slowCap: slowest, maxSpans: maxSpans, pendingCap: DefaultRingPending,
-		pending: make(map[trace.TraceID]*pendingTrace),
+		pending: make(map[trace.TraceID][]sdktrace.ReadOnlySpan),
 		recent:  make([]*Trace, recent),
 		kept:    make(map[trace.TraceID]*Trace, recent+slowest),
 	}
@@ -111,35 +108,35 @@ func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
 		}
 		return
 	}
-	p := r.pending[id]
+	spans, pending := r.pending[id]
 	if !isRoot {
-		if p == nil {
+		if !pending {
 			r.evictPending()
-			p = &pendingTrace{spans: make([]sdktrace.ReadOnlySpan, 0, 16)}
-			r.pending[id] = p
+			spans = make([]sdktrace.ReadOnlySpan, 0, 16)
 			r.pendingOrder = append(r.pendingOrder, id)
 		}
-		if len(p.spans) < r.maxSpans-1 { // keep room for the root
-			p.spans = append(p.spans, s)
+		if len(spans) < r.maxSpans-1 { // keep room for the root
+			spans = append(spans, s)
 			r.stats.Spans++
 		} else {
 			r.stats.DroppedSpans++
 		}
+		r.pending[id] = spans
 		return
 	}
-	var pendingSpans []sdktrace.ReadOnlySpan
-	if p != nil {
+	if pending {
 		delete(r.pending, id)
-		pendingSpans = p.spans
 	}
 	r.stats.Traces++
 	if t, ok := r.kept[id]; ok {
 		// Another request of a trace already kept: its subtree joins the trace.
-		r.join(t, s, pendingSpans)
+		r.join(t, s, spans)
 		return
 	}
-	t := &Trace{ID: id, Root: s, Roots: []sdktrace.ReadOnlySpan{s}, Duration: s.EndTime().Sub(s.StartTime())}
-	t.Spans = append(pendingSpans, s)
+	t := &Trace{ID: id, Root: s, Duration: s.EndTime().Sub(s.StartTime())}
+	t.firstRoot[0] = s
+	t.Roots = t.firstRoot[:]
+	t.Spans = append(spans, s)
 	r.stats.Spans++
 	r.addRecent(t)
 	r.addSlow(t)

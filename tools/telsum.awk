@@ -1,7 +1,9 @@
 # telsum.awk summarizes repeated BenchmarkPipelineTelemetry lines (go test -count N): for each
-# corpus, the median, min and max over the runs of loss_%, allocs/op and on_allocs/req, beside
-# the targets of issue 11 (loss at most 5% on the default corpus and 20% on the tiny one, at most
-# 120 allocations per request).
+# corpus, the median, min and max over the runs of loss_% (everything on), allocs/op and
+# on_allocs/req, beside the targets of issue 11 (loss at most 5% on the default corpus and 20% on
+# the tiny one, at most 120 allocations per request), then the ablation: the loss and the
+# allocations per request of each telemetry component on its own (loss_spans_%, spans_allocs/req
+# and so on).
 function median(a, n,    i, j, t) {
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
@@ -11,23 +13,35 @@ function median(a, n,    i, j, t) {
 	if (!(name in runs)) order[++names] = name
 	k = ++runs[name]
 	for (i = 3; i < NF; i += 2) {
-		if ($(i+1) == "loss_%") loss[name, k] = $i
-		if ($(i+1) == "allocs/op") allocs[name, k] = $i
-		if ($(i+1) == "on_allocs/req") onallocs[name, k] = $i
+		unit = $(i+1)
+		if (unit == "loss_%" || unit == "allocs/op" || unit == "on_allocs/req" || unit ~ /^loss_.+_%$/ || unit ~ /^[a-z]+_allocs\/req$/) {
+			if (!((name, unit) in seen)) { seen[name, unit] = 1; units[name, ++nunits[name]] = unit }
+			v[name, unit, k] = $i; nv[name, unit]++
+		}
 	}
 }
-function stat(m, name, label, target,    n, i, a, lo, hi) {
-	n = runs[name]; lo = hi = m[name, 1]
-	for (i = 1; i <= n; i++) { a[i] = m[name, i]; if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-	printf "  %-14s median %8.2f  min %8.2f  max %8.2f  (%d runs)%s\n", label, median(a, n), lo, hi, n, target
+function stat(name, unit, label, target,    n, i, a, lo, hi) {
+	n = nv[name, unit]; if (n == 0) return
+	lo = hi = v[name, unit, 1]
+	for (i = 1; i <= n; i++) { a[i] = v[name, unit, i]; if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+	printf "  %-20s median %8.2f  min %8.2f  max %8.2f  (%d runs)%s\n", label, median(a, n), lo, hi, n, target
 }
 END {
 	if (names == 0) { print "telsum: no BenchmarkPipelineTelemetry lines" > "/dev/stderr"; exit 1 }
+	split("spans metrics labels profiler aa", parts, " ")
 	for (j = 1; j <= names; j++) {
 		name = order[j]
 		print "telemetry cost, " name ":"
-		stat(loss, name, "loss_%", name == "corpus=tiny" ? "  target <= 20" : "  target <= 5")
-		stat(allocs, name, "allocs/op", "  target <= 120")
-		stat(onallocs, name, "on_allocs/req", "")
+		stat(name, "loss_%", "loss_%", name == "corpus=tiny" ? "  target <= 20" : "  target <= 5")
+		stat(name, "allocs/op", "allocs/op", "  target <= 120")
+		stat(name, "on_allocs/req", "on_allocs/req", "")
+		stat(name, "off_allocs/req", "off_allocs/req", "")
+		header = 0
+		for (p = 1; p <= 5; p++) {
+			if (nv[name, "loss_" parts[p] "_%"] == 0) continue
+			if (!header) { print "  ablation, each component on its own:"; header = 1 }
+			stat(name, "loss_" parts[p] "_%", "loss_" parts[p] "_%", "")
+			stat(name, parts[p] "_allocs/req", parts[p] "_allocs/req", "")
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/client"
 	"github.com/ragtail/ragtail/rag/service"
+	"github.com/ragtail/ragtail/telemetry"
 )
 
 // tracedRagtail starts an in-process ragtail on the simulated engine profile (empty: the
@@ -208,7 +209,7 @@ func TestBenchOTLPDeadCollector(t *testing.T) {
 	if !strings.Contains(stderr.String(), "client spans (ragtail-bench) to otlp http "+deadURL+"/v1/traces") {
 		t.Errorf("stderr does not say where the spans go:\n%s", stderr.String())
 	}
-	if d := time.Since(start); d > benchOTLPShutdown+benchOTLPExportTimeout+30*time.Second {
+	if d := time.Since(start); d > telemetry.ClientShutdownTimeout+telemetry.ClientExportTimeout+30*time.Second {
 		t.Errorf("bench took %v with a dead collector", d)
 	}
 	for _, bad := range []string{"127.0.0.1:4318", "ftp://x", "http://"} {

@@ -29,6 +29,8 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 // imageBinary is where the Dockerfile installs ragtail.
@@ -497,9 +499,9 @@ func TestComposeRealParts(t *testing.T) {
 		service, variable, flag, scheme, host string
 		port                                  uint32
 	}{
-		{"ingest", envDocstore, "docstore", "postgres", "postgres", 5432},
-		{"ragtail", envDocstore, "docstore", "postgres", "postgres", 5432},
-		{"ragtail", envCache, "cache", "redis", "redis", 6379},
+		{"ingest", service.EnvDocStore, "docstore", "postgres", "postgres", 5432},
+		{"ragtail", service.EnvDocStore, "docstore", "postgres", "postgres", 5432},
+		{"ragtail", service.EnvCache, "cache", "redis", "redis", 6379},
 	}
 	for _, tt := range tests {
 		t.Run(tt.service+" "+tt.variable, func(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -34,7 +35,7 @@ type demoWorld struct {
 // ingests the built-in corpus into it, and points cfg's retriever at it through a link.
 func startDemoWorld(ctx context.Context, cfg *service.Config, o *serviceOptions) (*demoWorld, error) {
 	w := &demoWorld{laws: cfg.ShardLatency}
-	if !o.set("shard-latency") {
+	if !flagGiven(o.fs, "shard-latency") {
 		w.laws = make([]latency.Law, cfg.Shards)
 		for i := range w.laws {
 			text := demoShardLatency
@@ -94,6 +95,13 @@ func (w *demoWorld) String() string {
 		laws[i] = l.String()
 	}
 	return fmt.Sprintf("%d chunks in shards on a Qdrant-protocol server behind a link (%s), search latency %s", w.chunks, w.link, strings.Join(laws, "; "))
+}
+
+// flagGiven reports whether the flag name was given on fs's command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 // Close stops the server.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,34 +17,30 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 container healthchecks, where the image has no shell or curl, e.g. /readyz of ragtail serve or
 /health of ragtail llm-sim.`)
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return err
-		}
-		return errUsage
+	urls, err := parseFlagsAndArgs(fs, args, stdout, stderr)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() != 1 || !strings.HasPrefix(fs.Arg(0), "http") {
+	if len(urls) != 1 || !strings.HasPrefix(urls[0], "http") {
 		fmt.Fprintln(stderr, "ragtail healthcheck: want exactly one http(s) URL")
 		fs.Usage()
 		return errUsage
 	}
+	target := urls[0]
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fs.Arg(0), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("healthcheck %s: %w", fs.Arg(0), err)
+		return fmt.Errorf("healthcheck %s: %w", target, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("healthcheck %s: HTTP %d: %s", fs.Arg(0), resp.StatusCode, strings.TrimSpace(string(body)))
+		return fmt.Errorf("healthcheck %s: HTTP %d: %s", target, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
@@ -184,9 +186,9 @@ func TestIngestQdrant(t *testing.T) {
 	}
 
 	// Serve's side: the service finds the collections ready and loads every payload.
-	bo := testBackendOptions(srv.Addr())
 	cfg := service.DefaultConfig()
-	cfg.Shards, cfg.Dim, cfg.Backends = 2, 32, bo.config()
+	cfg.Shards, cfg.Dim = 2, 32
+	cfg.Backends.Qdrant.Addr, cfg.Backends.ReadyEvery = srv.Addr(), 20*time.Millisecond
 	svc, err := service.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +197,7 @@ func TestIngestQdrant(t *testing.T) {
 		t.Errorf("the service loaded %d payloads, want %d", n, len(want))
 	}
 	_ = svc.Close()
-	q, err := service.NewQdrant(cfg.Backends, 2, service.HashEmbedderID(32, 1), nil, discardLogger())
+	q, err := service.NewQdrant(cfg.Backends, 2, service.HashEmbedderID(32, 1), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/telemetry"
 )
 
 // jaegerBinary returns bin/jaeger of the repository; its absence fails the test (make e2e
@@ -175,7 +177,7 @@ func TestJaegerE2E(t *testing.T) {
 	runBenchBinary(t, ctx, bin, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpHTTP},
 		"--url", "http://"+api+"/v1/chat/completions", "--num-prompts", "40", "--concurrency", "4",
 		"--max-tokens", "16", "--max-error-rate", "0")
-	t.Logf("bench against a stopped Jaeger took %v (span flush bounded by %v)", time.Since(start), benchOTLPShutdown)
+	t.Logf("bench against a stopped Jaeger took %v (span flush bounded by %v)", time.Since(start), telemetry.ClientShutdownTimeout)
 	nbWaitHTTP(t, ctx, "http://"+api+"/readyz")
 }
 

@@ -39,7 +39,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fs.StringVar(&o.jsonFile, "json", "", "write the ragtail.lab/v1 result to this file (an array for all)")
 	fs.StringVar(&o.htmlFile, "html", "", "write a self-contained HTML page of the tables to this file")
 	o.service.register(fs)
-	o.service.backends.register(fs) // --docstore postgres://, --cache redis://, ...: the lab's world on real parts
+	o.service.cfg.Backends.RegisterFlags(fs, os.Getenv) // --docstore postgres://, --cache redis://, ...: the lab's world on real parts
 	names, err := parseFlagsAndArgs(fs, args, stdout, stderr)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func startLabWorld(ctx context.Context, o labOptions, run []string, t *lab.Targe
 	stops.Add(s)
 	*t = main
 	if slices.Contains(run, "keepalive") {
-		arms, s, err := startKeepaliveArms(ctx)
+		arms, s, err := startKeepaliveArms(ctx, o.service.config(false))
 		if err != nil {
 			return nil, fmt.Errorf("keepalive experiment setup: %w", err)
 		}

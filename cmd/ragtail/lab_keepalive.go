@@ -39,8 +39,9 @@ const keepaliveAnswerPadding = 256 << 10
 // startKeepaliveArms starts, for each link round trip, two Qdrant-protocol servers over TLS
 // with a self-signed certificate (one sending GOAWAY at keepaliveServer's MaxConnectionAge, one
 // never), ingests the built-in corpus into each, and serves a service retrieving from each
-// through a link of that round trip, on loopback.
-func startKeepaliveArms(ctx context.Context) (arms []lab.KeepaliveArm, stop func() error, err error) {
+// through a link of that round trip, on loopback. The services take base's engine profile,
+// corpus size and seed.
+func startKeepaliveArms(ctx context.Context, base service.Config) (arms []lab.KeepaliveArm, stop func() error, err error) {
 	var stops []func() error
 	stop = func() error {
 		var errs []error
@@ -72,10 +73,11 @@ func startKeepaliveArms(ctx context.Context) (arms []lab.KeepaliveArm, stop func
 			}
 			stops = append(stops, func() error { srv.Close(); return nil })
 			cfg := service.DefaultConfig()
+			cfg.Profile, cfg.CorpusDocs, cfg.Seed = base.Profile, base.CorpusDocs, base.Seed
 			cfg.Shards = 1
 			cfg.Backends.Qdrant.Addr, cfg.Backends.Qdrant.TLS, cfg.Backends.Qdrant.RootCAs = srv.Addr(), true, roots
 			in := service.DefaultIngestConfig()
-			in.Shards, in.Backends = cfg.Shards, cfg.Backends
+			in.Shards, in.Backends, in.CorpusDocs, in.Seed, in.Dim = cfg.Shards, cfg.Backends, cfg.CorpusDocs, cfg.Seed, cfg.Dim
 			if _, err := service.Ingest(ctx, in, nil); err != nil {
 				return nil, nil, fmt.Errorf("ingest into %s: %w", srv.Addr(), err)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag/retrieve"
+	"github.com/ragtail/ragtail/rag/service"
 )
 
 // TestKeepaliveArmsWorld: the keepalive experiment's services reach their Qdrant-protocol
@@ -15,7 +16,9 @@ import (
 // have a MaxConnectionAge.
 func TestKeepaliveArmsWorld(t *testing.T) {
 	t.Parallel()
-	arms, stop, err := startKeepaliveArms(context.Background())
+	base := service.DefaultConfig()
+	base.Profile, base.CorpusDocs = "tiny", 60
+	arms, stop, err := startKeepaliveArms(context.Background(), base)
 	if err != nil {
 		t.Fatal(err)
 	}

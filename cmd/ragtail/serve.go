@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/ragtail/ragtail/rag/service"
@@ -45,9 +46,9 @@ On SIGINT/SIGTERM it stops accepting requests and lets running streams finish fo
 	fs.StringVar(&o.addr, "addr", ":8080", "API listen address")
 	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9464", "admin listen address (metrics, pprof, traces, profiles, /admin/config); empty disables it.\nOff loopback every admin route needs RAGTAIL_ADMIN_TOKEN as 'Authorization: Bearer TOKEN',\nand serve refuses to start without it")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
-	o.service.register(fs)
+	o.service.register(fs) // first: it sets cfg to the defaults the other flags start from
 	o.service.telemetry.register(fs)
-	o.service.backends.register(fs)
+	o.service.cfg.Backends.RegisterFlags(fs, os.Getenv)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}

@@ -507,6 +507,8 @@ type Options struct {
 	SaveDetailed string // JSONL of every record
 	Segment      string // i/n of a multi-host run
 	StartAt      string // RFC 3339 or Unix seconds
+	// ServerMetrics is the scrape of the target's Prometheus endpoint during the run.
+	ServerMetrics ServerMetricsOptions
 	// ClientOptions are added to the client's own (for example a tracer provider).
 	ClientOptions []client.Option
 }
@@ -550,6 +552,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		_ = c.ProbeClock(pctx, clockProbes)
 		cancel()
 	}
+	scraper, err := o.ServerMetrics.scraper(ctx, o.Load.URL, stderr)
+	if err != nil {
+		return err
+	}
 	if o.StartAt == "" {
 		start = time.Now() // the run starts after the preflight, whose wait is no request's send lag
 	}
@@ -585,7 +591,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
 	cfg.Stop = stop
+	scraper.start(runCtx, start)
 	res, bench, err := measure(runCtx, cfg, ropts, detailed)
+	scraper.stop(runCtx, bench, stderr)
 	release()
 	if err != nil {
 		return err
@@ -620,8 +628,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 // runInfo describes a run of plan p for the reports.
 func (o *Load) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
+	var temperature *float64
+	if o.SendTemperature {
+		temperature = &o.Temperature
+	}
 	return loadgen.NewRunInfo(o.URL, o.Model, p.desc, p.rate, o.Seed).
-		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness)
+		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness).
+		WithRequests(o.Dataset, o.Stream, temperature).WithProvenance(loadgen.BuildVersion(), os.Args)
 }
 
 // multiHost reads --segment and --start-at, and warns when several hosts would send the same
@@ -709,6 +722,9 @@ func (o *Options) validate() error {
 		return errors.New("an infinite rate without --concurrency sends every request at once: give --num-prompts, a --request-rate or --concurrency")
 	case o.Load.MaxTokens < 1:
 		return errors.New("--max-tokens must be positive")
+	}
+	if err := o.ServerMetrics.validate(); err != nil {
+		return err
 	}
 	return o.Load.validate()
 }

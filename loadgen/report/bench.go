@@ -174,12 +174,15 @@ type Clock struct {
 type TimelineBin struct {
 	T, Width                time.Duration // offset of the bin from Start, and its width
 	Sent, Completed, Failed int64
-	N                       int64 // completed requests intended in the bin
-	MeanE2EL, MaxE2EL       time.Duration
-	P50E2EL, P99E2EL        *time.Duration
-	NTTFT                   int64 // of those, requests with a first token
-	MeanTTFT, MaxTTFT       time.Duration
-	P50TTFT, P99TTFT        *time.Duration
+	// OutputTokens counts the output tokens of completed requests that arrived in the bin: a
+	// streamed chunk's at its arrival, the rest of the request's count at its end.
+	OutputTokens      int64
+	N                 int64 // completed requests intended in the bin
+	MeanE2EL, MaxE2EL time.Duration
+	P50E2EL, P99E2EL  *time.Duration
+	NTTFT             int64 // of those, requests with a first token
+	MeanTTFT, MaxTTFT time.Duration
+	P50TTFT, P99TTFT  *time.Duration
 }
 
 // ErrorCount is how many requests failed with one kind of error, and one message of that kind.

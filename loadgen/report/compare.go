@@ -3,7 +3,6 @@ package report
 import (
 	"errors"
 	"fmt"
-	"html/template"
 	"math"
 )
 
@@ -62,33 +61,30 @@ func quantileCell(m string, q float64) func(b *Bench) string {
 	}
 }
 
-func comparePage(c *Comparison) page {
+func comparePage(c *Comparison) (page, error) {
 	p := page{Title: fmt.Sprintf("ragtail bench comparison (%d runs)", len(c.Benches)), Subtitle: c.Names}
-	p.Sections = append(p.Sections,
-		section{"compare-summary", "Side by side", compareTableHTML(c)},
-		section{"compare-spectrum", "Latency by percentile, run against run", compareSpectrumHTML(c)},
-	)
-	return p
+	var s sections
+	s.add("compare-summary", "Side by side", "blocks", compareTable(c))
+	s.add("compare-spectrum", "Latency by percentile, run against run", "blocks", compareSpectrum(c))
+	p.Sections = s.list
+	return p, s.err
 }
 
-func compareTableHTML(c *Comparison) template.HTML {
-	var h hb
-	h.tableStart(append([]string{"figure"}, c.Names...)...)
+func compareTable(c *Comparison) blocks {
+	t := table{Heads: append([]string{"figure"}, c.Names...)}
 	for _, r := range compareRows {
 		cells := []string{r.label}
 		for _, b := range c.Benches {
 			cells = append(cells, r.value(b))
 		}
-		h.rowCells(cells...)
+		t.row(cells...)
 	}
-	h.tableEnd()
-	h.p("note", "Percentiles are read from each run's HDR histogram, and given only where the samples support a 95% interval; the terminal report of each file prints the intervals.")
-	return h.html()
+	return blocks{Tables: []table{t}, Notes: []string{"Percentiles are read from each run's HDR histogram, and given only " +
+		"where the samples support a 95% interval; the terminal report of each file prints the intervals."}}
 }
 
-func compareSpectrumHTML(c *Comparison) template.HTML {
-	var h hb
-	drew := false
+func compareSpectrum(c *Comparison) blocks {
+	var v blocks
 	for _, m := range []string{MetricTTFT, MetricE2EL} {
 		var ss []series
 		maxX := 10.0
@@ -103,12 +99,11 @@ func compareSpectrumHTML(c *Comparison) template.HTML {
 		if len(ss) == 0 {
 			continue
 		}
-		drew = true
-		h.raw(chart{Title: metricTitles[m][1] + " by percentile", XLabel: "percentile (log scale of 1/(1-q))",
+		v.Charts = append(v.Charts, chart{Title: metricTitles[m][1] + " by percentile", XLabel: "percentile (log scale of 1/(1-q))",
 			YLabel: "ms (log)", XLog: true, YLog: true, Series: ss, XTicks: spectrumTicks(maxX)}.render())
 	}
-	if !drew {
-		h.p("note", "No latency samples in these files.")
+	if len(v.Charts) == 0 {
+		v.Empty = "No latency samples in these files."
 	}
-	return h.html()
+	return v
 }

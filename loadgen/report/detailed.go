@@ -42,15 +42,22 @@ func NewDetailedWriter(w io.Writer, start time.Time, info loadgen.RunInfo) *Deta
 	return newDetailedWriter(w, start, info, nil)
 }
 
+// requestsHead is the first line of a ragtail.requests/v1 file.
+type requestsHead struct {
+	Schema    string     `json:"schema"`
+	Start     string     `json:"start"`
+	DurationS *jnum      `json:"duration_s,omitempty"`
+	Config    configJSON `json:"config"`
+}
+
 func newDetailedWriter(w io.Writer, start time.Time, info loadgen.RunInfo, duration *time.Duration) *DetailedWriter {
 	d := &DetailedWriter{bw: bufio.NewWriterSize(w, 64<<10)}
 	d.enc = json.NewEncoder(d.bw)
 	d.enc.SetEscapeHTML(false)
-	head := object{{"schema", "ragtail.requests/v1"}, {"start", start.UTC().Format(time.RFC3339Nano)}}
+	head := requestsHead{Schema: "ragtail.requests/v1", Start: start.UTC().Format(time.RFC3339Nano), Config: configObject(info)}
 	if duration != nil {
-		head = append(head, field{"duration_s", roundTo(duration.Seconds(), 6)})
+		head.DurationS = realPtr(roundTo(duration.Seconds(), 6))
 	}
-	head = append(head, field{"config", configObject(info)})
 	if err := d.enc.Encode(head); err != nil {
 		d.err = fmt.Errorf("write detailed: %w", err)
 	}

@@ -1,9 +1,7 @@
 package report
 
 import (
-	"bytes"
 	"fmt"
-	"html/template"
 	"net/url"
 	"strings"
 
@@ -32,21 +30,6 @@ type slowView struct {
 	Origin string
 }
 
-var slowestTemplate = template.Must(template.New("slowest").Parse(`{{if not .Rows}}<p class="note">No requests.</p>{{else}}` +
-	`<table><thead><tr><th>trace id</th><th>e2el ms</th><th>ttft ms</th>{{range .Stages}}<th>{{.}} ms</th>{{end}}` +
-	`<th>outside server ms</th><th>status</th><th>intended at s</th><th>session</th><th>debug</th></tr></thead><tbody>` +
-	`{{range .Rows}}<tr><td class="k mono">{{.ID}}</td><td class="n">{{.E2EL}}</td><td class="n">{{.TTFT}}</td>` +
-	`{{range .Stages}}<td class="n">{{.}}</td>{{end}}<td class="n">{{.Unaccounted}}</td><td class="n">{{.Status}}</td>` +
-	`<td class="n">{{.Intended}}</td><td class="n">{{.Session}}</td><td class="k">` +
-	`{{if .TraceURL}}<a href="{{.TraceURL}}">trace</a> <a href="{{.ProfileURL}}">profile</a>{{else}}-{{end}}</td></tr>{{end}}` +
-	`</tbody></table>` +
-	`<p class="note">Client latency (from the intended send time) beside the server's own stage durations from ` +
-	`Server-Timing; "outside server" is the end-to-end latency minus the sum of the stages (queueing before the ` +
-	`server, network, the client; it reads low if the server reports overlapping stages). {{if .Origin}}The links ` +
-	`open the trace and its profile windows (GET /debug/traces and /debug/profiles, on the spans' clock) on the ` +
-	`target's origin, or where ragtail report --debug-url points.{{else}}Look a trace id up in the ` +
-	`service's trace store (GET /debug/traces on ragtail's admin listener) or your tracing backend.{{end}}</p>{{end}}`))
-
 // debugOrigin is opt's DebugURL, else the scheme and host of the run's target, else "".
 func debugOrigin(b *Bench, opt HTMLOptions) string {
 	raw := opt.DebugURL
@@ -60,7 +43,8 @@ func debugOrigin(b *Bench, opt HTMLOptions) string {
 	return u.Scheme + "://" + u.Host
 }
 
-func slowestHTML(b *Bench, opt HTMLOptions) template.HTML {
+// slowest joins the slowest requests with their server stages and debug links.
+func slowest(b *Bench, opt HTMLOptions) slowView {
 	v := slowView{Origin: debugOrigin(b, opt)}
 	set := map[string]*stats.Histogram{}
 	for _, s := range b.Slowest {
@@ -72,11 +56,7 @@ func slowestHTML(b *Bench, opt HTMLOptions) template.HTML {
 	for _, s := range b.Slowest {
 		v.Rows = append(v.Rows, slowRowOf(s, v.Stages, v.Origin))
 	}
-	var buf bytes.Buffer
-	if err := slowestTemplate.Execute(&buf, v); err != nil {
-		return template.HTML(`<p class="note">` + template.HTMLEscapeString(err.Error()) + `</p>`) //nolint:gosec // escaped
-	}
-	return template.HTML(buf.String()) //nolint:gosec // produced by html/template
+	return v
 }
 
 func slowRowOf(s SlowRequest, stages []string, origin string) slowRow {

@@ -18,19 +18,25 @@ import (
 	"github.com/ragtail/ragtail/loadgen/stats"
 )
 
-// The JSON of a Bench is written by hand as an ordered object: its keys contain dots
-// ("p99.9_ttft_ms", vLLM's spelling) and their order is part of what makes the file readable.
-// Latencies are in milliseconds rounded to the microsecond (the histograms' resolution), other
-// real numbers to six significant digits, so files are stable and diff well.
+// The JSON of a Bench is written from tagged structs for its static keys; the keys named after
+// a metric, a percentile, a stage or an error kind ("p99.9_ttft_ms", vLLM's spelling) are an
+// ordered object, because their order is part of what makes the file readable. Latencies are in
+// milliseconds rounded to the microsecond (the histograms' resolution), other real numbers to
+// six significant digits, so files are stable and diff well. A real number that is not finite
+// (a rate over nothing) is written null.
 //
 // RunInfo.RequestRate is +Inf for a closed loop, which JSON cannot hold: it is written as the
 // string "inf" (as vLLM prints it), and "inf", "+inf", "infinity" and null are read back.
 
-// field is one key of an ordered JSON object.
+// field is one key of an ordered JSON object. A field whose val is a splice has no key of its
+// own: the members of the object it holds are written in its place.
 type field struct {
 	key string
 	val any
 }
+
+// splice splices the members of v, which must encode as a JSON object, into an object.
+type splice struct{ v any }
 
 // object is a JSON object whose keys keep their order.
 type object []field
@@ -39,10 +45,18 @@ type object []field
 func (o object) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteByte('{')
-	for i, f := range o {
-		if i > 0 {
+	n := 0
+	for _, f := range o {
+		if s, ok := f.val.(splice); ok {
+			if err := spliceMembers(&buf, s.v, &n); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if n > 0 {
 			buf.WriteByte(',')
 		}
+		n++
 		if err := encodeValue(&buf, f.key); err != nil {
 			return nil, err
 		}
@@ -52,6 +66,38 @@ func (o object) MarshalJSON() ([]byte, error) {
 		}
 	}
 	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// spliceMembers writes the members of v's JSON object into buf, after n members already there.
+func spliceMembers(buf *bytes.Buffer, v any, n *int) error {
+	var inner bytes.Buffer
+	if err := encodeValue(&inner, v); err != nil {
+		return err
+	}
+	b := bytes.TrimSpace(inner.Bytes())
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return fmt.Errorf("splice %T: not a JSON object", v)
+	}
+	members := bytes.TrimSpace(b[1 : len(b)-1])
+	if len(members) == 0 {
+		return nil
+	}
+	if *n > 0 {
+		buf.WriteByte(',')
+	}
+	buf.Write(members)
+	*n++
+	return nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping: the files are read by people and tools,
+// and the HTML report escapes what it shows itself.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := encodeValue(&buf, v); err != nil {
+		return nil, err
+	}
 	return buf.Bytes(), nil
 }
 
@@ -99,17 +145,42 @@ var (
 // WriteJSON writes a Bench, a Sweep or any other value as indented JSON.
 func WriteJSON(w io.Writer, v any) error { return writeIndented(w, v) }
 
+// jnum is a real number in a file: a JSON number, or null when it is NaN or infinite.
+type jnum float64
+
+// MarshalJSON writes the number as encoding/json writes a float64, or null.
+func (r jnum) MarshalJSON() ([]byte, error) {
+	f := float64(r)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(f)
+}
+
 // msv is a duration in ms rounded to the microsecond.
 func msv(d time.Duration) float64 {
 	return roundTo(durationMS(d), 3)
 }
 
-// msOrNull is msv(*d), or null.
-func msOrNull(d *time.Duration) any {
+// msOrNull is msv(*d), or nil (null).
+func msOrNull(d *time.Duration) *jnum {
 	if d == nil {
 		return nil
 	}
-	return msv(*d)
+	return realPtr(msv(*d))
+}
+
+// msWhen is msv(d) when ok, else nil (null).
+func msWhen(ok bool, d time.Duration) *jnum {
+	if !ok {
+		return nil
+	}
+	return realPtr(msv(d))
+}
+
+func realPtr(x float64) *jnum {
+	r := jnum(x)
+	return &r
 }
 
 func roundTo(x float64, decimals int) float64 {
@@ -129,33 +200,55 @@ func sig(x float64) float64 {
 	return v
 }
 
-func rateOrInf(r float64) any {
-	if math.IsInf(r, 1) {
-		return "inf"
+// rate is a request rate in a file: six significant digits, or "inf" for +Inf.
+type rate float64
+
+// MarshalJSON writes the rate.
+func (r rate) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(r), 1) {
+		return []byte(`"inf"`), nil
 	}
-	return sig(r)
+	return jnum(sig(float64(r))).MarshalJSON()
 }
 
-func configObject(c loadgen.RunInfo) object {
-	o := object{
-		{"url", c.URL},
-		{"model", c.Model},
-		{"shape", c.Shape},
-		{"request_rate", rateOrInf(c.RequestRate)},
-		{"burstiness", sig(c.Burstiness)},
-		{"concurrency", c.Concurrency},
-		{"num_prompts", c.NumPrompts},
-		{"max_tokens", c.MaxTokens},
-		{"seed", c.Seed},
+// configJSON is the file form of loadgen.RunInfo.
+type configJSON struct {
+	URL          string       `json:"url"`
+	Model        string       `json:"model"`
+	Shape        string       `json:"shape"`
+	RequestRate  rate         `json:"request_rate"`
+	Burstiness   jnum         `json:"burstiness"`
+	Concurrency  int          `json:"concurrency"`
+	NumPrompts   int          `json:"num_prompts"`
+	MaxTokens    int          `json:"max_tokens"`
+	Seed         uint64       `json:"seed"`
+	Segment      *segmentJSON `json:"segment,omitempty"`
+	ScheduleHash string       `json:"schedule_hash,omitempty"`
+	Interrupted  bool         `json:"interrupted,omitempty"`
+	Dataset      string       `json:"dataset,omitempty"`
+	Stream       *bool        `json:"stream,omitempty"`
+	Temperature  *jnum        `json:"temperature,omitempty"`
+	Version      string       `json:"version,omitempty"`
+	Command      string       `json:"command,omitempty"`
+}
+
+type segmentJSON struct {
+	Index int `json:"index"`
+	Count int `json:"count"`
+}
+
+func configObject(c loadgen.RunInfo) configJSON {
+	o := configJSON{
+		URL: c.URL, Model: c.Model, Shape: c.Shape, RequestRate: rate(c.RequestRate), Burstiness: jnum(sig(c.Burstiness)),
+		Concurrency: c.Concurrency, NumPrompts: c.NumPrompts, MaxTokens: c.MaxTokens, Seed: c.Seed,
+		ScheduleHash: c.ScheduleHash, Interrupted: c.Interrupted,
+		Dataset: c.Dataset, Stream: c.Stream, Version: c.Version, Command: c.Command,
+	}
+	if c.Temperature != nil {
+		o.Temperature = realPtr(sig(*c.Temperature))
 	}
 	if c.Segment != nil {
-		o = append(o, field{"segment", object{{"index", c.Segment.Index}, {"count", c.Segment.Count}}})
-	}
-	if c.ScheduleHash != "" {
-		o = append(o, field{"schedule_hash", c.ScheduleHash})
-	}
-	if c.Interrupted {
-		o = append(o, field{"interrupted", true})
+		o.Segment = &segmentJSON{Index: c.Segment.Index, Count: c.Segment.Count}
 	}
 	return o
 }
@@ -172,10 +265,11 @@ func percentileKey(p float64, metric string) string {
 func percentileFields(o object, metric string, ps []float64, stats []PercentileStat) object {
 	for _, p := range ps {
 		key := percentileKey(p, metric)
-		var val, ci any
+		var val *jnum
+		var ci []float64
 		for _, s := range stats {
 			if s.P == p {
-				val = msv(s.Value)
+				val = realPtr(msv(s.Value))
 				if s.HasCI {
 					ci = []float64{msv(s.Lo), msv(s.Hi)}
 				}
@@ -191,157 +285,270 @@ func (b *Bench) MarshalJSON() ([]byte, error) {
 	return append(object{{"schema", SchemaBench}}, b.fields()...).MarshalJSON()
 }
 
-func (b *Bench) fields() object {
-	var goodput, stepLimit any
+// benchHead is the run's description and counts, the first keys of a bench document.
+type benchHead struct {
+	Start             string      `json:"start"`
+	Config            configJSON  `json:"config"`
+	Options           optionsJSON `json:"options"`
+	Clock             *clockJSON  `json:"clock,omitempty"`
+	MergedFrom        int         `json:"merged_from,omitempty"` // written from 2 runs on
+	Sources           []string    `json:"sources,omitempty"`
+	Completed         int64       `json:"completed"`
+	Failed            int64       `json:"failed"`
+	Warmup            int64       `json:"warmup,omitempty"`
+	DurationS         jnum        `json:"duration_s"`
+	TotalInputTokens  int64       `json:"total_input_tokens"`
+	TotalOutputTokens int64       `json:"total_output_tokens"`
+}
+
+type optionsJSON struct {
+	Percentiles        []float64 `json:"percentiles"`
+	Metrics            []string  `json:"metrics"`
+	Confidence         jnum      `json:"confidence"`
+	Goodput            *string   `json:"goodput"`
+	SessionStepLimitMS *jnum     `json:"session_step_limit_ms"`
+}
+
+type clockJSON struct {
+	OffsetMS      jnum   `json:"offset_ms"`
+	UncertaintyMS jnum   `json:"uncertainty_ms"`
+	Samples       int    `json:"samples"`
+	Method        string `json:"method"`
+}
+
+// benchRates are the throughputs, after the token counts.
+type benchRates struct {
+	RequestThroughput    jnum   `json:"request_throughput"`
+	OutputThroughput     jnum   `json:"output_throughput"`
+	TotalTokenThroughput jnum   `json:"total_token_throughput"`
+	Goodput              *jnum  `json:"goodput"`
+	GoodputRequests      *int64 `json:"goodput_requests,omitempty"`
+}
+
+// benchAnalysis is what follows the per-metric keys: stages, tails and sessions.
+type benchAnalysis struct {
+	Stages   object        `json:"stages"`
+	Tail     object        `json:"tail"`
+	Sessions *sessionsJSON `json:"sessions,omitempty"`
+}
+
+// benchBody is the rest of the document: the requests, the timeline, the errors, the
+// distributions and the histograms.
+type benchBody struct {
+	Slowest       []slowJSON         `json:"slowest"`
+	Timeline      []timelineJSON     `json:"timeline"`
+	Errors        object             `json:"errors"`
+	ErrorExamples object             `json:"error_examples"`
+	TokenLengths  tokenLengthsJSON   `json:"token_lengths"`
+	ServerMetrics *serverMetricsJSON `json:"server_metrics,omitempty"`
+	Histograms    histogramsJSON     `json:"histograms"`
+}
+
+type histogramsJSON struct {
+	Metrics object `json:"metrics"`
+	Stages  object `json:"stages"`
+}
+
+type sessionsJSON struct {
+	Count                   int64 `json:"count"`
+	Completed               int64 `json:"completed"`
+	Interrupted             int64 `json:"interrupted"`
+	Truncated               int64 `json:"truncated"`
+	CompletionRate          jnum  `json:"completion_rate"`
+	InterruptionRate        jnum  `json:"interruption_rate"`
+	FirstSteps              int64 `json:"first_steps"`
+	FirstStepsCompleted     int64 `json:"first_steps_completed"`
+	FirstStepCompletionRate jnum  `json:"first_step_completion_rate"`
+	StepLimitMS             *jnum `json:"step_limit_ms"`
+}
+
+type slowJSON struct {
+	Index        int    `json:"index"`
+	TraceID      string `json:"trace_id"`
+	Session      string `json:"session,omitempty"`
+	IntendedS    jnum   `json:"intended_s"`
+	E2ELMS       jnum   `json:"e2el_ms"`
+	TTFTMS       *jnum  `json:"ttft_ms"`
+	Status       int    `json:"status"`
+	Error        string `json:"error,omitempty"`
+	ServerTiming object `json:"server_timing,omitempty"`
+}
+
+type timelineJSON struct {
+	TS         jnum  `json:"t_s"`
+	DtS        jnum  `json:"dt_s"`
+	Sent       int64 `json:"sent"`
+	Completed  int64 `json:"completed"`
+	Failed     int64 `json:"failed"`
+	Output     int64 `json:"output_tokens"`
+	N          int64 `json:"n"`
+	MeanE2ELMS *jnum `json:"mean_e2el_ms"`
+	MaxE2ELMS  *jnum `json:"max_e2el_ms"`
+	P50E2ELMS  *jnum `json:"p50_e2el_ms"`
+	P99E2ELMS  *jnum `json:"p99_e2el_ms"`
+	NTTFT      int64 `json:"n_ttft"`
+	MeanTTFTMS *jnum `json:"mean_ttft_ms"`
+	MaxTTFTMS  *jnum `json:"max_ttft_ms"`
+	P50TTFTMS  *jnum `json:"p50_ttft_ms"`
+	P99TTFTMS  *jnum `json:"p99_ttft_ms"`
+}
+
+type tailJSON struct {
+	N              int64     `json:"n"`
+	EmpiricalP99MS *jnum     `json:"empirical_p99_ms"`
+	Hill           *hillJSON `json:"hill"`
+	Fits           []fitJSON `json:"fits"`
+	Best           *string   `json:"best"`
+	Verdict        string    `json:"verdict"`
+}
+
+type hillJSON struct {
+	Alpha       jnum  `json:"alpha"`
+	SE          jnum  `json:"se"`
+	K           int64 `json:"k"`
+	ThresholdMS jnum  `json:"threshold_ms"`
+}
+
+type fitJSON struct {
+	Model         string `json:"model"`
+	Params        object `json:"params"`
+	LogLikelihood jnum   `json:"log_likelihood"`
+	AIC           jnum   `json:"aic"`
+	P99MS         jnum   `json:"p99_ms"`
+	P99ErrorPct   jnum   `json:"p99_error_pct"`
+}
+
+// stageJSON is a stage's count and mean; its percentile keys follow.
+type stageJSON struct {
+	Count  int64 `json:"count"`
+	MeanMS jnum  `json:"mean_ms"`
+}
+
+// metricJSON is a metric's mean, median and standard deviation (null without samples); its
+// percentile keys follow.
+func metricFields(s MetricStats) object {
+	has := s.Count > 0
+	return object{
+		{"mean_" + s.Metric + "_ms", msWhen(has, s.Mean)},
+		{"median_" + s.Metric + "_ms", msWhen(has, s.Median)},
+		{"std_" + s.Metric + "_ms", msWhen(has, s.Std)},
+	}
+}
+
+func (b *Bench) head() benchHead {
+	h := benchHead{
+		Start:  b.Start.UTC().Format(time.RFC3339Nano),
+		Config: configObject(b.Config),
+		Options: optionsJSON{
+			Percentiles: orEmpty(b.Percentiles), Metrics: orEmpty(b.Metrics), Confidence: jnum(b.Confidence),
+			SessionStepLimitMS: msWhen(b.SessionStepLimit > 0, b.SessionStepLimit),
+		},
+		Sources: b.Sources, Completed: b.Completed, Failed: b.Failed, Warmup: max(b.Warmup, 0),
+		DurationS:         jnum(roundTo(b.Duration.Seconds(), 6)),
+		TotalInputTokens:  b.InputTokens,
+		TotalOutputTokens: b.OutputTokens,
+	}
 	if len(b.Goodput) > 0 {
-		goodput = b.Goodput.String()
-	}
-	if b.SessionStepLimit > 0 {
-		stepLimit = msv(b.SessionStepLimit)
-	}
-	o := object{
-		{"start", b.Start.UTC().Format(time.RFC3339Nano)},
-		{"config", configObject(b.Config)},
-		{"options", object{
-			{"percentiles", orEmpty(b.Percentiles)},
-			{"metrics", orEmpty(b.Metrics)},
-			{"confidence", b.Confidence},
-			{"goodput", goodput},
-			{"session_step_limit_ms", stepLimit},
-		}},
+		g := b.Goodput.String()
+		h.Options.Goodput = &g
 	}
 	if c := b.Clock; c != nil {
-		o = append(o, field{"clock", object{
-			{"offset_ms", msv(c.Offset)},
-			{"uncertainty_ms", msv(c.Uncertainty)},
-			{"samples", c.Samples},
-			{"method", c.Method},
-		}})
+		h.Clock = &clockJSON{OffsetMS: jnum(msv(c.Offset)), UncertaintyMS: jnum(msv(c.Uncertainty)), Samples: c.Samples, Method: c.Method}
 	}
 	if b.MergedFrom > 1 {
-		o = append(o, field{"merged_from", b.MergedFrom})
+		h.MergedFrom = b.MergedFrom
 	}
-	if len(b.Sources) > 0 {
-		o = append(o, field{"sources", b.Sources})
+	return h
+}
+
+func (b *Bench) rates() benchRates {
+	r := benchRates{
+		RequestThroughput:    jnum(sig(b.RequestThroughput)),
+		OutputThroughput:     jnum(sig(b.OutputThroughput)),
+		TotalTokenThroughput: jnum(sig(b.TotalTokenThroughput)),
 	}
-	var goodputRate any
 	if b.GoodputRate != nil {
-		goodputRate = sig(*b.GoodputRate)
+		r.Goodput = realPtr(sig(*b.GoodputRate))
 	}
-	o = append(o, field{"completed", b.Completed}, field{"failed", b.Failed})
-	if b.Warmup > 0 {
-		o = append(o, field{"warmup", b.Warmup})
-	}
-	o = append(o,
-		field{"duration_s", roundTo(b.Duration.Seconds(), 6)},
-		field{"total_input_tokens", b.InputTokens},
-		field{"total_output_tokens", b.OutputTokens})
-	o = append(o, b.tokenDetailFields()...)
-	o = append(o,
-		field{"request_throughput", sig(b.RequestThroughput)},
-		field{"output_throughput", sig(b.OutputThroughput)},
-		field{"total_token_throughput", sig(b.TotalTokenThroughput)},
-		field{"goodput", goodputRate},
-	)
 	if len(b.Goodput) > 0 {
-		o = append(o, field{"goodput_requests", b.GoodRequests})
+		r.GoodputRequests = &b.GoodRequests
 	}
-	for _, s := range b.Stats {
-		var mean, median, std any
-		if s.Count > 0 {
-			mean, median, std = msv(s.Mean), msv(s.Median), msv(s.Std)
-		}
-		o = append(o,
-			field{"mean_" + s.Metric + "_ms", mean},
-			field{"median_" + s.Metric + "_ms", median},
-			field{"std_" + s.Metric + "_ms", std})
-		o = percentileFields(o, s.Metric, b.Percentiles, s.Percentiles)
-	}
+	return r
+}
 
-	stages := object{}
+func (b *Bench) analysis() benchAnalysis {
+	a := benchAnalysis{Stages: object{}, Tail: object{}}
 	for _, s := range b.Stages {
-		so := object{{"count", s.Count}, {"mean_ms", msv(s.Mean)}}
-		stages = append(stages, field{s.Stage, percentileFields(so, "", b.Percentiles, s.Percentiles)})
+		so := object{{val: splice{stageJSON{Count: s.Count, MeanMS: jnum(msv(s.Mean))}}}}
+		a.Stages = append(a.Stages, field{s.Stage, percentileFields(so, "", b.Percentiles, s.Percentiles)})
 	}
-	o = append(o, field{"stages", stages})
-
-	tails := object{}
 	for _, t := range b.Tails {
-		tails = append(tails, field{t.Metric, tailObject(t.Tail)})
+		a.Tail = append(a.Tail, field{t.Metric, tailObject(t.Tail)})
 	}
-	o = append(o, field{"tail", tails})
-
 	if s := b.Sessions; s != nil {
-		var limit any
-		if s.StepLimit > 0 {
-			limit = msv(s.StepLimit)
+		a.Sessions = &sessionsJSON{
+			Count: s.Count, Completed: s.Completed, Interrupted: s.Interrupted, Truncated: s.Truncated,
+			CompletionRate: jnum(sig(s.CompletionRate())), InterruptionRate: jnum(sig(s.InterruptionRate())),
+			FirstSteps: s.FirstSteps, FirstStepsCompleted: s.FirstStepsGood,
+			FirstStepCompletionRate: jnum(sig(s.FirstStepCompletionRate())),
+			StepLimitMS:             msWhen(s.StepLimit > 0, s.StepLimit),
 		}
-		o = append(o, field{"sessions", object{
-			{"count", s.Count},
-			{"completed", s.Completed},
-			{"interrupted", s.Interrupted},
-			{"truncated", s.Truncated},
-			{"completion_rate", sig(s.CompletionRate())},
-			{"interruption_rate", sig(s.InterruptionRate())},
-			{"first_steps", s.FirstSteps},
-			{"first_steps_completed", s.FirstStepsGood},
-			{"first_step_completion_rate", sig(s.FirstStepCompletionRate())},
-			{"step_limit_ms", limit},
-		}})
 	}
+	return a
+}
 
-	slow := make([]object, 0, len(b.Slowest))
+func (b *Bench) body() benchBody {
+	body := benchBody{
+		Slowest:  make([]slowJSON, 0, len(b.Slowest)),
+		Timeline: make([]timelineJSON, 0, len(b.Timeline)), Errors: object{}, ErrorExamples: object{},
+		TokenLengths: tokenLengthsObject(b.TokenLengths),
+		Histograms:   histogramsJSON{Metrics: object{}, Stages: object{}},
+	}
 	for _, s := range b.Slowest {
-		so := object{{"index", s.Index}, {"trace_id", s.TraceID}}
-		if s.Session != "" {
-			so = append(so, field{"session", s.Session})
-		}
-		var ttft any
-		if s.TTFT > 0 {
-			ttft = msv(s.TTFT)
-		}
-		so = append(so, field{"intended_s", roundTo(s.Intended.Seconds(), 6)}, field{"e2el_ms", msv(s.E2EL)},
-			field{"ttft_ms", ttft}, field{"status", s.Status})
-		if s.ErrKind != "" {
-			so = append(so, field{"error", s.ErrKind})
-		}
+		sj := slowJSON{Index: s.Index, TraceID: s.TraceID, Session: s.Session,
+			IntendedS: jnum(roundTo(s.Intended.Seconds(), 6)), E2ELMS: jnum(msv(s.E2EL)),
+			TTFTMS: msWhen(s.TTFT > 0, s.TTFT), Status: s.Status, Error: s.ErrKind}
 		if len(s.ServerTiming) > 0 {
-			so = append(so, field{"server_timing", serverTimingObject(s.ServerTiming)})
+			sj.ServerTiming = serverTimingObject(s.ServerTiming)
 		}
-		slow = append(slow, so)
+		body.Slowest = append(body.Slowest, sj)
 	}
-	o = append(o, field{"slowest", slow})
-
-	tl := make([]object, 0, len(b.Timeline))
 	for _, t := range b.Timeline {
-		tl = append(tl, timelineObject(t))
+		body.Timeline = append(body.Timeline, timelineObject(t))
 	}
-	o = append(o, field{"timeline", tl})
-
-	errs, examples := object{}, object{}
 	for _, e := range b.Errors {
-		errs = append(errs, field{e.Kind, e.Count})
+		body.Errors = append(body.Errors, field{e.Kind, e.Count})
 		if e.Example != "" {
-			examples = append(examples, field{e.Kind, e.Example})
+			body.ErrorExamples = append(body.ErrorExamples, field{e.Kind, e.Example})
 		}
 	}
-	o = append(o, field{"errors", errs}, field{"error_examples", examples})
-	o = append(o, field{"token_lengths", tokenLengthsObject(b.TokenLengths)})
 	if b.ServerMetrics != nil {
-		o = append(o, field{"server_metrics", serverMetricsValue(b.ServerMetrics)})
+		sm := serverMetricsValue(b.ServerMetrics)
+		body.ServerMetrics = &sm
 	}
-
-	hm, hs := object{}, object{}
 	for _, m := range AllMetrics {
 		if h := b.Histograms[m]; h != nil {
-			hm = append(hm, field{m, h})
+			body.Histograms.Metrics = append(body.Histograms.Metrics, field{m, h})
 		}
 	}
 	for _, st := range stageOrder(b.StageHistograms) {
-		hs = append(hs, field{st, b.StageHistograms[st]})
+		body.Histograms.Stages = append(body.Histograms.Stages, field{st, b.StageHistograms[st]})
 	}
-	o = append(o, field{"histograms", object{{"metrics", hm}, {"stages", hs}}})
-	return o
+	return body
+}
+
+// fields are the members of the bench document after its schema: the static parts as structs,
+// the per-metric keys in between.
+func (b *Bench) fields() object {
+	o := object{{val: splice{b.head()}}}
+	o = append(o, b.tokenDetailFields()...)
+	o = append(o, field{val: splice{b.rates()}})
+	for _, s := range b.Stats {
+		o = append(o, metricFields(s)...)
+		o = percentileFields(o, s.Metric, b.Percentiles, s.Percentiles)
+	}
+	o = append(o, field{val: splice{b.analysis()}})
+	return append(o, field{val: splice{b.body()}})
 }
 
 // serverTimingObject is the stages of one request in pipeline order, in ms to the microsecond.
@@ -364,66 +571,38 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-func timelineObject(t TimelineBin) object {
-	meanOrNull := func(n int64, d time.Duration) any {
-		if n == 0 {
-			return nil
-		}
-		return msv(d)
-	}
-	return object{
-		{"t_s", roundTo(t.T.Seconds(), 6)},
-		{"dt_s", roundTo(t.Width.Seconds(), 6)},
-		{"sent", t.Sent},
-		{"completed", t.Completed},
-		{"failed", t.Failed},
-		{"n", t.N},
-		{"mean_e2el_ms", meanOrNull(t.N, t.MeanE2EL)},
-		{"max_e2el_ms", meanOrNull(t.N, t.MaxE2EL)},
-		{"p50_e2el_ms", msOrNull(t.P50E2EL)},
-		{"p99_e2el_ms", msOrNull(t.P99E2EL)},
-		{"n_ttft", t.NTTFT},
-		{"mean_ttft_ms", meanOrNull(t.NTTFT, t.MeanTTFT)},
-		{"max_ttft_ms", meanOrNull(t.NTTFT, t.MaxTTFT)},
-		{"p50_ttft_ms", msOrNull(t.P50TTFT)},
-		{"p99_ttft_ms", msOrNull(t.P99TTFT)},
+func timelineObject(t TimelineBin) timelineJSON {
+	return timelineJSON{
+		TS: jnum(roundTo(t.T.Seconds(), 6)), DtS: jnum(roundTo(t.Width.Seconds(), 6)),
+		Sent: t.Sent, Completed: t.Completed, Failed: t.Failed, Output: t.OutputTokens, N: t.N,
+		MeanE2ELMS: msWhen(t.N > 0, t.MeanE2EL), MaxE2ELMS: msWhen(t.N > 0, t.MaxE2EL),
+		P50E2ELMS: msOrNull(t.P50E2EL), P99E2ELMS: msOrNull(t.P99E2EL),
+		NTTFT:      t.NTTFT,
+		MeanTTFTMS: msWhen(t.NTTFT > 0, t.MeanTTFT), MaxTTFTMS: msWhen(t.NTTFT > 0, t.MaxTTFT),
+		P50TTFTMS: msOrNull(t.P50TTFT), P99TTFTMS: msOrNull(t.P99TTFT),
 	}
 }
 
-func tailObject(t stats.Tail) object {
-	var p99, hill, best any
-	if t.N >= stats.MinTailSamples {
-		p99 = msv(t.EmpiricalP99)
-	}
+func tailObject(t stats.Tail) tailJSON {
+	out := tailJSON{N: t.N, EmpiricalP99MS: msWhen(t.N >= stats.MinTailSamples, t.EmpiricalP99),
+		Fits: make([]fitJSON, 0, len(t.Fits)), Verdict: t.Verdict()}
 	if h := t.Hill; h != nil {
-		hill = object{{"alpha", sig(h.Alpha)}, {"se", sig(h.SE)}, {"k", h.K}, {"threshold_ms", msv(h.Threshold)}}
+		out.Hill = &hillJSON{Alpha: jnum(sig(h.Alpha)), SE: jnum(sig(h.SE)), K: h.K, ThresholdMS: jnum(msv(h.Threshold))}
 	}
 	if t.Best != "" {
-		best = t.Best
+		out.Best = &t.Best
 	}
-	fits := make([]object, 0, len(t.Fits))
 	for _, f := range t.Fits {
 		params := object{}
 		for _, p := range f.Params {
 			params = append(params, field{p.Name, sig(p.Value)}, field{p.Name + "_se", sig(p.SE)})
 		}
-		fits = append(fits, object{
-			{"model", f.Model},
-			{"params", params},
-			{"log_likelihood", sig(f.LogLikelihood)},
-			{"aic", sig(f.AIC)},
-			{"p99_ms", msv(f.P99)},
-			{"p99_error_pct", roundTo(100*f.RelativeError(t.EmpiricalP99), 2)},
+		out.Fits = append(out.Fits, fitJSON{
+			Model: f.Model, Params: params, LogLikelihood: jnum(sig(f.LogLikelihood)), AIC: jnum(sig(f.AIC)),
+			P99MS: jnum(msv(f.P99)), P99ErrorPct: jnum(roundTo(100*f.RelativeError(t.EmpiricalP99), 2)),
 		})
 	}
-	return object{
-		{"n", t.N},
-		{"empirical_p99_ms", p99},
-		{"hill", hill},
-		{"fits", fits},
-		{"best", best},
-		{"verdict", t.Verdict()},
-	}
+	return out
 }
 
 // ---- decoding ----
@@ -642,7 +821,45 @@ func decodeConfig(d *decodeError, o jobj) loadgen.RunInfo {
 		d.fail(o.sub("schedule_hash"), "longer than 64 characters")
 		c.ScheduleHash = ""
 	}
+	decodeSettings(d, o, &c)
 	return c
+}
+
+// Bounds on the recorded settings read from a file: what loadgen.RunInfo.WithProvenance keeps,
+// with room to spare.
+const (
+	maxSettingBytes = 4 << 10
+	maxCommandBytes = 128 << 10
+)
+
+// decodeSettings reads what the requests sent and what made the run.
+func decodeSettings(d *decodeError, o jobj, c *loadgen.RunInfo) {
+	d.boundedStr(o, "dataset", &c.Dataset, maxSettingBytes)
+	d.boundedStr(o, "version", &c.Version, maxSettingBytes)
+	d.boundedStr(o, "command", &c.Command, maxCommandBytes)
+	if raw, ok := o.m["stream"]; ok && !isNull(raw) {
+		var v bool
+		if err := json.Unmarshal(raw, &v); err != nil {
+			d.fail(o.sub("stream"), "want true or false")
+		}
+		c.Stream = &v
+	}
+	var t float64
+	if d.float(o, "temperature", &t) {
+		if !(t >= 0 && t <= 100) {
+			d.fail(o.sub("temperature"), "want a number between 0 and 100, got %g", t)
+		}
+		c.Temperature = &t
+	}
+}
+
+// boundedStr reads a string of at most limit bytes.
+func (d *decodeError) boundedStr(o jobj, key string, dst *string, limit int) {
+	d.str(o, key, dst)
+	if len(*dst) > limit {
+		d.fail(o.sub(key), "longer than %d bytes", limit)
+		*dst = ""
+	}
 }
 
 // percentileKeyRE matches pP_<metric>_ms[_ci] and pP_ms[_ci] (stages).
@@ -959,6 +1176,7 @@ func decodeTimelineBin(d *decodeError, o jobj) TimelineBin {
 	d.count(o, "sent", &t.Sent)
 	d.count(o, "completed", &t.Completed)
 	d.count(o, "failed", &t.Failed)
+	d.count(o, "output_tokens", &t.OutputTokens)
 	d.count(o, "n", &t.N)
 	d.ms(o, "mean_e2el_ms", &t.MeanE2EL)
 	d.ms(o, "max_e2el_ms", &t.MaxE2EL)

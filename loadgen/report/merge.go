@@ -132,12 +132,32 @@ func Merge(benches ...*Bench) (*Bench, error) {
 	return m, nil
 }
 
+// mergeSettings keeps the request settings and provenance the runs share, and marks those
+// they do not: "(mixed)" for names, nil for values; the command lines of several runs are
+// left out (Sources names their files).
+func mergeSettings(c *loadgen.RunInfo, o loadgen.RunInfo) {
+	if o.Dataset != c.Dataset {
+		c.Dataset = "(mixed)"
+	}
+	if o.Version != c.Version {
+		c.Version = "(mixed)"
+	}
+	if o.Stream == nil || c.Stream == nil || *o.Stream != *c.Stream {
+		c.Stream = nil
+	}
+	if o.Temperature == nil || c.Temperature == nil || *o.Temperature != *c.Temperature {
+		c.Temperature = nil
+	}
+	c.Command = ""
+}
+
 func mergeConfig(benches []*Bench) loadgen.RunInfo {
 	c := benches[0].Config
 	if _, err := CheckSegments(benches); err == nil && c.Segment != nil {
 		// The parts of one schedule: its rate and prompts, everyone's users.
 		c.Segment = nil
 		c.Concurrency = 0
+		c.Command = "" // each host's names its own segment
 		for _, b := range benches {
 			c.Concurrency += b.Config.Concurrency
 			c.Interrupted = c.Interrupted || b.Config.Interrupted
@@ -164,6 +184,7 @@ func mergeConfig(benches []*Bench) loadgen.RunInfo {
 		if o.ScheduleHash != c.ScheduleHash {
 			c.ScheduleHash = ""
 		}
+		mergeSettings(&c, o)
 		if o.Segment == nil || c.Segment == nil || *o.Segment != *c.Segment {
 			c.Segment = nil
 		}
@@ -256,6 +277,7 @@ func mergeTimelines(start time.Time, d time.Duration, benches []*Bench) []Timeli
 			o.Sent += t.Sent
 			o.Completed += t.Completed
 			o.Failed += t.Failed
+			o.OutputTokens += t.OutputTokens
 			o.N += t.N
 			o.NTTFT += t.NTTFT
 			sumE2EL[i] += float64(t.MeanE2EL) * float64(t.N)

@@ -128,24 +128,37 @@ func seriesLabel(s ServerSeries) string {
 	if len(s.Labels) == 0 {
 		return s.Name
 	}
-	parts := make([]string, 0, len(s.Labels))
-	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
-		parts = append(parts, fmt.Sprintf("%s=%q", k, s.Labels[k]))
-	}
-	return s.Name + "{" + strings.Join(parts, ",") + "}"
+	return s.Name + "{" + labelsText(s.Labels, 0) + "}"
 }
 
-// serverMetricsHTML draws each series over the run's clock with its peak and mean.
-func serverMetricsHTML(m *ServerMetrics, runEnd time.Duration) template.HTML {
-	var h hb
-	h.p("note", fmt.Sprintf("Scraped from the target's metrics every %s, on the run's clock (0 is the run's start; "+
-		"the run ended at %.1f s).", m.Interval, runEnd.Seconds()))
-	h.tableStart("series", "peak", "mean", "points")
+// labelsText is k="v",... with sorted keys, cut at limit runes (0: no limit).
+func labelsText(labels map[string]string, limit int) string {
+	parts := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, fmt.Sprintf("%s=%q", k, labels[k]))
+	}
+	s := strings.Join(parts, ",")
+	if r := []rune(s); limit > 0 && len(r) > limit {
+		return string(r[:limit-1]) + "…"
+	}
+	return s
+}
+
+type serverMetricsPanel struct {
+	Interval time.Duration
+	RunEnd   string
+	Table    table
+	Charts   []template.HTML
+}
+
+// serverMetricsView draws each series over the run's clock with its peak and mean.
+func serverMetricsView(m *ServerMetrics, runEnd time.Duration) serverMetricsPanel {
+	v := serverMetricsPanel{Interval: m.Interval, RunEnd: fmt.Sprintf("%.1f", runEnd.Seconds()),
+		Table: table{Heads: []string{"series", "peak", "mean", "points"}}}
 	for _, s := range m.Series {
 		peak, mean := s.PeakMean()
-		h.rowCells(seriesLabel(s), fmt.Sprintf("%.6g", peak), fmt.Sprintf("%.6g", mean), fmt.Sprint(len(s.Points)))
+		v.Table.row(seriesLabel(s), fmt.Sprintf("%.6g", peak), fmt.Sprintf("%.6g", mean), fmt.Sprint(len(s.Points)))
 	}
-	h.tableEnd()
 	for i, s := range m.Series {
 		pts := make([]pt, 0, len(s.Points))
 		for _, p := range s.Points {
@@ -156,8 +169,9 @@ func serverMetricsHTML(m *ServerMetrics, runEnd time.Duration) template.HTML {
 		if len(pts) < 2 {
 			continue
 		}
-		h.raw(chart{Title: seriesLabel(s), XLabel: "s since the run's start", YLabel: "value", H: 200, YFromZero: true,
+		v.Charts = append(v.Charts, chart{Title: s.Name, Subtitle: labelsText(s.Labels, 64), XLabel: "s since the run's start",
+			YLabel: "value", W: 480, H: 240, YFromZero: true,
 			Series: []series{{Mode: modeLine, Color: palette[i%len(palette)], Pts: pts}}}.render())
 	}
-	return h.html()
+	return v
 }

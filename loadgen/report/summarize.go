@@ -140,6 +140,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	if len(s.o.Goodput) > 0 && s.o.Goodput.Meets(lat) {
 		b.GoodRequests++
 	}
+	s.tl.addOutput(r, out)
 	bin := s.tl.at(r.Intended)
 	bin.e2el.add(lat.E2EL)
 	if lat.HasTTFT {
@@ -276,6 +277,7 @@ type timelineAcc struct {
 
 type binAcc struct {
 	sent, completed, failed int64
+	outputTokens            int64
 	e2el, ttft              binLatency
 }
 
@@ -315,8 +317,26 @@ func (b *binAcc) merge(o *binAcc) {
 	b.sent += o.sent
 	b.completed += o.completed
 	b.failed += o.failed
+	b.outputTokens += o.outputTokens
 	b.e2el.merge(&o.e2el)
 	b.ttft.merge(&o.ttft)
+}
+
+// addOutput counts the out output tokens of a completed record in the bins they arrived in:
+// each streamed chunk's at its arrival, and what usage counted beyond the chunks at the end.
+func (t *timelineAcc) addOutput(r *loadgen.Record, out int) {
+	left := int64(out)
+	for _, c := range r.Chunks {
+		n := min(int64(c.Tokens), left)
+		if n <= 0 {
+			continue
+		}
+		t.at(c.At).outputTokens += n
+		left -= n
+	}
+	if left > 0 {
+		t.at(r.End).outputTokens += left
+	}
 }
 
 // finish returns the bins covering the measured window [off, end), as offsets from off: the
@@ -346,7 +366,7 @@ func (t *timelineAcc) finish(off, end time.Duration) []TimelineBin {
 		b := t.bins[i]
 		from := max(time.Duration(i)*t.width, off)
 		bin := TimelineBin{T: from - off, Width: time.Duration(i+1)*t.width - from,
-			Sent: b.sent, Completed: b.completed, Failed: b.failed}
+			Sent: b.sent, Completed: b.completed, Failed: b.failed, OutputTokens: b.outputTokens}
 		bin.N, bin.MeanE2EL, bin.MaxE2EL, bin.P50E2EL, bin.P99E2EL = b.e2el.stats()
 		bin.NTTFT, bin.MeanTTFT, bin.MaxTTFT, bin.P50TTFT, bin.P99TTFT = b.ttft.stats()
 		out = append(out, bin)

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"html"
+	"html/template"
 	"math"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type refLine struct {
 
 type chart struct {
 	Title          string
+	Subtitle       string // a smaller line under the title, for a chart without a legend
 	XLabel, YLabel string
 	XLog, YLog     bool
 	W, H           float64
@@ -189,8 +191,8 @@ func niceStep(raw float64) float64 {
 	return 10 * p
 }
 
-// render writes the chart as an SVG element.
-func (c chart) render() string {
+// render draws the chart as an SVG element.
+func (c chart) render() template.HTML {
 	if c.W == 0 {
 		c.W = 760
 	}
@@ -222,124 +224,225 @@ func (c chart) render() string {
 	}
 	y := newAxis(ys, c.YLog, c.YFromZero, c.H-padB, padT)
 
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %s %s" role="img" aria-label="%s">`, num(c.W), num(c.H), esc(c.Title))
-	fmt.Fprintf(&b, `<text x="%s" y="18" class="ct">%s</text>`, num(padL), esc(c.Title))
-	// Grid and ticks.
+	g := newSVG(c.W, c.H, c.Title)
+	g.text(padL, 18, "ct", c.Title)
+	if c.Subtitle != "" {
+		g.text(padL, 34, "lg", c.Subtitle)
+	}
+	c.drawGrid(g, x, y)
+	for i, s := range c.Series {
+		c.drawSeries(g, x, y, s, seriesColor(s, i))
+	}
+	c.drawRefLines(g, x, y)
+	c.drawLegend(g)
+	return g.html()
+}
+
+func seriesColor(s series, i int) string {
+	if s.Color != "" {
+		return s.Color
+	}
+	return palette[i%len(palette)]
+}
+
+// drawGrid draws the grid lines, tick labels, frame and axis labels.
+func (c chart) drawGrid(g *svgBuilder, x, y *axis) {
 	for _, t := range y.ticks {
 		py := y.pos(t.V)
 		if math.IsNaN(py) || py < padT-0.5 || py > c.H-padB+0.5 {
 			continue
 		}
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" class="grid"/>`, num(padL), num(py), num(c.W-padR), num(py))
-		fmt.Fprintf(&b, `<text x="%s" y="%s" class="yt">%s</text>`, num(padL-6), num(py+4), esc(t.Label))
+		g.line(padL, py, c.W-padR, py, attr{"class", "grid"})
+		g.text(padL-6, py+4, "yt", t.Label)
 	}
 	for _, t := range x.ticks {
 		px := x.pos(t.V)
 		if math.IsNaN(px) || px < padL-0.5 || px > c.W-padR+0.5 {
 			continue
 		}
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" class="grid"/>`, num(px), num(padT), num(px), num(c.H-padB))
-		fmt.Fprintf(&b, `<text x="%s" y="%s" class="xt">%s</text>`, num(px), num(c.H-padB+16), esc(t.Label))
+		g.line(px, padT, px, c.H-padB, attr{"class", "grid"})
+		g.text(px, c.H-padB+16, "xt", t.Label)
 	}
-	fmt.Fprintf(&b, `<rect x="%s" y="%s" width="%s" height="%s" class="frame"/>`, num(padL), num(padT), num(c.W-padL-padR), num(c.H-padT-padB))
-	fmt.Fprintf(&b, `<text x="%s" y="%s" class="xl">%s</text>`, num((padL+c.W-padR)/2), num(c.H-8), esc(c.XLabel))
-	fmt.Fprintf(&b, `<text x="14" y="%s" class="yl" transform="rotate(-90 14 %s)">%s</text>`, num((padT+c.H-padB)/2), num((padT+c.H-padB)/2), esc(c.YLabel))
+	g.rect(padL, padT, c.W-padL-padR, c.H-padT-padB, attr{"class", "frame"})
+	g.text((padL+c.W-padR)/2, c.H-8, "xl", c.XLabel)
+	mid := num((padT + c.H - padB) / 2)
+	g.text(14, (padT+c.H-padB)/2, "yl", c.YLabel, attr{"transform", "rotate(-90 14 " + mid + ")"})
+}
 
-	// Series.
-	for i, s := range c.Series {
-		color := s.Color
-		if color == "" {
-			color = palette[i%len(palette)]
+// drawSeries draws one series as bars, or as a path with optional dots.
+func (c chart) drawSeries(g *svgBuilder, x, y *axis, s series, color string) {
+	if s.Mode == modeBars {
+		y0 := y.pos(math.Max(y.lo, 0))
+		if c.YLog {
+			y0 = c.H - padB
 		}
-		dash := ""
-		if s.Dash {
-			dash = ` stroke-dasharray="6 4"`
+		for _, p := range s.Pts {
+			x0, x1, py := x.pos(p.X), x.pos(p.X2), y.pos(p.Y)
+			if math.IsNaN(x0) || math.IsNaN(x1) || math.IsNaN(py) {
+				continue
+			}
+			g.rect(x0, py, math.Max(x1-x0-0.5, 0.5), math.Max(y0-py, 0), attr{"fill", color}, attr{"fill-opacity", "0.75"})
 		}
-		switch s.Mode {
-		case modeBars:
-			y0 := y.pos(math.Max(y.lo, 0))
-			if c.YLog {
-				y0 = c.H - padB
-			}
-			for _, p := range s.Pts {
-				x0, x1, py := x.pos(p.X), x.pos(p.X2), y.pos(p.Y)
-				if math.IsNaN(x0) || math.IsNaN(x1) || math.IsNaN(py) {
-					continue
-				}
-				fmt.Fprintf(&b, `<rect x="%s" y="%s" width="%s" height="%s" fill="%s" fill-opacity="0.75"/>`,
-					num(x0), num(py), num(math.Max(x1-x0-0.5, 0.5)), num(math.Max(y0-py, 0)), color)
-			}
+		return
+	}
+	var path strings.Builder
+	pen := false
+	for _, p := range s.Pts {
+		px, py := x.pos(p.X), y.pos(p.Y)
+		if math.IsNaN(px) || math.IsNaN(py) {
+			pen = false
+			continue
+		}
+		switch {
+		case !pen:
+			fmt.Fprintf(&path, "M%s %s", num(px), num(py))
+		case s.Mode == modeStep:
+			fmt.Fprintf(&path, "H%s V%s", num(px), num(py))
 		default:
-			var path strings.Builder
-			pen := false
-			for _, p := range s.Pts {
-				px, py := x.pos(p.X), y.pos(p.Y)
-				if math.IsNaN(px) || math.IsNaN(py) {
-					pen = false
-					continue
-				}
-				switch {
-				case !pen:
-					fmt.Fprintf(&path, "M%s %s", num(px), num(py))
-				case s.Mode == modeStep:
-					fmt.Fprintf(&path, "H%s V%s", num(px), num(py))
-				default:
-					fmt.Fprintf(&path, "L%s %s", num(px), num(py))
-				}
-				pen = true
-				if s.Mode == modeDots || s.Mode == modeLineDots {
-					fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.6" fill="%s"><title>%s: %s, %s</title></circle>`,
-						num(px), num(py), color, esc(s.Name), esc(tickLabel(roundTo(p.X, 3))), esc(tickLabel(roundTo(p.Y, 3))))
-				}
-			}
-			if s.Mode != modeDots && path.Len() > 0 {
-				fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.8"%s/>`, path.String(), color, dash)
-			}
+			fmt.Fprintf(&path, "L%s %s", num(px), num(py))
+		}
+		pen = true
+		if s.Mode == modeDots || s.Mode == modeLineDots {
+			g.dot(px, py, 2.6, color, s.Name+": "+tickLabel(roundTo(p.X, 3))+", "+tickLabel(roundTo(p.Y, 3)))
 		}
 	}
+	if s.Mode != modeDots && path.Len() > 0 {
+		attrs := []attr{{"d", path.String()}, {"fill", "none"}, {"stroke", color}, {"stroke-width", "1.8"}}
+		if s.Dash {
+			attrs = append(attrs, attr{"stroke-dasharray", "6 4"})
+		}
+		g.elem("path", attrs...)
+	}
+}
+
+// drawRefLines draws the dashed reference lines with their labels.
+func (c chart) drawRefLines(g *svgBuilder, x, y *axis) {
 	for i, l := range c.VLines {
 		px := x.pos(l.At)
 		if math.IsNaN(px) {
 			continue
 		}
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1.5" stroke-dasharray="4 3"/>`,
-			num(px), num(padT), num(px), num(c.H-padB), l.Color)
+		g.line(px, padT, px, c.H-padB, attr{"stroke", l.Color}, attr{"stroke-width", "1.5"}, attr{"stroke-dasharray", "4 3"})
 		// Labels step down so that two close lines do not print over each other; one too close
 		// to the right edge goes on the left of its line.
 		anchor, lx := "start", px+4
 		if px > c.W-padR-120 {
 			anchor, lx = "end", px-4
 		}
-		fmt.Fprintf(&b, `<text x="%s" y="%s" class="ref" fill="%s" text-anchor="%s">%s</text>`,
-			num(lx), num(padT+14+15*float64(i)), l.Color, anchor, esc(l.Label))
+		g.text(lx, padT+14+15*float64(i), "ref", l.Label, attr{"fill", l.Color}, attr{"text-anchor", anchor})
 	}
 	for _, l := range c.HLines {
 		py := y.pos(l.At)
 		if math.IsNaN(py) {
 			continue
 		}
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1.5" stroke-dasharray="4 3"/>`,
-			num(padL), num(py), num(c.W-padR), num(py), l.Color)
-		fmt.Fprintf(&b, `<text x="%s" y="%s" class="ref" fill="%s" text-anchor="end">%s</text>`, num(c.W-padR-4), num(py-4), l.Color, esc(l.Label))
+		g.line(padL, py, c.W-padR, py, attr{"stroke", l.Color}, attr{"stroke-width", "1.5"}, attr{"stroke-dasharray", "4 3"})
+		g.text(c.W-padR-4, py-4, "ref", l.Label, attr{"fill", l.Color}, attr{"text-anchor", "end"})
 	}
+}
 
-	// Legend, right-aligned under the title.
+// drawLegend writes the named series right-aligned under the title.
+func (c chart) drawLegend(g *svgBuilder) {
 	lx := c.W - padR
 	for i := len(c.Series) - 1; i >= 0; i-- {
 		s := c.Series[i]
 		if s.Name == "" {
 			continue
 		}
-		color := s.Color
-		if color == "" {
-			color = palette[i%len(palette)]
-		}
-		w := 7*float64(len([]rune(s.Name))) + 22
-		lx -= w
-		fmt.Fprintf(&b, `<rect x="%s" y="25" width="12" height="10" fill="%s"/>`, num(lx), color)
-		fmt.Fprintf(&b, `<text x="%s" y="34" class="lg">%s</text>`, num(lx+16), esc(s.Name))
+		lx -= 7*float64(len([]rune(s.Name))) + 22
+		g.rect(lx, 25, 12, 10, attr{"fill", seriesColor(s, i)})
+		g.text(lx+16, 34, "lg", s.Name)
 	}
-	b.WriteString(`</svg>`)
-	return b.String()
+}
+
+// stageBar is one row of the per-stage chart, in ms.
+type stageBar struct {
+	Name          string
+	P50, P99, Avg float64
+}
+
+// stageBars draws each stage's P50 and P99 as overlaid bars with a tick at its mean.
+func stageBars(rows []stageBar) template.HTML {
+	top := 0.0
+	for _, r := range rows {
+		top = math.Max(top, math.Max(r.P99, r.Avg))
+	}
+	if top <= 0 {
+		top = 1
+	}
+	const w, rowH, left, right = 760.0, 34.0, 110.0, 210.0
+	g := newSVG(w, 40+rowH*float64(len(rows)), "per-stage latency")
+	g.rect(left, 10, 12, 10, attr{"fill", palette[0]})
+	g.text(left+16, 19, "lg", "P50")
+	g.rect(left+60, 10, 12, 10, attr{"fill", palette[0]}, attr{"fill-opacity", "0.35"})
+	g.text(left+76, 19, "lg", "P99")
+	g.text(left+120, 19, "lg", "| mean")
+	scale := (w - left - right) / top
+	for i, r := range rows {
+		y := 32 + rowH*float64(i)
+		g.text(left-8, y+15, "yt", r.Name)
+		g.rect(left, y+2, math.Max(r.P99*scale, 1), 20, attr{"fill", palette[0]}, attr{"fill-opacity", "0.35"})
+		g.rect(left, y+2, math.Max(r.P50*scale, 1), 20, attr{"fill", palette[0]})
+		g.line(left+r.Avg*scale, y, left+r.Avg*scale, y+24, attr{"stroke", "#111"}, attr{"stroke-width", "2"})
+		g.text(w-right+10, y+16, "lg", fmt.Sprintf("p50 %.2f · p99 %.2f ms", r.P50, r.P99))
+	}
+	return g.html()
+}
+
+// attr is one attribute of an SVG element; its value is escaped when written.
+type attr struct{ k, v string }
+
+// svgBuilder writes one SVG element and its children. Every text and attribute value it is
+// given is escaped, so what html returns is safe to put in a page.
+type svgBuilder struct{ b strings.Builder }
+
+func newSVG(w, h float64, label string) *svgBuilder {
+	g := &svgBuilder{}
+	g.open("svg", attr{"class", "chart"}, attr{"viewBox", "0 0 " + num(w) + " " + num(h)}, attr{"role", "img"},
+		attr{"aria-label", label})
+	return g
+}
+
+func (g *svgBuilder) open(name string, attrs ...attr) {
+	g.start(name, attrs)
+	g.b.WriteString(">")
+}
+
+func (g *svgBuilder) start(name string, attrs []attr) {
+	g.b.WriteString("<" + name)
+	for _, a := range attrs {
+		g.b.WriteString(" " + a.k + `="` + esc(a.v) + `"`)
+	}
+}
+
+// elem writes an empty element.
+func (g *svgBuilder) elem(name string, attrs ...attr) {
+	g.start(name, attrs)
+	g.b.WriteString("/>")
+}
+
+func (g *svgBuilder) line(x1, y1, x2, y2 float64, attrs ...attr) {
+	g.elem("line", append([]attr{{"x1", num(x1)}, {"y1", num(y1)}, {"x2", num(x2)}, {"y2", num(y2)}}, attrs...)...)
+}
+
+func (g *svgBuilder) rect(x, y, w, h float64, attrs ...attr) {
+	g.elem("rect", append([]attr{{"x", num(x)}, {"y", num(y)}, {"width", num(w)}, {"height", num(h)}}, attrs...)...)
+}
+
+// text writes a text element of a CSS class.
+func (g *svgBuilder) text(x, y float64, class, s string, attrs ...attr) {
+	g.open("text", append([]attr{{"x", num(x)}, {"y", num(y)}, {"class", class}}, attrs...)...)
+	g.b.WriteString(esc(s) + "</text>")
+}
+
+// dot writes a circle with a tooltip.
+func (g *svgBuilder) dot(x, y, r float64, color, title string) {
+	g.open("circle", attr{"cx", num(x)}, attr{"cy", num(y)}, attr{"r", num(r)}, attr{"fill", color})
+	g.b.WriteString("<title>" + esc(title) + "</title></circle>")
+}
+
+// html closes the SVG element and returns it.
+func (g *svgBuilder) html() template.HTML {
+	g.b.WriteString("</svg>")
+	return template.HTML(g.b.String()) //nolint:gosec // every text and attribute value is escaped
 }

@@ -150,55 +150,84 @@ func (b *Bench) p99E2EL() time.Duration {
 // MarshalJSON writes the ragtail.sweep/v1 document. Each point is its bench's document (without
 // the schema) preceded by rate or concurrency and achieved_rps.
 func (s *Sweep) MarshalJSON() ([]byte, error) {
-	points := make([]object, 0, len(s.Points))
-	for _, p := range s.Points {
-		po := object{}
-		if s.Axis == AxisConcurrency {
-			po = append(po, field{"concurrency", p.Concurrency})
-		} else {
-			po = append(po, field{"rate", rateOrInf(p.Rate)})
-			if p.Concurrency > 0 {
-				po = append(po, field{"concurrency", p.Concurrency})
-			}
-		}
-		po = append(po, field{"achieved_rps", sig(p.AchievedRPS)})
-		points = append(points, append(po, p.Bench.fields()...))
+	doc := sweepJSON{
+		Schema: SchemaSweep, Start: s.Start.UTC().Format(time.RFC3339Nano), Axis: s.Axis,
+		Knee: s.kneeObject(s.Knee), KneeRobust: s.kneeObject(s.KneeRobust),
+		KneeThresholdMSPerRPS: jnum(sig(s.KneeThreshold)),
+		Probes:                make([]probeJSON, 0, len(s.Probes)),
+		Points:                make([]object, 0, len(s.Points)),
 	}
-	var slo, maxRPS any
 	if s.SLO != nil {
-		slo = s.SLO.String()
+		slo := s.SLO.String()
+		doc.SLO = &slo
 	}
 	if s.MaxRPSUnderSLO != nil {
-		maxRPS = sig(*s.MaxRPSUnderSLO)
+		doc.MaxRPSUnderSLO = realPtr(sig(*s.MaxRPSUnderSLO))
 	}
-	probes := make([]object, 0, len(s.Probes))
 	for _, p := range s.Probes {
-		probes = append(probes, object{{"rate", sig(p.Rate)}, {"meets", p.Meets}})
+		doc.Probes = append(doc.Probes, probeJSON{Rate: jnum(sig(p.Rate)), Meets: p.Meets})
 	}
-	return object{
-		{"schema", SchemaSweep},
-		{"start", s.Start.UTC().Format(time.RFC3339Nano)},
-		{"axis", s.Axis},
-		{"knee", s.kneeObject(s.Knee)},
-		{"knee_robust", s.kneeObject(s.KneeRobust)},
-		{"knee_threshold_ms_per_rps", sig(s.KneeThreshold)},
-		{"slo", slo},
-		{"max_rps_under_slo", maxRPS},
-		{"probes", probes},
-		{"points", points},
-	}.MarshalJSON()
+	for _, p := range s.Points {
+		pj := pointJSON{AchievedRPS: jnum(sig(p.AchievedRPS))}
+		if s.Axis == AxisConcurrency {
+			pj.Concurrency = &p.Concurrency
+		} else {
+			r := rate(p.Rate)
+			pj.Rate = &r
+			if p.Concurrency > 0 {
+				pj.Concurrency = &p.Concurrency
+			}
+		}
+		doc.Points = append(doc.Points, append(object{{val: splice{pj}}}, p.Bench.fields()...))
+	}
+	return marshalJSON(doc)
 }
 
-func (s *Sweep) kneeObject(k SweepKnee) any {
+// sweepJSON is the ragtail.sweep/v1 document.
+type sweepJSON struct {
+	Schema                string      `json:"schema"`
+	Start                 string      `json:"start"`
+	Axis                  string      `json:"axis"`
+	Knee                  *kneeJSON   `json:"knee"`
+	KneeRobust            *kneeJSON   `json:"knee_robust"`
+	KneeThresholdMSPerRPS jnum        `json:"knee_threshold_ms_per_rps"`
+	SLO                   *string     `json:"slo"`
+	MaxRPSUnderSLO        *jnum       `json:"max_rps_under_slo"`
+	Probes                []probeJSON `json:"probes"`
+	Points                []object    `json:"points"`
+}
+
+// pointJSON is what a sweep point has before its bench's keys.
+type pointJSON struct {
+	Rate        *rate `json:"rate,omitempty"`
+	Concurrency *int  `json:"concurrency,omitempty"`
+	AchievedRPS jnum  `json:"achieved_rps"`
+}
+
+type probeJSON struct {
+	Rate  jnum `json:"rate"`
+	Meets bool `json:"meets"`
+}
+
+type kneeJSON struct {
+	Rate        jnum   `json:"rate"`
+	Concurrency *int   `json:"concurrency,omitempty"`
+	AchievedRPS jnum   `json:"achieved_rps"`
+	P99E2ELMS   jnum   `json:"p99_e2el_ms"`
+	Method      string `json:"method"`
+	Index       int    `json:"index"`
+}
+
+func (s *Sweep) kneeObject(k SweepKnee) *kneeJSON {
 	if !k.Found {
 		return nil
 	}
-	o := object{{"rate", sig(k.Rate)}}
+	o := &kneeJSON{Rate: jnum(sig(k.Rate)), AchievedRPS: jnum(sig(k.AchievedRPS)), P99E2ELMS: jnum(msv(k.P99E2EL)),
+		Method: k.Method, Index: k.Index}
 	if s.Axis == AxisConcurrency {
-		o = append(o, field{"concurrency", k.Concurrency})
+		o.Concurrency = &k.Concurrency
 	}
-	return append(o, field{"achieved_rps", sig(k.AchievedRPS)}, field{"p99_e2el_ms", msv(k.P99E2EL)},
-		field{"method", k.Method}, field{"index", k.Index})
+	return o
 }
 
 // UnmarshalJSON reads a ragtail.sweep/v1 document. The knees and the max RPS read off the

@@ -90,6 +90,9 @@ func writeBenchText(t *textWriter, b *Bench) {
 		}
 	}
 	t.row("Load", "%s", load)
+	if c.Dataset != "" {
+		t.row("Dataset", "%s (seed %d)", c.Dataset, c.Seed)
+	}
 	if b.MergedFrom > 1 {
 		t.row("Merged from", "%d runs", b.MergedFrom)
 	}

@@ -3,7 +3,6 @@ package report
 import (
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"math"
 	"math/bits"
 )
@@ -62,8 +61,15 @@ func tokenBinRange(k int) (lo, hi float64) {
 	return math.Ldexp(1, k), math.Ldexp(1, k+1) - 1
 }
 
-func tokenLengthsObject(t TokenLengths) object {
-	return object{{"bins", "log2"}, {"input", orEmpty(t.Input)}, {"output", orEmpty(t.Output)}}
+// tokenLengthsJSON is the file form of TokenLengths.
+type tokenLengthsJSON struct {
+	Bins   string  `json:"bins"`
+	Input  []int64 `json:"input"`
+	Output []int64 `json:"output"`
+}
+
+func tokenLengthsObject(t TokenLengths) tokenLengthsJSON {
+	return tokenLengthsJSON{Bins: "log2", Input: orEmpty(t.Input), Output: orEmpty(t.Output)}
 }
 
 func decodeTokenLengths(d *decodeError, o jobj) TokenLengths {
@@ -95,9 +101,8 @@ func decodeCounts(d *decodeError, o jobj, key string) []int64 {
 }
 
 // tokenLengthsHTML draws the two distributions as bars over log-scaled lengths.
-func tokenLengthsHTML(b *Bench) template.HTML {
-	var h hb
-	drew := false
+func tokenLengthCharts(b *Bench) blocks {
+	var v blocks
 	for i, s := range []struct {
 		name string
 		bins []int64
@@ -115,15 +120,14 @@ func tokenLengthsHTML(b *Bench) template.HTML {
 		if n == 0 || (len(s.bins) == 1 && i == 0) {
 			continue // no requests, or no prompt counts reported (every length in bin 0)
 		}
-		drew = true
-		h.raw(chart{Title: fmt.Sprintf("%s token lengths (n=%d, power-of-two bins)", s.name, n),
-			XLabel: "tokens (log scale)", YLabel: "requests", XLog: true, YFromZero: true, H: 240,
+		v.Pair = append(v.Pair, chart{Title: fmt.Sprintf("%s token lengths (n=%d, power-of-two bins)", s.name, n),
+			XLabel: "tokens (log scale)", YLabel: "requests", XLog: true, YFromZero: true, W: 480, H: 300,
 			Series: []series{{Mode: modeBars, Color: palette[[]int{0, 4}[i]], Pts: pts}}}.render())
 	}
-	if !drew {
-		h.p("note", "No token counts: no request completed, or the target reported no usage.")
+	if len(v.Pair) == 0 {
+		v.Empty = "No token counts: no request completed, or the target reported no usage."
 	}
-	return h.html()
+	return v
 }
 
 // Token details the server reports in usage: prompt tokens its prefix cache held
@@ -140,18 +144,24 @@ func (b *Bench) PrefixCacheHitRatio() (ratio float64, ok bool) {
 	return float64(b.CachedTokens) / float64(b.InputTokens), true
 }
 
+// tokenDetailsJSON are the token details of a bench document, only those the server reported.
+type tokenDetailsJSON struct {
+	TotalCachedTokens    int64 `json:"total_cached_tokens,omitempty"`
+	MeanCachedTokens     *jnum `json:"mean_cached_tokens,omitempty"`
+	PrefixCacheHitRatio  *jnum `json:"prefix_cache_hit_ratio,omitempty"`
+	TotalReasoningTokens int64 `json:"total_reasoning_tokens,omitempty"`
+}
+
 // tokenDetailFields are the JSON fields of the token details, only those the server reported.
 func (b *Bench) tokenDetailFields() []field {
-	var o []field
+	var t tokenDetailsJSON
 	if ratio, ok := b.PrefixCacheHitRatio(); ok {
-		o = append(o, field{"total_cached_tokens", b.CachedTokens},
-			field{"mean_cached_tokens", sig(float64(b.CachedTokens) / float64(max(b.Completed, 1)))},
-			field{"prefix_cache_hit_ratio", sig(ratio)})
+		t.TotalCachedTokens = b.CachedTokens
+		t.MeanCachedTokens = realPtr(sig(float64(b.CachedTokens) / float64(max(b.Completed, 1))))
+		t.PrefixCacheHitRatio = realPtr(sig(ratio))
 	}
-	if b.ReasoningTokens > 0 {
-		o = append(o, field{"total_reasoning_tokens", b.ReasoningTokens})
-	}
-	return o
+	t.TotalReasoningTokens = max(b.ReasoningTokens, 0)
+	return []field{{val: splice{t}}}
 }
 
 // tokenDetailRows writes the token details to the text summary.

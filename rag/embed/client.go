@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ragtail/ragtail/rag"
@@ -30,14 +32,19 @@ const DefaultBatchSize = 64
 // floats is about 4 MB as JSON, so this leaves room for large batches and big models.
 const maxResponseBytes = 128 << 20
 
-// Client embeds text by calling an OpenAI-compatible embeddings endpoint. It learns the vector
-// dimension from the first response unless WithOutputDimensions fixes it, and rejects later
-// responses of another length. A Client is safe for concurrent use.
+// Client embeds text by calling an OpenAI-compatible embeddings endpoint through the openai-go
+// SDK's embeddings API. It learns the vector dimension from the first response unless
+// WithOutputDimensions fixes it, and rejects later responses of another length. A Client is
+// safe for concurrent use.
+//
+// The SDK builds and sends the requests; the client adds, through the SDK's middleware, the
+// bounded reading of answers, error bodies parsed whatever their shape (openai.ReadError: the
+// SDK keeps only OpenAI's own), and its own strict decoding of the vectors: the SDK's decoder
+// turns a malformed base64 or non-numeric embedding into an empty vector without saying why.
 type Client struct {
 	endpoint   string
 	model      string
-	apiKey     string
-	httpClient *http.Client
+	oai        oai.Client
 	dimensions int // requested with "dimensions"; 0: the model's own
 	batchSize  int
 	timeout    time.Duration // per request; 0: only the caller's context
@@ -152,7 +159,7 @@ func NewClient(baseURL, model string, opts ...ClientOption) (*Client, error) {
 	for _, o := range opts {
 		o.applyClient(&cfg)
 	}
-	endpoint, err := endpointURL(baseURL)
+	endpoint, base, err := endpointURL(baseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -175,28 +182,35 @@ func NewClient(baseURL, model string, opts ...ClientOption) (*Client, error) {
 		tr.MaxIdleConnsPerHost = 64
 		cfg.httpClient = &http.Client{Transport: tr}
 	}
-	cfg.httpClient = sameOriginRedirects(cfg.httpClient)
 	c := &Client{
 		endpoint:   endpoint,
 		model:      model,
-		apiKey:     cfg.apiKey,
-		httpClient: cfg.httpClient,
 		dimensions: cfg.dimensions,
 		batchSize:  cfg.batchSize,
 		timeout:    cfg.timeout,
 		propagator: cfg.propagator,
 	}
+	c.oai = oai.NewClient(append([]option.RequestOption{
+		option.WithBaseURL(base),
+		option.WithAPIKey(cfg.apiKey), // "" sends none, whatever OPENAI_API_KEY says
+		option.WithHTTPClient(sameOriginRedirects(cfg.httpClient)),
+		option.WithMaxRetries(0), // a failed embedding fails the request; the caller decides
+		option.WithHeader("User-Agent", "ragtail-embed"),
+		option.WithMiddleware(c.middleware),
+	}, queryOptions(endpoint)...)...)
 	c.dim.Store(int64(max(cfg.dimensions, cfg.expected)))
 	return c, nil
 }
 
-func endpointURL(base string) (string, error) {
+// endpointURL returns the embeddings endpoint that base names and the SDK's base URL it lies
+// under (ending in a slash).
+func endpointURL(base string) (endpoint, sdkBase string, err error) {
 	u, err := url.Parse(strings.TrimSpace(base))
 	if err != nil {
-		return "", fmt.Errorf("embeddings client: url %q: %w", base, err)
+		return "", "", fmt.Errorf("embeddings client: url %q: %w", base, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("embeddings client: url %q must be http(s)://host[:port][/v1]", base)
+		return "", "", fmt.Errorf("embeddings client: url %q must be http(s)://host[:port][/v1]", base)
 	}
 	p := strings.TrimRight(u.Path, "/")
 	switch {
@@ -207,7 +221,25 @@ func endpointURL(base string) (string, error) {
 		p += "/v1/embeddings"
 	}
 	u.Path, u.RawPath = p, ""
-	return u.String(), nil
+	endpoint = u.String()
+	u.Path, u.RawQuery, u.Fragment = strings.TrimSuffix(p, "embeddings"), "", ""
+	return endpoint, u.String(), nil
+}
+
+// queryOptions are the SDK options that send the query of the endpoint (an api-version, say)
+// with every request: the SDK resolves its routes against the base URL, which drops a query.
+func queryOptions(endpoint string) []option.RequestOption {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil
+	}
+	var opts []option.RequestOption
+	for k, vs := range u.Query() {
+		for _, v := range vs {
+			opts = append(opts, option.WithQueryAdd(k, v))
+		}
+	}
+	return opts
 }
 
 // Endpoint is the URL the client posts to.
@@ -259,61 +291,27 @@ func (c *Client) EmbedBatch(ctx context.Context, texts []string) ([][]float32, e
 	return out, nil
 }
 
-type embeddingRequest struct {
-	Model          string `json:"model"`
-	Input          any    `json:"input"` // a string or an array of strings
-	EncodingFormat string `json:"encoding_format"`
-	Dimensions     int    `json:"dimensions,omitempty"`
-}
-
-// post sends one request whose input holds n texts and returns n vectors in input order.
+// post sends one request whose input holds n texts (a string, or n strings) and returns n
+// vectors in input order.
 func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error) {
-	body, err := json.Marshal(embeddingRequest{Model: c.model, Input: input, EncodingFormat: "float", Dimensions: c.dimensions})
-	if err != nil {
-		return nil, fmt.Errorf("encode embeddings request: %w", err)
+	params := oai.EmbeddingNewParams{Model: c.model, EncodingFormat: oai.EmbeddingNewParamsEncodingFormatFloat}
+	switch in := input.(type) {
+	case string:
+		params.Input.OfString = oai.String(in)
+	case []string:
+		params.Input.OfArrayOfStrings = in
+	}
+	if c.dimensions > 0 {
+		params.Dimensions = oai.Int(int64(c.dimensions))
 	}
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("embeddings request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "ragtail-embed")
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	if c.propagator != nil {
-		c.propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
-	resp, err := c.httpClient.Do(req)
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxError("embeddings request", ctxErr)
-		}
-		if errors.Is(err, ErrCrossOriginRedirect) {
-			// Not the *url.Error, which would show the redirect target.
-			return nil, fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, ErrCrossOriginRedirect)
-		}
-		return nil, fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxError("read embeddings response", ctxErr)
-		}
-		return nil, fmt.Errorf("read embeddings response: %w: %w", rag.ErrUnavailable, err)
-	}
-	if len(raw) > maxResponseBytes {
-		return nil, fmt.Errorf("%w: embeddings response is larger than %d bytes: lower the batch size", rag.ErrUnavailable, maxResponseBytes)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, statusError(resp.StatusCode, raw)
+	var raw []byte
+	if _, err := c.oai.Embeddings.New(ctx, params, option.WithResponseBodyInto(&raw)); err != nil {
+		return nil, c.requestError(ctx, err)
 	}
 	vecs, err := decodeResponse(raw, n)
 	if err != nil {
@@ -329,10 +327,80 @@ func (c *Client) post(ctx context.Context, input any, n int) ([][]float32, error
 	return vecs, nil
 }
 
-// statusError describes a non-200 answer. The server rejecting the input (400, 413, 422) is the
-// caller's problem; anything else means the embedding service is not usable right now.
-func statusError(status int, body []byte) error {
-	msg := serverMessage(body)
+// middleware runs around every HTTP request the SDK makes: it injects the trace context, turns
+// an error answer into the client's error, and bounds what is read of a good one.
+func (c *Client) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	if c.propagator != nil {
+		c.propagator.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
+	}
+	resp, err := next(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		a := openai.ReadError(resp, maxMessageLen)
+		return nil, answerError{statusError(a.Status, a.Message)}
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: maxResponseBytes}
+	return resp, nil
+}
+
+// answerError carries an error answer of the server through the SDK unchanged.
+type answerError struct{ err error }
+
+func (e answerError) Error() string { return e.err.Error() }
+func (e answerError) Unwrap() error { return e.err }
+
+// errTooLarge is what limitedBody returns past its limit.
+var errTooLarge = fmt.Errorf("%w: embeddings response is larger than %d bytes: lower the batch size", rag.ErrUnavailable, maxResponseBytes)
+
+// limitedBody is a response body that fails with errTooLarge past its limit, so that a huge
+// answer is refused rather than read whole.
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n, errTooLarge
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// requestError describes the failure of a request that got no usable answer: the context ended
+// (the caller's, or the client's timeout), the server answered with an error or too much, a
+// redirect left the origin, or the connection failed.
+func (c *Client) requestError(ctx context.Context, err error) error {
+	var ae answerError
+	switch {
+	case ctx.Err() != nil:
+		return ctxError("embeddings request", ctx.Err())
+	case errors.As(err, &ae):
+		return ae.err
+	case errors.Is(err, errTooLarge):
+		return errTooLarge
+	case errors.Is(err, ErrCrossOriginRedirect):
+		// Not the *url.Error, which would show the redirect target.
+		return fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, ErrCrossOriginRedirect)
+	}
+	return fmt.Errorf("embeddings request: %w: %w", rag.ErrUnavailable, err)
+}
+
+// statusError describes a non-200 answer with the server's message. The server rejecting the
+// input (400, 413, 422) is the caller's problem; anything else means the embedding service is
+// not usable right now.
+func statusError(status int, msg string) error {
 	switch status {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		return fmt.Errorf("%w: embeddings server rejected the input (%d): %s", rag.ErrInvalidRequest, status, msg)
@@ -340,9 +408,8 @@ func statusError(status int, body []byte) error {
 	return fmt.Errorf("%w: embeddings server answered %d %s: %s", rag.ErrUnavailable, status, http.StatusText(status), msg)
 }
 
-// serverMessage extracts the error message from an error body (openai.ServerMessage), cut to
-// 200 bytes.
-func serverMessage(body []byte) string { return openai.ServerMessage(body, 200) }
+// maxMessageLen bounds the server's error message in an error.
+const maxMessageLen = 200
 
 type embeddingResponse struct {
 	Data []struct {

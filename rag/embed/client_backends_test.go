@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +106,25 @@ func TestClientPropagatesTraceContext(t *testing.T) {
 	s.mu.Unlock()
 	if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; got != want {
 		t.Errorf("traceparent %q, want %q", got, want)
+	}
+}
+
+// TestClientSendsTheEndpointQuery: a query in the configured URL (Azure's api-version, a
+// gateway's key) goes with every request, although the SDK resolves routes against a base URL.
+func TestClientSendsTheEndpointQuery(t *testing.T) {
+	t.Parallel()
+	es, _ := newEmbeddingsServer(t, 4)
+	var query atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		query.Store(r.URL.RawQuery)
+		es.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL+"/v1?api-version=2024-02-01")
+	if _, err := c.Embed(t.Context(), "query"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := query.Load().(string); got != "api-version=2024-02-01" {
+		t.Errorf("query sent %q, want api-version=2024-02-01", got)
 	}
 }

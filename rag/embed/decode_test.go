@@ -1,11 +1,18 @@
 package embed
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/openai"
 )
 
 func base64Floats(v ...float32) string {
@@ -137,12 +144,15 @@ func TestEndpointURL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := endpointURL(tt.base)
+			got, base, err := endpointURL(tt.base)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("endpointURL(%q) error = %v, want error %v", tt.base, err, tt.wantErr)
 			}
 			if got != tt.want {
 				t.Errorf("endpointURL(%q) = %q, want %q", tt.base, got, tt.want)
+			}
+			if noQuery, _, _ := strings.Cut(got, "?"); err == nil && base+"embeddings" != noQuery {
+				t.Errorf("endpointURL(%q): SDK base %q does not lead to %q", tt.base, base, noQuery)
 			}
 		})
 	}
@@ -160,9 +170,30 @@ func TestServerMessage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := serverMessage([]byte(tt.body)); got != tt.want {
+			if got := openai.ServerMessage([]byte(tt.body), maxMessageLen); got != tt.want {
 				t.Errorf("serverMessage = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLimitedBody: a body of exactly the limit reads whole; one byte more fails with
+// errTooLarge, which requestError reports as it is (rag.ErrUnavailable, "lower the batch size").
+func TestLimitedBody(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		size    int
+		wantErr bool
+	}{{0, false}, {99, false}, {100, false}, {101, true}, {5000, true}} {
+		b := &limitedBody{rc: io.NopCloser(bytes.NewReader(make([]byte, tc.size))), left: 100}
+		got, err := io.ReadAll(b)
+		if tc.wantErr != errors.Is(err, errTooLarge) || (!tc.wantErr && len(got) != tc.size) {
+			t.Errorf("body of %d bytes, limit 100: read %d, err %v", tc.size, len(got), err)
+		}
+	}
+	var c Client
+	err := c.requestError(t.Context(), fmt.Errorf("error reading response body: %w", errTooLarge))
+	if !errors.Is(err, rag.ErrUnavailable) || !strings.Contains(err.Error(), "lower the batch size") {
+		t.Errorf("requestError of a too large body: %v", err)
 	}
 }

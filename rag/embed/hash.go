@@ -1,7 +1,7 @@
 // Package embed turns text into vectors for the RAG pipeline. It owns two embedders: Hash, the
 // default, which needs nothing running and simulates the service time of a small embedding model,
 // and Client, which calls any OpenAI-compatible /v1/embeddings endpoint (OpenAI, vLLM, Ollama,
-// llama.cpp, Hugging Face TEI).
+// llama.cpp, Hugging Face TEI) through the openai-go SDK, as rag/llm does for chat completions.
 //
 // Both are safe for concurrent use and return L2-normalised vectors when the model does, so a dot
 // product is a cosine similarity.

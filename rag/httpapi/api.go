@@ -136,13 +136,17 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 			otelhttp.WithPropagators(cfg.propagator),
 			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/healthz" && r.URL.Path != "/readyz" })),
 		serverSpan, middleware.Recoverer)
+	routes := "/v1/chat/completions, /v1/models, /v1/documents/{id}"
+	if cfg.embedder != nil {
+		routes = "/v1/chat/completions, /v1/embeddings, /v1/models, /v1/documents/{id}"
+	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, &openai.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-			Message: fmt.Sprintf("no route for %s %s: see /v1/chat/completions, /v1/models, /v1/documents/{id}", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("no route for %s %s: see %s", openai.Truncate(r.Method, maxPathEcho), openai.Truncate(r.URL.Path, maxPathEcho), routes)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, &openai.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-			Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("method %s is not allowed on %s", openai.Truncate(r.Method, maxPathEcho), openai.Truncate(r.URL.Path, maxPathEcho))})
 	})
 	r.Post("/v1/chat/completions", a.faulty("/v1/chat/completions", a.chatCompletions))
 	r.Get("/v1/models", a.faulty("/v1/models", a.models))
@@ -157,6 +161,9 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 	a.router = r
 	return a
 }
+
+// maxPathEcho bounds the request path and method echoed in a 404 or 405 message.
+const maxPathEcho = 256
 
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }

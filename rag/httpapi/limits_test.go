@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -123,5 +124,46 @@ func TestFailureLogsAreRateLimited(t *testing.T) {
 	}
 	if want := int64(requests + 1 - h.records); total != want {
 		t.Errorf("lines say %d were suppressed, %d were", total, want)
+	}
+}
+
+// TestUnknownRouteIsBrief: a 404 for an unknown path names the routes there are (the embeddings
+// route only when the API serves it) and echoes at most a short prefix of the path.
+func TestUnknownRouteIsBrief(t *testing.T) {
+	t.Parallel()
+	be := newTestBackends(t, 1)
+	long := "/" + strings.Repeat("p", 8000)
+	for _, tt := range []struct {
+		name           string
+		opts           []httpapi.Option
+		wantEmbeddings bool
+	}{
+		{name: "chat only"},
+		{name: "with embeddings", opts: []httpapi.Option{httpapi.WithEmbeddings(be.emb)}, wantEmbeddings: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newTestService(t, tt.opts...)
+			resp, err := http.Get(s.srv.URL + long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("status %d, want 404", resp.StatusCode)
+			}
+			if len(body) > 1024 {
+				t.Errorf("404 body is %d bytes for an 8 KB path, want under 1 KB", len(body))
+			}
+			if !strings.Contains(string(body), "/v1/chat/completions") {
+				t.Errorf("404 body does not name the chat route: %s", body)
+			}
+			if got := strings.Contains(string(body), "/v1/embeddings"); got != tt.wantEmbeddings {
+				t.Errorf("404 body names /v1/embeddings: %v, want %v: %s", got, tt.wantEmbeddings, body)
+			}
+		})
 	}
 }

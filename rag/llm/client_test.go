@@ -141,6 +141,33 @@ func TestRequestBody(t *testing.T) {
 	}
 }
 
+// TestPriorityForwarded: a request's scheduling priority reaches the server as vLLM's
+// "priority" body field, and the default 0 is not sent (servers without the extension see the
+// plain OpenAI body).
+func TestPriorityForwarded(t *testing.T) {
+	checkGoroutines(t)
+	for _, prio := range []int{0, -3, 7} {
+		srv := newLLMServer(t, replay(transcript(t, "vllm.sse")))
+		c := newClient(t, srv.URL)
+		req := genRequest()
+		req.Priority = prio
+		s, err := c.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := drain(s); err != nil {
+			t.Fatal(err)
+		}
+		got, sent := srv.request(0).body["priority"]
+		switch {
+		case prio == 0 && sent:
+			t.Errorf("priority 0: body has priority %v, want none", got)
+		case prio != 0 && got != float64(prio):
+			t.Errorf("priority %d: body has priority %v (sent %v)", prio, got, sent)
+		}
+	}
+}
+
 // TestErrorStatuses: error answers that are not event streams, as servers and proxies send
 // them, become errors a user can read, and only the transient ones are retried.
 func TestErrorStatuses(t *testing.T) {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -66,17 +64,10 @@ func (e *StatusError) retryable() bool {
 
 func mentionsModel(msg string) bool { return strings.Contains(strings.ToLower(msg), "model") }
 
-// maxErrorBody bounds what is read of an error answer.
-const maxErrorBody = 64 << 10
-
+// readStatusError reads an error answer (rag/openai.ReadError), its message cut to 300 bytes.
 func readStatusError(resp *http.Response) *StatusError {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	_ = resp.Body.Close()
-	e := &StatusError{Status: resp.StatusCode, Message: serverMessage(body)}
-	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
-	}
-	return e
+	a := wire.ReadError(resp, maxMessageLen)
+	return &StatusError{Status: a.Status, Message: a.Message, RetryAfter: a.RetryAfter}
 }
 
 // serverMessage extracts an error message from the bodies OpenAI-compatible servers send

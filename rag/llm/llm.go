@@ -380,6 +380,10 @@ func (c *Client) params(req rag.GenRequest, stream bool) (openai.ChatCompletionN
 	if stream && !c.cfg.noUsage {
 		p.StreamOptions.IncludeUsage = openai.Bool(true)
 	}
+	if req.Priority != 0 {
+		// vLLM's extension, not in the OpenAI schema; 0 is its default, so it is sent only when set.
+		p.SetExtraFields(map[string]any{"priority": req.Priority})
+	}
 	return p, nil
 }
 

@@ -2,9 +2,36 @@ package openai
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
+
+// MaxErrorBody bounds what ReadError reads of an error answer.
+const MaxErrorBody = 64 << 10
+
+// ErrorAnswer is an HTTP error answer of an OpenAI-compatible server, as ReadError reads it.
+type ErrorAnswer struct {
+	Status     int
+	Message    string        // the server's message (ServerMessage), bounded and never empty
+	RetryAfter time.Duration // from a Retry-After header in whole seconds; 0 if none
+}
+
+// ReadError reads the error answer resp, at most MaxErrorBody bytes of its body, and closes
+// the body. Clients of OpenAI-compatible servers (rag/llm, rag/embed) read every error answer
+// with it, whatever shape the server gave its body; the message is cut to limit bytes.
+func ReadError(resp *http.Response, limit int) ErrorAnswer {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	_ = resp.Body.Close()
+	a := ErrorAnswer{Status: resp.StatusCode, Message: ServerMessage(body, limit)}
+	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
+		a.RetryAfter = time.Duration(s) * time.Second
+	}
+	return a
+}
 
 // ServerMessage extracts the error message from the error bodies OpenAI-compatible servers send,
 // cut to at most limit bytes (at a rune boundary, "..." appended): OpenAI's and vLLM's

@@ -48,6 +48,31 @@ type Config struct {
 	// SystemPrompt opens the context message that carries the retrieved chunks; "" means
 	// DefaultSystemPrompt.
 	SystemPrompt string
+	// ChunkOrder is the order of the chunks in the prompt; "" means ChunkOrderScore.
+	ChunkOrder ChunkOrder
+}
+
+// ChunkOrder is the order in which the retrieved chunks are placed in the prompt.
+type ChunkOrder string
+
+const (
+	// ChunkOrderScore places the chunks in rank order, the best first.
+	ChunkOrderScore ChunkOrder = "score"
+	// ChunkOrderStable places them by chunk id, whatever their scores: requests that retrieve
+	// the same chunks, or the same first ones, send the same prompt prefix, which an engine's
+	// prefix cache can reuse.
+	ChunkOrderStable ChunkOrder = "stable"
+)
+
+// ParseChunkOrder reads a chunk order: score or stable ("" is score).
+func ParseChunkOrder(s string) (ChunkOrder, error) {
+	switch o := ChunkOrder(s); o {
+	case "", ChunkOrderScore:
+		return ChunkOrderScore, nil
+	case ChunkOrderStable:
+		return o, nil
+	}
+	return "", fmt.Errorf("%w: chunk order %.40q: want score or stable", rag.ErrInvalidRequest, s)
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -65,6 +90,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.Coupling != "" && !validCoupling(c.Coupling) {
 		return fmt.Errorf("%w: coupling %q: want sync, fanout or async", rag.ErrInvalidRequest, c.Coupling)
+	}
+	if _, err := ParseChunkOrder(string(c.ChunkOrder)); err != nil {
+		return err
 	}
 	switch {
 	case c.TopK < 0 || c.TopK > MaxTopK:

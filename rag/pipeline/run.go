@@ -202,7 +202,7 @@ func (r *run) execute(res *Result) (generation, error) {
 	if err := r.announceGeneration(res); err != nil {
 		return generation{}, err
 	}
-	gen, err := r.generate(buildMessages(r.req.cfg.SystemPrompt, f.chunks, r.req.Messages), res)
+	gen, err := r.generate(buildMessages(r.req.cfg.SystemPrompt, r.req.cfg.ChunkOrder, f.chunks, r.req.Messages), res)
 	return gen, err
 }
 
@@ -671,9 +671,13 @@ func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) e
 	return nil
 }
 
-// buildMessages puts the retrieved chunks, numbered in rank order, into a system message after
-// the system prompt, followed by the conversation.
-func buildMessages(systemPrompt string, chunks []rag.Chunk, conversation []rag.Message) []rag.Message {
+// buildMessages puts the retrieved chunks, numbered in rank order (or in id order, for
+// ChunkOrderStable), into a system message after the system prompt, followed by the
+// conversation.
+func buildMessages(systemPrompt string, order ChunkOrder, chunks []rag.Chunk, conversation []rag.Message) []rag.Message {
+	if order == ChunkOrderStable && !slices.IsSortedFunc(chunks, byChunkID) {
+		chunks = slices.SortedStableFunc(slices.Values(chunks), byChunkID) // a copy: chunks stay in rank order
+	}
 	size := len(systemPrompt)
 	for _, c := range chunks {
 		size += len(c.Title) + len(c.Text) + 8
@@ -693,6 +697,8 @@ func buildMessages(systemPrompt string, chunks []rag.Chunk, conversation []rag.M
 	msgs = append(msgs, rag.Message{Role: "system", Content: b.String()})
 	return append(msgs, conversation...)
 }
+
+func byChunkID(a, b rag.Chunk) int { return strings.Compare(a.ID, b.ID) }
 
 // announceGeneration tells the client, in async coupling, that generation starts and with what.
 func (r *run) announceGeneration(res *Result) error {

@@ -53,6 +53,8 @@ type Config struct {
 	TopK          int
 	AsyncQuorum   int
 	AsyncDeadline time.Duration
+	// ChunkOrder places the chunks in the prompt by score or stable (by id); "" is score.
+	ChunkOrder string
 	// Admission sizes the worker pool in front of the pipeline.
 	Admission admission.Config
 	// MaxTokensCap is the largest max_tokens a request may ask for.
@@ -194,6 +196,9 @@ func mustLaw(s string) latency.Law {
 func (c Config) Validate() error {
 	if _, err := rag.ParseCoupling(c.Coupling); err != nil {
 		return fmt.Errorf("--coupling: %w", err)
+	}
+	if _, err := pipeline.ParseChunkOrder(c.ChunkOrder); err != nil {
+		return fmt.Errorf("--chunk-order: %w", err)
 	}
 	switch {
 	case c.Shards < 1 || c.Shards > MaxShards:

@@ -33,6 +33,9 @@ type RuntimeConfig struct {
 	TopK          int      `json:"top_k"`
 	AsyncQuorum   int      `json:"async_quorum"`
 	AsyncDeadline Duration `json:"async_deadline"`
+	// ChunkOrder places the retrieved chunks in the prompt by score (rank order) or stable (by
+	// chunk id, so that requests retrieving the same chunks share a prompt prefix).
+	ChunkOrder string `json:"chunk_order"`
 
 	Shards       int           `json:"shards"`
 	ShardLatency []latency.Law `json:"shard_latency"` // one law for every shard, or one per shard
@@ -136,6 +139,14 @@ type Runtime struct {
 
 var _ httpapi.ConfigStore = (*Runtime)(nil)
 
+// chunkOrder names the pipeline's chunk order, the default ("") as score.
+func chunkOrder(o pipeline.ChunkOrder) pipeline.ChunkOrder {
+	if parsed, err := pipeline.ParseChunkOrder(string(o)); err == nil {
+		return parsed
+	}
+	return o
+}
+
 // newRuntime reads the current settings from the parts.
 func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs *docstore.Store,
 	pool *admission.Pool, faults *fault.Injector, engine *engineSwitch, ls *links) *Runtime {
@@ -145,6 +156,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	rt := &Runtime{engineArgs: o.EngineArgs, pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
 	rt.cur = RuntimeConfig{
 		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: Duration(pc.AsyncDeadline),
+		ChunkOrder:   string(chunkOrder(pc.ChunkOrder)),
 		Shards:       o.Shards,
 		ShardLatency: append([]latency.Law(nil), o.ShardLatency...),
 		FetchLatency: docs.FetchLatency(),
@@ -278,7 +290,9 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 		errs = append(errs, "coupling: "+err.Error())
 	}
 	pc := pipeline.Config{Coupling: coupling, TopK: next.TopK, AsyncQuorum: next.AsyncQuorum,
-		AsyncDeadline: time.Duration(next.AsyncDeadline), SystemPrompt: rt.pipe.Config().SystemPrompt}
+		AsyncDeadline: time.Duration(next.AsyncDeadline), SystemPrompt: rt.pipe.Config().SystemPrompt,
+		ChunkOrder: pipeline.ChunkOrder(next.ChunkOrder)}
+	next.ChunkOrder = string(chunkOrder(pc.ChunkOrder))
 	if next.TopK < 1 {
 		errs = append(errs, fmt.Sprintf("top_k must be between 1 and %d, got %d", pipeline.MaxTopK, next.TopK))
 	} else if err := pc.Validate(); err != nil {

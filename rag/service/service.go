@@ -306,6 +306,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}
 	p, err := pipeline.New(emb, ret, cacheReporting{docs}, gen, pipeline.Config{
 		Coupling: coupling, TopK: cfg.TopK, AsyncQuorum: cfg.AsyncQuorum, AsyncDeadline: cfg.AsyncDeadline,
+		ChunkOrder: pipeline.ChunkOrder(cfg.ChunkOrder),
 	}, popts...)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)

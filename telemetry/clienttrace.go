@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -18,37 +18,38 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// benchServiceName is the service.name of the load generator's client spans, whatever
+// ClientServiceName is the service.name of the load generator's client spans, whatever
 // OTEL_SERVICE_NAME says: a shell often exports one environment to serve and bench alike, and
 // the two must stay apart in a trace backend.
-const benchServiceName = "ragtail-bench"
+const ClientServiceName = "ragtail-bench"
 
 // Bounds on exporting the client spans: a dead or slow collector costs the run at most a
-// dropped batch (the queue never blocks a request) and its end at most benchOTLPShutdown.
+// dropped batch (the queue never blocks a request) and its end at most ClientShutdownTimeout.
 const (
-	benchOTLPExportTimeout = 5 * time.Second
-	benchOTLPShutdown      = 5 * time.Second
-	benchOTLPQueue         = 8192
+	ClientExportTimeout   = 5 * time.Second
+	ClientShutdownTimeout = 5 * time.Second
+	clientQueue           = 8192
 )
 
-// benchTracing is the client-span exporter of a bench or sweep run.
-type benchTracing struct {
+// ClientTracing exports the client spans of a load generator's run (ragtail bench and sweep):
+// one span per request, under the service name ClientServiceName.
+type ClientTracing struct {
 	tp   *sdktrace.TracerProvider
 	desc string
 }
 
-// startBenchTracing sets up the export of one client span per request: to otlpURL when given
+// StartClientTracing sets up the export of one client span per request: to otlpURL when given
 // (gRPC on port 4317, OTLP/HTTP otherwise), else as the OTEL_* variables say when
 // OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (contrib's
 // autoexport; OTEL_TRACES_EXPORTER=none turns it off). It returns nil when nothing is to be
 // exported, and otherwise says on w where the spans go.
-func startBenchTracing(ctx context.Context, otlpURL string, getenv func(string) string, w io.Writer) (*benchTracing, error) {
-	exp, desc, err := benchSpanExporter(ctx, otlpURL, getenv)
+func StartClientTracing(ctx context.Context, otlpURL string, getenv func(string) string, w io.Writer) (*ClientTracing, error) {
+	exp, desc, err := clientSpanExporter(ctx, otlpURL, getenv)
 	if err != nil || exp == nil {
 		return nil, err
 	}
 	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),
-		resource.WithAttributes(attribute.String("service.name", benchServiceName)))
+		resource.WithAttributes(attribute.String("service.name", ClientServiceName)))
 	if err != nil {
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("bench trace resource: %w", err)
@@ -56,16 +57,16 @@ func startBenchTracing(ctx context.Context, otlpURL string, getenv func(string) 
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithBatcher(exp,
-			sdktrace.WithMaxQueueSize(benchOTLPQueue),
-			sdktrace.WithExportTimeout(benchOTLPExportTimeout)),
+			sdktrace.WithMaxQueueSize(clientQueue),
+			sdktrace.WithExportTimeout(ClientExportTimeout)),
 	)
-	b := &benchTracing{tp: tp, desc: desc}
+	b := &ClientTracing{tp: tp, desc: desc}
 	_, _ = fmt.Fprintln(w, b.Describe())
 	return b, nil
 }
 
-// benchSpanExporter returns the exporter startBenchTracing uses, nil for none.
-func benchSpanExporter(ctx context.Context, otlpURL string, getenv func(string) string) (sdktrace.SpanExporter, string, error) {
+// clientSpanExporter returns the exporter StartClientTracing uses, nil for none.
+func clientSpanExporter(ctx context.Context, otlpURL string, getenv func(string) string) (sdktrace.SpanExporter, string, error) {
 	if otlpURL != "" {
 		return otlpURLExporter(ctx, otlpURL)
 	}
@@ -82,7 +83,7 @@ func benchSpanExporter(ctx context.Context, otlpURL string, getenv func(string) 
 	// Like ragtail serve: port 4317 with no protocol set means gRPC.
 	if u, err := url.Parse(strings.TrimSpace(endpoint)); err == nil && u.Port() == "4317" &&
 		getenv("OTEL_EXPORTER_OTLP_PROTOCOL") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") == "" {
-		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithTimeout(benchOTLPExportTimeout))
+		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithTimeout(ClientExportTimeout))
 		if err != nil {
 			return nil, "", fmt.Errorf("bench otlp trace exporter: %w", err)
 		}
@@ -102,10 +103,10 @@ func benchSpanExporter(ctx context.Context, otlpURL string, getenv func(string) 
 func otlpURLExporter(ctx context.Context, raw string) (sdktrace.SpanExporter, string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, "", fmt.Errorf("--otlp %q: want an http:// or https:// URL of an OTLP receiver, e.g. http://127.0.0.1:4318", bounded(raw))
+		return nil, "", fmt.Errorf("--otlp %q: want an http:// or https:// URL of an OTLP receiver, e.g. http://127.0.0.1:4318", boundedText(raw))
 	}
 	if u.Port() == "4317" {
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(u.String()), otlptracegrpc.WithTimeout(benchOTLPExportTimeout)}
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(u.String()), otlptracegrpc.WithTimeout(ClientExportTimeout)}
 		exp, err := otlptracegrpc.New(ctx, opts...)
 		if err != nil {
 			return nil, "", fmt.Errorf("--otlp: %w", err)
@@ -115,15 +116,15 @@ func otlpURLExporter(ctx context.Context, raw string) (sdktrace.SpanExporter, st
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
 	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()), otlptracehttp.WithTimeout(benchOTLPExportTimeout))
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()), otlptracehttp.WithTimeout(ClientExportTimeout))
 	if err != nil {
 		return nil, "", fmt.Errorf("--otlp: %w", err)
 	}
 	return exp, "otlp http " + u.String(), nil
 }
 
-// bounded cuts a user-given string for an error message.
-func bounded(s string) string {
+// boundedText cuts a user-given string for an error message.
+func boundedText(s string) string {
 	if len(s) > 200 {
 		return s[:200] + "..."
 	}
@@ -131,7 +132,7 @@ func bounded(s string) string {
 }
 
 // Provider returns the tracer provider of the client spans; nil-safe (nil means none).
-func (b *benchTracing) Provider() trace.TracerProvider {
+func (b *ClientTracing) Provider() trace.TracerProvider {
 	if b == nil {
 		return nil
 	}
@@ -139,23 +140,23 @@ func (b *benchTracing) Provider() trace.TracerProvider {
 }
 
 // Describe returns a line saying where the client spans go.
-func (b *benchTracing) Describe() string {
-	return "client spans (" + benchServiceName + ") to " + b.desc
+func (b *ClientTracing) Describe() string {
+	return "client spans (" + ClientServiceName + ") to " + b.desc
 }
 
-// Shutdown flushes the spans still queued and stops, waiting benchOTLPShutdown at most: a dead
+// Shutdown flushes the spans still queued and stops, waiting ClientShutdownTimeout at most: a dead
 // collector makes it give up, reported on w, and never fails the run.
-func (b *benchTracing) Shutdown(w io.Writer) {
+func (b *ClientTracing) Shutdown(w io.Writer) {
 	if b == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), benchOTLPShutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), ClientShutdownTimeout)
 	defer cancel()
 	if err := b.tp.Shutdown(ctx); err != nil {
 		msg := err.Error()
 		if errors.Is(err, context.DeadlineExceeded) {
-			msg = "the collector did not answer within " + benchOTLPShutdown.String()
+			msg = "the collector did not answer within " + ClientShutdownTimeout.String()
 		}
-		_, _ = fmt.Fprintf(w, "warning: client spans not all exported: %s\n", bounded(msg))
+		_, _ = fmt.Fprintf(w, "warning: client spans not all exported: %s\n", boundedText(msg))
 	}
 }

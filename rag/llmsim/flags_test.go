@@ -1,4 +1,4 @@
-package main
+package llmsim
 
 import (
 	"strings"
@@ -34,10 +34,10 @@ func TestParseEngineArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a, err := parseEngineArgs(tt.args)
+			a, err := ParseEngineArgs(tt.args)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseEngineArgs(%q) = %v; want an error containing %q", tt.args, err, tt.wantErr)
+					t.Fatalf("ParseEngineArgs(%q) = %v; want an error containing %q", tt.args, err, tt.wantErr)
 				}
 				return
 			}

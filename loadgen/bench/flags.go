@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/scrape"
+	"github.com/ragtail/ragtail/loadgen/shape"
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// RegisterFlags registers on fs the flags that bench and sweep share, filling o. After fs has
+// parsed a command line, call FlagsParsed (of Options or SweepOptions) for the fields that
+// depend on which flags were given.
+func (o *Load) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL, or a base URL\n(http://host:8000/v1 or http://host:8000) that gets the chat-completions route appended")
+	fs.StringVar(&o.Model, "model", "", "model name sent with each request (default: the first model of GET /v1/models)")
+	fs.StringVar(&o.APIKey, "api-key", "", "bearer token (default: $OPENAI_API_KEY)")
+	fs.IntVar(&o.MaxTokens, "max-tokens", 256, "max_tokens of each request (a dataset's own output lengths are used unless this is given)")
+	fs.Float64Var(&o.Temperature, "temperature", 0, "sampling temperature (default: not sent, the server's default)")
+	fs.BoolVar(&o.Stream, "stream", true, "stream responses (SSE); without streaming only E2EL is measured")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "limit on each request, connecting included (0: none)")
+	fs.StringVar(&o.ExtraBody, "extra-body", "", `JSON object of extra body fields, e.g. '{"rag":{"coupling":"async"}}' or '{"ignore_eos":true}'`)
+	fs.Var(&o.Headers, "header", "extra request header \"Name: value\" (repeatable)")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed of arrivals and prompts: the same seed sends the same load")
+
+	fs.StringVar(&o.Shape, "shape", "poisson", "arrival process: poisson, gamma (with --burstiness), constant, ramp:FROM,TO,DURATION,\nstep:RATE@DURATION,..., or article (Zipf popularity, rank-grown context, Poisson bursts)")
+	fs.Float64Var(&o.Burstiness, "burstiness", 1, "gamma shape of the gaps (vLLM's): 1 is Poisson, < 1 burstier, > 1 more regular; ramp and step use it too (0: even spacing)")
+	fs.StringVar(&o.Dataset, "dataset", "mixed", "prompts: short, medium, long, mixed, N or MIN-MAX tokens (synthetic); a ShareGPT JSON or\nOpenAI-messages JSONL file; keys[:FILE] for GET /v1/documents/{id} lookups (see --key-*); or a trace\nreplayed on its timestamps: mooncake:FILE (JSONL), azure:FILE or burstgpt:FILE (CSV), see --trace-*")
+	o.Trace.RegisterFlags(fs)
+	fs.StringVar(&o.Sessions, "sessions", "", "replay user sessions: a JSONL file (session, step, think_ms, start_ms, request) or 'synthetic'\n(search -> product -> cart paths); sessions start at the arrival process unless the file gives start_ms")
+	fs.DurationVar(&o.Think, "think", time.Second, "median think time between steps of synthetic sessions")
+	o.registerArticle(fs)
+	o.registerKeys(fs)
+
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", loadgen.DefaultDrainTimeout, "once sending stops (at the end, or at a first Ctrl-C), how long to wait for requests in flight\nbefore cancelling them (0: no limit); a second Ctrl-C cancels them at once")
+	fs.IntVar(&o.Warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
+	fs.DurationVar(&o.WarmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")
+	fs.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.5, "exit non-zero when more than this fraction of the measured requests failed (1: never)")
+	fs.StringVar(&o.Goodput, "goodput", "", "request SLOs for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, tpot, itl, e2el)")
+	fs.StringVar(&o.PercentileMetrics, "percentile-metrics", "all", "metrics in the report: ttft,tpot,itl,e2el,service_e2el,send_lag or all")
+	fs.StringVar(&o.Percentiles, "metric-percentiles", "50,90,95,99,99.9", "percentiles reported, each with its 95% interval")
+	fs.DurationVar(&o.SessionPatience, "session-patience", 0, "sessions: a step slower than this interrupts its session (default: the goodput e2el SLO)")
+	fs.BoolVar(&o.Quiet, "quiet", false, "no progress line")
+}
+
+// registerArticle registers the flags of the article shape, defaulting to shape.DefaultArticle.
+func (o *Load) registerArticle(fs *flag.FlagSet) {
+	def := shape.DefaultArticle()
+	o.Article = def
+	a := &o.Article
+	fs.IntVar(&a.Ranks, "zipf-ranks", def.Ranks, "article shape: popularity ranks N")
+	fs.Float64Var(&a.Alpha, "zipf-alpha", def.Alpha, "article shape and key lookups: Zipf exponent of popularity")
+	fs.IntVar(&a.BaseTokens, "context-base", def.BaseTokens, "article shape: context tokens at rank 0")
+	fs.IntVar(&a.RankTokens, "context-per-rank", def.RankTokens, "article shape: extra context tokens at rank N (512 + 1024 x rank/N)")
+	fs.Float64Var(&a.BurstLambda, "burst-lambda", def.BurstLambda, "article shape: mean Poisson burst size (the article uses 2.5 to 3)")
+	fs.DurationVar(&a.Gap, "burst-gap", def.Gap, "article shape: gap before a burst of b shrinks it to gap/(b+1) (--request-rate rescales it)")
+	fs.IntVar(&a.MaxPromptTokens, "max-prompt-tokens", def.MaxPromptTokens, "article shape: cap on a request's context tokens (-1: none)")
+}
+
+// registerKeys registers the flags of key lookups (--dataset keys[:FILE]).
+func (o *Load) registerKeys(fs *flag.FlagSet) {
+	k := &o.Keys
+	fs.StringVar(&k.Pattern, "key-pattern", shape.DefaultKeyPattern, "key lookups: fmt pattern of the keys (ragtail's built-in corpus: chunk 0 of each document)")
+	fs.IntVar(&k.Count, "key-count", shape.DefaultKeyCount, "key lookups: keys made from --key-pattern (ragtail serve's --corpus-docs)")
+	fs.IntVar(&k.Hot, "hot-keys", 0, "key lookups: size of the hot set drawn by Zipf popularity (0: every key)")
+	fs.Float64Var(&k.Cold, "cold-keys", 0, "key lookups: fraction of lookups for keys outside the hot set (never cached)")
+	fs.Float64Var(&k.Invalid, "invalid-keys", 0, "key lookups: fraction of lookups for keys that do not exist (cache penetration)")
+}
+
+// RegisterFlags registers the flags of a trace replay (--dataset mooncake:FILE, azure:FILE or
+// burstgpt:FILE).
+func (t *TraceOptions) RegisterFlags(fs *flag.FlagSet) {
+	fs.Float64Var(&t.Speedup, "trace-speedup", 1, "trace datasets: divide the trace's gaps by this (2: twice as fast)")
+	fs.DurationVar(&t.Start, "trace-start", 0, "trace datasets: skip the requests of this first stretch of trace time")
+	fs.DurationVar(&t.Length, "trace-length", 0, "trace datasets: replay this much trace time from --trace-start (0: to the end)")
+}
+
+// flagsParsed sets the fields of o that depend on whether a flag was given at all.
+func (o *Load) flagsParsed(set map[string]bool) {
+	o.SendTemperature, o.OverrideMaxTokens = set["temperature"], set["max-tokens"]
+}
+
+// RegisterFlags registers bench's flags on fs (the shared ones of Load included), filling o.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	o.Load.RegisterFlags(fs)
+	o.RequestRate = math.Inf(1)
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight at most (with a rate), or closed-loop users (without one); 0: no cap")
+	fs.IntVar(&o.Concurrency, "max-concurrency", 0, "alias of --concurrency (vLLM's name)")
+	fs.IntVar(&o.NumPrompts, "num-prompts", 1000, "requests (or sessions) to send; with --duration, 0 means no limit")
+	fs.Var(rateValue{&o.RequestRate}, "request-rate", "requests per second, or inf (default inf: a closed loop with --concurrency, else all at once)")
+	fs.DurationVar(&o.Duration, "duration", 0, "stop sending after this long (0: no limit)")
+	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.bench/v1 JSON to this file ('-' for stdout)")
+	fs.StringVar(&o.HTMLOut, "html", "", "write a self-contained HTML report to this file")
+	fs.StringVar(&o.SaveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
+	fs.StringVar(&o.Segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
+	fs.StringVar(&o.StartAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
+	fs.StringVar(&o.ServerMetrics.URL, "server-metrics", "", "scrape this Prometheus endpoint during the run and keep the vllm:*, rag_*, gen_ai_server_* and DCGM_*\nseries in the JSON (server_metrics); default: the target origin's /metrics when it answers; off: none")
+	fs.DurationVar(&o.ServerMetrics.Interval, "server-metrics-interval", scrape.DefaultInterval, "time between scrapes of --server-metrics")
+}
+
+// FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a
+// command line: a temperature or max-tokens given is sent, and a --duration given without
+// --num-prompts lifts the request limit.
+func (o *Options) FlagsParsed(fs *flag.FlagSet) {
+	set := given(fs)
+	o.Load.flagsParsed(set)
+	if set["duration"] && !set["num-prompts"] {
+		o.NumPrompts = 0
+	}
+}
+
+// RegisterFlags registers sweep's flags on fs (the shared ones of Load included), filling o.
+func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
+	o.Load.RegisterFlags(fs)
+	fs.StringVar(&o.Rates, "rates", "", "request rates of the ladder, comma-separated (req/s)")
+	fs.Float64Var(&o.RateStart, "rate-start", 0, "first rate of an arithmetic ladder")
+	fs.Float64Var(&o.RateStep, "rate-step", 0, "step of an arithmetic ladder")
+	fs.Float64Var(&o.RateMax, "rate-max", 0, "last rate of an arithmetic ladder (inclusive)")
+	fs.StringVar(&o.Concurrencies, "concurrencies", "", "closed-loop users of the ladder, comma-separated, instead of rates")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "with rates: cap on requests in flight (0: none)")
+	fs.DurationVar(&o.PointDuration, "point-duration", 30*time.Second, "how long each point (and probe) sends")
+	fs.IntVar(&o.PointPrompts, "num-prompts", 0, "stop a point after this many requests, too (0: no limit)")
+	fs.StringVar(&o.SLO, "slo", "", "percentile SLO for max_rps_under_slo: pP_METRIC:MS (p95_e2el:2000) or METRIC:pP:MS")
+	fs.Float64Var(&o.KneeThreshold, "knee-threshold", stats.DefaultKneeSlope, "knee: P99 E2EL growth in ms per extra req/s (the article's 120)")
+	fs.BoolVar(&o.Bisect, "bisect", true, "with --slo and rates: refine the max rate by bisection between the ladder's points")
+	fs.Float64Var(&o.Tolerance, "rps-tolerance", 0, "bisection stops when the bracket is this narrow, in req/s (default 5% of its low end)")
+	fs.DurationVar(&o.Pause, "pause", 2*time.Second, "idle time between points, for the server to settle")
+	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.sweep/v1 JSON to this file ('-' for stdout)")
+	fs.StringVar(&o.HTMLOut, "html", "", "write a self-contained HTML report with the sweep curve to this file")
+}
+
+// FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a
+// command line: a temperature or max-tokens given is sent.
+func (o *SweepOptions) FlagsParsed(fs *flag.FlagSet) { o.Load.flagsParsed(given(fs)) }
+
+// given returns the names of the flags given on fs's command line.
+func given(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// rateValue is a request rate flag that accepts "inf".
+type rateValue struct{ v *float64 }
+
+func (r rateValue) String() string {
+	if r.v == nil {
+		return ""
+	}
+	if math.IsInf(*r.v, 1) {
+		return "inf"
+	}
+	return strconv.FormatFloat(*r.v, 'g', -1, 64)
+}
+
+func (r rateValue) Set(s string) error {
+	if strings.EqualFold(s, "inf") {
+		*r.v = math.Inf(1)
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return fmt.Errorf("want a positive number of requests per second or inf")
+	}
+	*r.v = f
+	return nil
+}
