@@ -36,8 +36,8 @@ type Message struct {
 
 // Item is one unit of a workload: a request due at At, or a session whose first step is due at
 // At and whose later steps follow, each Think after the previous step's response ended (a user
-// reads the answer before clicking on). Later steps are not sent once a step failed: the user
-// gave up, and the session counts as interrupted. Sessions under way when sending stops go on
+// reads the answer before clicking on). Later steps are not sent once a step failed, or ran
+// over Config.SessionStepLimit: the user gave up, and the session counts as interrupted. Sessions under way when sending stops go on
 // during the drain; a step still thinking when the run is interrupted or the drain times out is
 // never sent and leaves no record.
 type Item struct {
@@ -88,6 +88,12 @@ type Config struct {
 	NumItems int
 	// Duration stops the run after this long: no item is intended at or after it. 0 for no limit.
 	Duration time.Duration
+	// SessionStepLimit is the user's patience with one session step: a step whose E2EL (from
+	// its intended send time) exceeds it ends the session as a failed step does, and the
+	// session's remaining steps are not sent. 0 means only a failed step ends a session. Pass
+	// the same value as report.Options.SessionStepLimit so that the summary counts the session
+	// as interrupted.
+	SessionStepLimit time.Duration
 	// DrainTimeout bounds the wait for requests still in flight once sending stopped; requests
 	// still running then end with ErrKindDrain. 0 selects DefaultDrainTimeout; negative waits
 	// without limit.

@@ -396,6 +396,7 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 	req := conv.request(&item.Request, item.Then)
 	rec, ok := r.send(req, item.Session, 0, intended, warm)
 	conv.answered(req, &rec.rec)
+	ok = ok && r.patient(&rec.rec)
 	recs = append(recs, rec)
 	end = rec.rec.End
 	if len(item.Then) == 0 {
@@ -405,7 +406,7 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 	defer timer.Stop()
 	for k := range item.Then {
 		if !ok {
-			break // the user gave up after a failed step
+			break // the user gave up after a failed or too slow step
 		}
 		st := &item.Then[k]
 		due := end + st.Think
@@ -432,10 +433,17 @@ func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time
 		req = conv.request(&st.Request, item.Then[k+1:])
 		rec, ok = r.send(req, item.Session, k+1, due, warm)
 		conv.answered(req, &rec.rec)
+		ok = ok && r.patient(&rec.rec)
 		recs = append(recs, rec)
 		end = rec.rec.End
 	}
 	return end
+}
+
+// patient reports whether a session's user waits on after the step rec: its E2EL is within
+// Config.SessionStepLimit, or there is no limit.
+func (r *runner) patient(rec *Record) bool {
+	return r.cfg.SessionStepLimit <= 0 || rec.E2EL() <= r.cfg.SessionStepLimit
 }
 
 // itemRecord is a finished record and its creation order.

@@ -519,3 +519,82 @@ func TestStream(t *testing.T) {
 		t.Errorf("indices %v, duration %v", seen, res.Duration)
 	}
 }
+
+// TestSessionStepLimitEndsSession checks the user's patience in the runner itself: a session
+// whose step runs over Config.SessionStepLimit sends none of its remaining steps, so the load
+// drops; without the limit, or with steps within it, every step is sent.
+func TestSessionStepLimitEndsSession(t *testing.T) {
+	t.Parallel()
+	const slow = 300 * time.Millisecond // the slow step's service time, twice the limit
+	const limit = 150 * time.Millisecond
+	tests := []struct {
+		name      string
+		limit     time.Duration
+		slowKey   string // the step that takes slow; the others take no time
+		wantCalls int64
+		wantKeys  []string
+	}{
+		{"no limit", 0, "second", 3, []string{"first", "second", "third"}},
+		{"slow step within a roomy limit", 2 * slow, "second", 3, []string{"first", "second", "third"}},
+		{"slow first step ends the session", limit, "first", 1, []string{"first"}},
+		{"slow middle step ends the session", limit, "second", 2, []string{"first", "second"}},
+		{"slow last step", limit, "third", 3, []string{"first", "second", "third"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			doer := &slowKeyDoer{slowKey: tt.slowKey, slow: slow}
+			item := Item{Request: Request{Key: "first"}, Session: "s",
+				Then: []Step{{Think: time.Millisecond, Request: Request{Key: "second"}}, {Think: time.Millisecond, Request: Request{Key: "third"}}}}
+			done := false
+			w := workloadFunc(func() (Item, bool) {
+				if done {
+					return Item{}, false
+				}
+				done = true
+				return item, true
+			})
+			res := run(t, context.Background(), Config{Workload: w, Client: doer, SessionStepLimit: tt.limit})
+			if got := doer.calls.Load(); got != tt.wantCalls {
+				t.Fatalf("%d requests sent, want %d", got, tt.wantCalls)
+			}
+			var keys []string
+			for _, r := range res.Records {
+				if r.NotSent {
+					t.Fatalf("record %+v: a step the user gave up on must not be recorded as cut by the run", r)
+				}
+				keys = append(keys, r.Key)
+			}
+			if !slices.Equal(keys, tt.wantKeys) {
+				t.Fatalf("steps recorded %v, want %v", keys, tt.wantKeys)
+			}
+		})
+	}
+}
+
+// slowKeyDoer answers at once, except the request for slowKey, which takes slow.
+type slowKeyDoer struct {
+	slowKey string
+	slow    time.Duration
+	calls   atomic.Int64
+}
+
+func (d *slowKeyDoer) Do(ctx context.Context, req *Request, origin time.Time, rec *Record) {
+	d.calls.Add(1)
+	rec.Sent = time.Since(origin)
+	if req.Key == d.slowKey {
+		t := time.NewTimer(d.slow)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			rec.ErrKind, rec.Err = ErrKindCanceled, ctx.Err().Error()
+		}
+	}
+	if rec.ErrKind == "" {
+		rec.Status = 200
+		rec.FirstByte = time.Since(origin)
+		rec.FirstToken = rec.FirstByte
+	}
+	rec.End = time.Since(origin)
+}

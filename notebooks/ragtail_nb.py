@@ -654,9 +654,17 @@ def _lab_variant_bench(v: dict) -> dict:
     raise ResultsError("lab variant holds no bench result")
 
 
-def load_lab(path: Path) -> tuple[dict, list[Run]]:
-    """Reads a ragtail.lab/v1 file: the document and one Run per variant, in order."""
+def load_lab(path: Path, experiment: str | None = None) -> tuple[dict, list[Run]]:
+    """Reads a ragtail.lab/v1 file: the document and one Run per variant, in order.
+
+    The file is one experiment's result (`ragtail lab NAME --json`) or an array of them
+    (`ragtail lab all --json`); from an array, the one called `experiment` is taken.
+    """
     doc = _read_json(Path(path))
+    if isinstance(doc, list):
+        doc = _pick_lab(doc, experiment, path)
+    elif experiment is not None and isinstance(doc, dict) and doc.get("experiment") not in (None, experiment):
+        raise ResultsError(f"{path}: holds experiment {doc.get('experiment')!r}, want {experiment!r}")
     if not isinstance(doc, dict) or doc.get("schema") != LAB_SCHEMA:
         raise ResultsError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r}, want {LAB_SCHEMA!r}")
     variants = doc.get("variants") or []
@@ -667,6 +675,22 @@ def load_lab(path: Path) -> tuple[dict, list[Run]]:
         name = lab_variant_name(v, i)
         runs.append(bench_from_dict(_lab_variant_bench(v), name))
     return doc, runs
+
+
+def _pick_lab(docs: list, experiment: str | None, path: Path) -> dict:
+    """The element of a `lab all` array whose experiment is `experiment` (or its only one)."""
+    labs = [d for d in docs if isinstance(d, dict) and d.get("schema") == LAB_SCHEMA]
+    if len(labs) != len(docs) or not labs:
+        raise ResultsError(f"{path}: an array whose elements are not all {LAB_SCHEMA!r} results")
+    if experiment is None:
+        if len(labs) == 1:
+            return labs[0]
+        raise ResultsError(f"{path}: holds {len(labs)} experiments: name the one to read")
+    for d in labs:
+        if d.get("experiment") == experiment:
+            return d
+    names = ", ".join(str(d.get("experiment")) for d in labs)
+    raise ResultsError(f"{path}: no {experiment!r} experiment among {names}")
 
 
 def parse_named_paths(spec: str) -> list[tuple[str, Path]]:

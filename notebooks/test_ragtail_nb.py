@@ -338,6 +338,21 @@ class FilesTest(unittest.TestCase):
         cmp = nb.compare(runs, metrics=("e2el",), ps=(50,))
         self.assertEqual(list(cmp["value"]), [100.0, 100.0])
 
+    def test_lab_all(self):
+        coupling = {"schema": nb.LAB_SCHEMA, "experiment": "coupling", "variants": [dict(bench_doc(), name="sync")]}
+        knee = {"schema": nb.LAB_SCHEMA, "experiment": "knee", "variants": [dict(bench_doc(), name="paged rate=4")]}
+        path = self.write("lab-all.json", json.dumps([knee, coupling]))
+        doc, runs = nb.load_lab(path, experiment="coupling")
+        self.assertEqual((doc["experiment"], [r.name for r in runs]), ("coupling", ["sync"]))
+        with self.assertRaisesRegex(nb.ResultsError, "name the one to read"):
+            nb.load_lab(path)
+        with self.assertRaisesRegex(nb.ResultsError, "no 'priority' experiment among knee, coupling"):
+            nb.load_lab(path, experiment="priority")
+        with self.assertRaisesRegex(nb.ResultsError, "holds experiment 'knee', want 'coupling'"):
+            nb.load_lab(self.write("knee.json", json.dumps(knee)), experiment="coupling")
+        with self.assertRaisesRegex(nb.ResultsError, "not all"):
+            nb.load_lab(self.write("mixed.json", json.dumps([coupling, {"schema": "other"}])), experiment="coupling")
+
 
 class SourcesTest(unittest.TestCase):
     def test_from_env(self):

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ragtail/ragtail/loadgen/lab"
 	"github.com/ragtail/ragtail/rag/service"
 )
 
@@ -244,5 +245,34 @@ func TestLabCoupling(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "verdict:") {
 		t.Errorf("no table printed:\n%s", stdout.String())
+	}
+}
+
+// TestReportRendersLabResults checks the report command's lab hook: a `lab all --json` file
+// renders as the lab's tables with the summary, and as the lab's HTML page.
+func TestReportRendersLabResults(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "lab.json")
+	results := []*lab.Result{
+		{Experiment: "coupling", Title: "c", Rows: []lab.Row{{Metric: "sync E2EL", Claim: "890 ms", Measured: "1 s"}}, Verdict: lab.Verdict{Outcome: lab.Reproduced, Why: "sync slower"}},
+		{Experiment: "knee", Title: "k", Verdict: lab.Verdict{Outcome: lab.NotReproduced, Why: "no knee"}},
+	}
+	if err := lab.WriteFiles(results, path, ""); err != nil {
+		t.Fatal(err)
+	}
+	htmlOut := filepath.Join(dir, "lab.html")
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"report", path, "--html", htmlOut}, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"== coupling", "verdict: REPRODUCED — sync slower", "== summary", "knee"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	page, err := os.ReadFile(htmlOut)
+	if err != nil || !bytes.Contains(page, []byte("<h2>Summary</h2>")) || !bytes.Contains(page, []byte(`id="knee"`)) {
+		t.Errorf("html (%v):\n%s", err, page)
 	}
 }

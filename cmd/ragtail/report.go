@@ -7,11 +7,12 @@ import (
 	"io"
 
 	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/loadgen/lab"
 )
 
 func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var o bench.ReportOptions
-	fs := newFlagSet("report", "FILE... [flags]", `Renders a result file written by "ragtail bench --json" or "ragtail sweep --json": as a
+	fs := newFlagSet("report", "FILE... [flags]", `Renders a result file written by "ragtail bench --json", "ragtail sweep --json" or "ragtail lab --json": as a
 terminal table (printed unless --quiet), as one self-contained HTML page that needs no network
 (--html), or as JSON again (--json). Given several bench files, for example from load generators
 on several hosts, it merges them exactly: the HDR histograms are added and every percentile,
@@ -40,7 +41,23 @@ Examples:
 		return errUsage
 	}
 	o.Files = files
+	if lab.IsLabFile(files[0]) {
+		return writeLab(o, stdout)
+	}
 	return bench.Report(o, stdout, stderr)
+}
+
+// writeLab renders the results of `ragtail lab --json` files, as the lab prints and pages them.
+func writeLab(o bench.ReportOptions, stdout io.Writer) error {
+	var results []*lab.Result
+	for _, path := range o.Files {
+		rs, err := lab.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
+	return lab.Render(stdout, results, o.JSONOut, o.HTMLOut, o.Quiet)
 }
 
 // parseFlagsAndArgs parses flags that may come before, between or after positional arguments

@@ -546,6 +546,16 @@ func (o *Load) reportOptions() (report.Options, error) {
 	return ro, nil
 }
 
+// sessionPatience is the step latency past which a replayed session's user leaves: the
+// report's session step limit, or its goodput e2el SLO, as the summary counts interruptions.
+func sessionPatience(ro report.Options) time.Duration {
+	if ro.SessionStepLimit > 0 {
+		return ro.SessionStepLimit
+	}
+	d, _ := ro.Goodput.Limit(stats.SLOE2EL)
+	return d
+}
+
 // Options configure a bench run (the bench command's flags).
 type Options struct {
 	Load
@@ -622,7 +632,8 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		NumItems: o.NumPrompts, Duration: o.Duration, DrainTimeout: o.Load.drain(),
 		Warmup: o.Load.Warmup, WarmupDuration: o.Load.WarmupDuration, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(hash, seg),
+		Info:             o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(hash, seg),
+		SessionStepLimit: sessionPatience(ropts),
 	}
 	if seg != nil {
 		// The share ends where the whole schedule would: the segment counts the prompts.

@@ -70,6 +70,10 @@ type Options struct {
 	// through a link) from Qdrant-protocol servers with and without a MaxConnectionAge, in pairs
 	// of the same LinkRTT. Without such a pair the experiment reports that it did not run.
 	Keepalive []KeepaliveArm
+	// Llama, if set, is a service whose simulated engine runs the llama3-8b-a100 profile with
+	// the article's engine settings (--max-num-seqs 256 --max-model-len 4096): the knee
+	// experiment sweeps it as a second arm. Without it that arm reports that it did not run.
+	Llama *Target
 }
 
 // KeepaliveArm is one service of the keepalive experiment.
@@ -157,7 +161,7 @@ var experiments = []experiment{
 		Interval:  "order-statistic 95% interval of each P95",
 		Threshold: "the sync interval lies entirely above the async one",
 	}, "sync mean 890 ms vs async 320 ms"},
-	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 40 * time.Second, runCachePenetration, Rule{
+	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 56 * time.Second, runCachePenetration, Rule{
 		Compared:  "end-to-end P99 of hot+1% cold keys against hot keys only; invalid keys reaching the store with the Bloom guard off and on",
 		Interval:  "order-statistic 95% interval of each P99; Wilson 95% interval of the share of invalid keys passing the guard",
 		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it",
@@ -168,12 +172,12 @@ var experiments = []experiment{
 		Threshold: "the advised pool's interval lies entirely above the risky pool's",
 	}, "risky pool (core 1, unbounded) raises P99/P99.9 under bursts"},
 	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection, Rule{
-		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the baseline arm's step P95 (the calibration), derived before the faulted arm runs",
+		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the step P95 of a calibration run of baseline sessions made before either arm; in both arms a step that fails or runs over the budget ends its session (the generator sends none of its later steps)",
 		Interval:  "Wilson 95% interval of each rate",
 		Threshold: "the faulted arm's interval lies entirely above the baseline's",
 	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
-	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 60 * time.Second, runKnee, Rule{
-		Compared:  "peak running sequences of paged against contiguous KV-cache allocation on the same cache and load ladder",
+	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 120 * time.Second, runKnee, Rule{
+		Compared:  "peak running sequences of paged against contiguous KV-cache allocation on the tiny profile's same cache and load ladder",
 		Interval:  "none: peak counters sampled every 200 ms from /admin/stats",
 		Threshold: "contiguous allocation's peak is below paged allocation's",
 	}, "contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},
@@ -322,6 +326,12 @@ type serverStats struct {
 		Blocked             float64 `json:"Blocked"`
 		Hits                float64 `json:"Hits"`
 		Misses              float64 `json:"Misses"`
+		Backend             struct {
+			Kind        string  `json:"Kind"`
+			Concurrency float64 `json:"Concurrency"`
+			Waited      float64 `json:"Waited"`
+			WaitSeconds float64 `json:"WaitSeconds"`
+		} `json:"Backend"`
 	} `json:"docs"`
 	Admission struct {
 		Rejected float64 `json:"Rejected"`
@@ -382,6 +392,12 @@ type load struct {
 	maxTokens   int
 	body        map[string]any // extra chat body fields (the "rag" object)
 	report      report.Options
+	// unary asks for non-streamed answers (E2EL only: no token timings), which cost the client
+	// and the server less per request.
+	unary bool
+	// stepLimit ends a replayed session whose step runs over it (its later steps are not
+	// sent) and counts the session as interrupted; 0: only a failed step ends a session.
+	stepLimit time.Duration
 }
 
 // run applies settings, runs l and summarises it.
@@ -395,7 +411,7 @@ func (e *env) run(ctx context.Context, name string, settings *Settings, l load) 
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := []client.Option{client.WithModel(model), client.WithStream(true), client.WithTimeout(30 * time.Second)}
+	opts := []client.Option{client.WithModel(model), client.WithStream(!l.unary), client.WithTimeout(30 * time.Second)}
 	if l.maxTokens > 0 {
 		opts = append(opts, client.WithMaxTokens(l.maxTokens))
 	}
@@ -407,16 +423,21 @@ func (e *env) run(ctx context.Context, name string, settings *Settings, l load) 
 		return nil, nil, err
 	}
 	e.logf("  %-28s %s for %v", name, l.shape, l.duration.Round(time.Second))
+	rate := l.rate
+	if l.closed {
+		rate = math.Inf(1) // a closed loop has no arrival rate: each user sends when its last request ended
+	}
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		Workload: l.workload, Client: c, Concurrency: l.concurrency, ClosedLoop: l.closed,
-		Duration: l.duration, DrainTimeout: 30 * time.Second,
-		Info: loadgen.RunInfo{URL: e.t.URL, Model: model, Shape: l.shape, RequestRate: l.rate,
-			Concurrency: l.concurrency, MaxTokens: l.maxTokens, Seed: e.o.Seed},
+		Duration: l.duration, DrainTimeout: 30 * time.Second, SessionStepLimit: l.stepLimit,
+		Info: loadgen.NewRunInfo(e.t.URL, model, l.shape, rate, e.o.Seed).WithLimits(l.concurrency, 0, l.maxTokens),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("variant %s: %w", name, err)
 	}
-	b := report.Summarize(res, l.report)
+	ro := l.report
+	ro.SessionStepLimit = l.stepLimit
+	b := report.Summarize(res, ro)
 	e.logf("  %-28s %d completed, %d failed, P99 E2EL %v", name, b.Completed, b.Failed, pct(b, report.MetricE2EL, 99).Value.Round(time.Millisecond))
 	return &Variant{Name: name, Settings: settings, Bench: b}, res, nil
 }

@@ -143,12 +143,6 @@ func TestStepBudget(t *testing.T) {
 			t.Errorf("stepBudget(%v) = %v, want %v", tt.p95, got, tt.want)
 		}
 	}
-	if got := budgetsWith(250 * ms); len(got) != len(sessionBudgets) {
-		t.Errorf("budgetsWith(250ms) = %v: a listed budget must not be added twice", got)
-	}
-	if got := budgetsWith(333 * ms); got[len(got)-1] != 333*ms || len(got) != len(sessionBudgets)+1 {
-		t.Errorf("budgetsWith(333ms) = %v", got)
-	}
 }
 
 // TestSettingsPartialPut checks that a PUT body carries exactly the fields an experiment set:

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -104,5 +105,25 @@ func TestGuardHeld(t *testing.T) {
 	}
 	if guardHeld(map[string]float64{"bloom_blocked": 250}, map[string]float64{}, 0.01) {
 		t.Error("guard held although no invalid key reached the store with it off")
+	}
+}
+
+// TestKeyRate checks the pre-registered load rule of cache-penetration: the cold share of the
+// 10%-cold arms alone takes half the calibrated store capacity, within [minKeyRate, maxKeyRate].
+func TestKeyRate(t *testing.T) {
+	tests := []struct {
+		capacity, want float64
+	}{
+		{80, 400},   // 0.5 x 80 / 0.10
+		{88.4, 442}, // rounded to a whole rate
+		{1000, 500}, // a fast store: at most maxKeyRate
+		{1, 10},     // a store of 1 lookup/s: at least minKeyRate
+		{0, 10},     // nothing completed
+		{math.NaN(), 10},
+	}
+	for _, tt := range tests {
+		if got := keyRate(tt.capacity); got != tt.want {
+			t.Errorf("keyRate(%v) = %v, want %v", tt.capacity, got, tt.want)
+		}
 	}
 }

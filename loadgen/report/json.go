@@ -1240,7 +1240,11 @@ func decodeTail(d *decodeError, o jobj) stats.Tail {
 		}
 		d.float(fo, "log_likelihood", &f.LogLikelihood)
 		d.float(fo, "aic", &f.AIC)
-		d.ms(fo, "p99_ms", &f.P99)
+		// A fitted model's P99 is an extrapolation: for a heavy tail it may lie far beyond the
+		// histogram's range, and msDuration saturates instead of refusing it.
+		if p99 := 0.0; d.nonNeg(fo, "p99_ms", &p99) {
+			f.P99 = msDuration(p99)
+		}
 		t.Fits = append(t.Fits, f)
 	}
 	d.str(o, "best", &t.Best)

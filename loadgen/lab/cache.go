@@ -1,0 +1,359 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/report"
+	"github.com/ragtail/ragtail/loadgen/shape"
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// DefaultStoreConcurrency is the in-memory doc store's capacity in the in-process lab: lookups
+// it serves at once, each holding a slot for its fetch latency, so that cache misses queue.
+const DefaultStoreConcurrency = 2
+
+// cacheSize is the cache of the cache-penetration experiment: room for the hot set and a little
+// more, far less than the key space, so that cold keys evict hot ones under LRU.
+const cacheSize = 64
+
+// hotKeys is the size of the hot set of the cache-penetration experiment.
+const hotKeys = 50
+
+// storeFetchLaw is the backing store's per-lookup service time in the experiment, paid while
+// the lookup holds one of the store's slots (or pool connections).
+const storeFetchLaw = "lognormal:20ms,0.5,1s"
+
+// The pre-registered rule for the cache-penetration load: the request rate at which the cold
+// share of the 10%-cold arms alone would take storeShare of the store's capacity measured by
+// the calibration, rate = storeShare x capacity / remedyCold, at most maxKeyRate (what a small
+// machine drives with the service in the same process).
+const (
+	storeShare  = 0.5
+	remedyCold  = 0.10
+	maxKeyRate  = 500.0
+	calibUsers  = 16 // closed-loop users of the calibration: more than any store's slots here
+	calibShare  = 8  // the calibration runs for an arm's duration / calibShare
+	minKeyRate  = 10.0
+	warmPasses  = 2 // the hot set is read twice before each arm, so 2Q and ARC promote it too
+	bloomFPRate = 0.01
+)
+
+// keyRate is the experiment's request rate for a store that completed capacity lookups per
+// second in the calibration.
+func keyRate(capacity float64) float64 {
+	if math.IsNaN(capacity) || capacity <= 0 {
+		return minKeyRate
+	}
+	return math.Round(min(max(storeShare*capacity/remedyCold, minKeyRate), maxKeyRate))
+}
+
+// cacheArm is one key mix and cache of the cache-penetration experiment.
+type cacheArm struct {
+	name             string
+	cold, invalid    float64
+	bloom            bool
+	policy           string // the cache's eviction policy
+	p50Claim, p99Clm string
+}
+
+var cacheArms = []cacheArm{
+	{"hot-only", 0, 0, true, "lru", "5 ms", "18 ms"},
+	{"hot+1% cold", 0.01, 0, true, "lru", "6 ms", "142 ms"},
+	{"hot+10% cold", remedyCold, 0, true, "lru", "—", "—"},
+	{"hot+10% cold, 2q", remedyCold, 0, true, "2q", "—", "—"},
+	{"hot+10% cold, arc", remedyCold, 0, true, "arc", "—", "—"},
+	{"hot+30% invalid, bloom off", 0, 0.30, false, "lru", "—", "—"},
+	{"hot+30% invalid, bloom on", 0, 0.30, true, "lru", "—", "—"},
+}
+
+// Indices into cacheArms the verdict reads.
+const (
+	armHot, armCold1, armCold10, arm2Q, armARC, armGuardOff, armGuardOn = 0, 1, 2, 3, 4, 5, 6
+)
+
+// guardHeld applies the guard half of the rule: with the guard on, the share of invalid keys
+// that reached the store is consistent with the filter's false-positive rate (the lower end of
+// its Wilson interval is at most fpRate); with it off, some reached it.
+func guardHeld(on, off map[string]float64, fpRate float64) bool {
+	passed, blocked := on["store_missing_lookups"], on["bloom_blocked"]
+	_, lo, _ := binomialCI(passed, passed+blocked)
+	return passed+blocked > 0 && lo <= fpRate && off["store_missing_lookups"] > 0
+}
+
+// hotP99 is the P99 end-to-end latency of the requests for hot keys only: the victims of
+// pollution and of a flooded store.
+func hotP99(recs []loadgen.Record, hot map[string]bool) report.PercentileStat {
+	var lat []time.Duration
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || r.NotSent || !r.OK() || !hot[r.Key] {
+			continue
+		}
+		lat = append(lat, r.E2EL())
+	}
+	slices.Sort(lat)
+	v, lo, hi, ok := stats.QuantileCI(lat, 0.99, 0.95)
+	return report.PercentileStat{P: 99, Value: v, Lo: lo, Hi: hi, HasCI: ok}
+}
+
+// hotSet returns the keys of the hot set.
+func hotSet() map[string]bool {
+	m := make(map[string]bool, hotKeys)
+	for i := range hotKeys {
+		m[fmt.Sprintf(shape.DefaultKeyPattern, i)] = true
+	}
+	return m
+}
+
+// memoryPolicy reports whether policy names an in-memory cache whose eviction the lab can
+// switch (a remote tier such as Redis evicts by its own rules).
+func memoryPolicy(policy string) bool {
+	return policy == "lru" || policy == "2q" || policy == "arc"
+}
+
+// cacheRun is what one arm of the experiment measured.
+type cacheRun struct {
+	v      *Variant
+	p99    report.PercentileStat
+	hotP99 report.PercentileStat
+}
+
+// runCachePenetration drives GET /v1/documents/{id} with hot, cold and invalid keys against a
+// cache smaller than the key space and a store of finite capacity, after a calibration of the
+// store's capacity fixes the request rate.
+func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
+	cfg, err := e.getConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tier := "lru"
+	if cfg.Cache != nil && cfg.Cache.Policy != nil {
+		tier = *cfg.Cache.Policy
+	}
+	base := &Settings{FetchLatency: ptr(storeFetchLaw), Faults: noFaults()}
+	per := e.dur / time.Duration(len(cacheArms))
+	capacity, calib, err := e.calibrateStore(ctx, base, per/calibShare)
+	if err != nil {
+		return nil, err
+	}
+	rate := keyRate(capacity)
+	e.logf("  store capacity %.1f lookups/s -> rate %.0f req/s (%.1f x capacity / %.0f%% cold share, at most %.0f)",
+		capacity, rate, storeShare, 100*remedyCold, maxKeyRate)
+	variants := []Variant{*calib}
+	rows := []Row{{"calibration: store capacity (cache off, closed loop of 16)", "", fmt.Sprintf("%.1f lookups/s -> request rate %.0f req/s", capacity, rate)}}
+	runs := make([]*cacheRun, len(cacheArms))
+	for i, a := range cacheArms {
+		if !memoryPolicy(tier) && a.policy != "lru" {
+			rows = append(rows, Row{a.name, "scan-resistant cache keeps the hot set", fmt.Sprintf("not run: the cache tier is %s, whose eviction is its own", tier)})
+			continue
+		}
+		run, err := e.cacheArm(ctx, base, a, memoryPolicy(tier), rate, per, uint64(30+i))
+		if err != nil {
+			return nil, err
+		}
+		runs[i] = run
+		variants = append(variants, *run.v)
+		rows = append(rows, cacheRows(a, run)...)
+	}
+	out, why := cacheVerdict(runs)
+	st, err := e.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{
+		Setup: fmt.Sprintf("GET /v1/documents/{id}: %d docs, hot set %d (Zipf 1.2), cache of %d entries (%s unless the arm says), store lookup %s holding one of the %s store's %s; Poisson %.0f req/s from a calibration of the store (%.1f lookups/s), %v per arm",
+			shape.DefaultKeyCount, hotKeys, cacheSize, tier, storeFetchLaw, st.Docs.Backend.Kind, slotsOf(st.Docs.Backend.Concurrency), rate, capacity, per.Round(time.Second)),
+		Variants: variants,
+		Document: map[string]any{"hot_p50_ms": 5, "hot_p99_ms": 18, "cold1pct_p50_ms": 6, "cold1pct_p99_ms": 142},
+		Rows:     rows, Verdict: Verdict{out, why},
+	}, nil
+}
+
+// calibrateStore measures the backing store's capacity: completed lookups per second of a
+// closed loop of calibUsers users on cold keys with the cache off, so every lookup reaches the
+// store.
+func (e *env) calibrateStore(ctx context.Context, base *Settings, d time.Duration) (float64, *Variant, error) {
+	s := clone(base)
+	s.Cache = &CacheSettings{Enabled: ptr(false)}
+	s.Bloom = &BloomSettings{Enabled: ptr(true), FPRate: ptr(bloomFPRate)}
+	src, err := shape.Keys(shape.KeyConfig{Pattern: shape.DefaultKeyPattern, Count: shape.DefaultKeyCount, Hot: hotKeys, ColdFraction: 1}, e.o.Seed+29)
+	if err != nil {
+		return 0, nil, err
+	}
+	p, err := shape.Poisson(1, e.o.Seed+29) // a closed loop ignores the arrival times
+	if err != nil {
+		return 0, nil, err
+	}
+	v, _, err := e.run(ctx, "calibration: store capacity", s, load{workload: shape.Open(p, src), shape: "closed loop of 16 users, cold keys, cache off",
+		concurrency: calibUsers, closed: true, duration: max(d, 500*time.Millisecond)})
+	if err != nil {
+		return 0, nil, err
+	}
+	if v.Bench.Completed == 0 || v.Bench.Duration <= 0 {
+		return 0, nil, fmt.Errorf("store calibration: no lookup completed (%d failed)", v.Bench.Failed)
+	}
+	return float64(v.Bench.Completed) / v.Bench.Duration.Seconds(), v, nil
+}
+
+// cacheArm runs one arm: its cache policy and guard, the hot set warmed, then the key mix.
+func (e *env) cacheArm(ctx context.Context, base *Settings, a cacheArm, switchable bool, rate float64, d time.Duration, seed uint64) (*cacheRun, error) {
+	s := clone(base)
+	s.Cache = &CacheSettings{Enabled: ptr(true), Size: ptr(cacheSize)}
+	if switchable {
+		s.Cache.Policy = ptr(a.policy)
+	}
+	s.Bloom = &BloomSettings{Enabled: ptr(a.bloom), FPRate: ptr(bloomFPRate)}
+	if err := e.put(ctx, s); err != nil {
+		return nil, err
+	}
+	// Warm the cache with the hot set, so that every arm starts from the steady state a
+	// hot-only load reaches (the first arm would otherwise pay the cold start).
+	for range warmPasses {
+		if err := e.warm(ctx, hotKeys); err != nil {
+			return nil, err
+		}
+	}
+	before, err := e.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := shape.Poisson(rate, e.o.Seed+seed)
+	if err != nil {
+		return nil, err
+	}
+	src, err := shape.Keys(shape.KeyConfig{Pattern: shape.DefaultKeyPattern, Count: shape.DefaultKeyCount, Hot: hotKeys, Alpha: 1.2,
+		ColdFraction: a.cold, InvalidFraction: a.invalid}, e.o.Seed+seed)
+	if err != nil {
+		return nil, err
+	}
+	v, res, err := e.run(ctx, a.name, nil, load{workload: shape.Open(p, src), shape: fmt.Sprintf("poisson(rate=%.0f)", rate), rate: rate, duration: d})
+	if err != nil {
+		return nil, err
+	}
+	v.Settings = s
+	after, err := e.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.Counters = docCounters(before, after)
+	return &cacheRun{v: v, p99: pct(v.Bench, report.MetricE2EL, 99), hotP99: hotP99(res.Records, hotSet())}, nil
+}
+
+// slotsOf names a store's capacity: its slots (or pool connections), or none.
+func slotsOf(n float64) string {
+	if n <= 0 {
+		return "unbounded slots"
+	}
+	return fmt.Sprintf("%.0f slots (lookups at once)", n)
+}
+
+// docCounters are the doc store's counter deltas over an arm.
+func docCounters(before, after serverStats) map[string]float64 {
+	d, b := after.Docs, before.Docs
+	return map[string]float64{
+		"store_lookups":         d.StoreLookups - b.StoreLookups,
+		"store_missing_lookups": d.StoreMissingLookups - b.StoreMissingLookups,
+		"store_queued":          d.Backend.Waited - b.Backend.Waited,
+		"store_wait_seconds":    d.Backend.WaitSeconds - b.Backend.WaitSeconds,
+		"bloom_blocked":         d.Blocked - b.Blocked,
+		"cache_hits":            d.Hits - b.Hits,
+		"cache_misses":          d.Misses - b.Misses,
+	}
+}
+
+// cacheRows are the table rows of one arm.
+func cacheRows(a cacheArm, r *cacheRun) []Row {
+	c := r.v.Counters
+	hits, misses, lookups, queued := c["cache_hits"], c["cache_misses"], c["store_lookups"], c["store_queued"]
+	wait := "—"
+	if queued > 0 {
+		wait = msStr(time.Duration(c["store_wait_seconds"]/queued*float64(time.Second))) + " ms"
+	}
+	return []Row{
+		{a.name + " P50 / P99", a.p50Claim + " / " + a.p99Clm, fmtPct(pct(r.v.Bench, report.MetricE2EL, 50)) + " / " + fmtPct(r.p99) + failedNote(r.v.Bench)},
+		{a.name + " hot keys' own P99", "hot keys are the victims", fmtPct(r.hotP99)},
+		{a.name + " cache hit ratio", "", fmtRate(hits, hits+misses)},
+		{a.name + " store: lookups / queued for a slot (mean wait) / invalid keys", "invalid keys reach the store without a guard",
+			fmt.Sprintf("%.0f / %s (%s) / %.0f", lookups, fmtRate(queued, lookups), wait, c["store_missing_lookups"])},
+	}
+}
+
+// cacheVerdict applies the rule to the arms' figures and states the remedy's comparison.
+func cacheVerdict(runs []*cacheRun) (string, string) {
+	hot, cold1, cold10 := runs[armHot], runs[armCold1], runs[armCold10]
+	off, on := runs[armGuardOff].v.Counters, runs[armGuardOn].v.Counters
+	out := compare(cold1.p99, hot.p99)
+	why := fmt.Sprintf("1%% cold keys: P99 %s -> %s (article 18 -> 142 ms), 10%% cold: %s, hot keys' own P99 %s -> %s; invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
+		fmtPct(hot.p99), fmtPct(cold1.p99), fmtPct(cold10.p99), fmtPct(hot.hotP99), fmtPct(cold10.hotP99), off["store_missing_lookups"], on["store_missing_lookups"])
+	guard := guardHeld(on, off, bloomFPRate)
+	switch {
+	case out == Reproduced && guard:
+		why = "reproduced: " + why
+	case out == Reproduced:
+		out = NotReproduced
+		why = "the cold-key tail appeared but the Bloom guard did not hold: " + why
+	case out == Opposite:
+		why = "the cold-key P99 came out lower than the hot-only one: " + why
+	default:
+		why = "the hot+1% cold P99 interval does not lie above the hot-only one: " + why
+	}
+	return out, why + "; " + remedyNote(cold10, runs[arm2Q], runs[armARC])
+}
+
+// remedyNote compares the hot keys' P99 and the hit ratio of the scan-resistant caches with
+// LRU's under the same 10% cold keys.
+func remedyNote(lru *cacheRun, alts ...*cacheRun) string {
+	var parts []string
+	for _, alt := range alts {
+		if alt == nil {
+			continue
+		}
+		name := strings.TrimPrefix(alt.v.Name, "hot+10% cold, ")
+		rel := "within the intervals of"
+		switch compare(lru.hotP99, alt.hotP99) {
+		case Reproduced:
+			rel = "below"
+		case Opposite:
+			rel = "above"
+		}
+		parts = append(parts, fmt.Sprintf("%s hot keys' P99 %s, %s LRU's %s (hit ratio %s vs %s)", name, fmtPct(alt.hotP99), rel, fmtPct(lru.hotP99),
+			hitRatio(alt.v.Counters), hitRatio(lru.v.Counters)))
+	}
+	if len(parts) == 0 {
+		return "remedy not run: the cache tier's eviction cannot be switched"
+	}
+	return "remedy at 10% cold keys: " + strings.Join(parts, "; ")
+}
+
+// hitRatio formats an arm's cache hit ratio without its interval.
+func hitRatio(c map[string]float64) string {
+	h, m := c["cache_hits"], c["cache_misses"]
+	if h+m == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100*h/(h+m))
+}
+
+// warm GETs the first n documents once.
+func (e *env) warm(ctx context.Context, n int) error {
+	for i := range n {
+		u := strings.TrimRight(e.t.URL, "/") + "/v1/documents/" + shape.EscapeKey(fmt.Sprintf(shape.DefaultKeyPattern, i))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := e.t.HTTP.Do(req)
+		if err != nil {
+			return fmt.Errorf("warm the cache: %w", err)
+		}
+		_ = resp.Body.Close()
+	}
+	return nil
+}
