@@ -205,12 +205,13 @@ func statusKB(status []byte, field string) int64 {
 
 // ragtailRun runs ragtail bench for a phase (GETs of the endpoint, as vegeta sends), with
 // --save-detailed when the lags of each request are wanted (vegeta always writes its results;
-// ragtail bench keeps only its summary unless asked).
+// ragtail bench keeps only its summary unless asked), without the server-metrics scrape vegeta has
+// no counterpart of.
 func (h *harness) ragtailRun(lags bool, args ...string) result {
 	out := filepath.Join(h.dir, "ragtail.json")
 	detailed := filepath.Join(h.dir, "ragtail.jsonl")
 	all := append([]string{"bench", "--url", h.url, "--dataset", "keys:" + h.keysFile(), "--num-prompts", "0",
-		"--duration", h.phase.String(), "--quiet", "--json", out}, args...)
+		"--duration", h.phase.String(), "--quiet", "--json", out, "--server-metrics", "off"}, args...)
 	if lags {
 		all = append(all, "--save-detailed", detailed)
 	}
