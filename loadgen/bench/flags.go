@@ -44,7 +44,7 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
 	fs.DurationVar(&o.WarmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")
 	fs.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.5, "exit non-zero when more than this fraction of the measured requests failed (1: never)")
-	fs.StringVar(&o.Goodput, "goodput", "", "request SLOs for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, tpot, itl, e2el)")
+	fs.StringVar(&o.Goodput, "goodput", "", "request SLOs for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, ttfo, tpot, itl, e2el)")
 	fs.StringVar(&o.PercentileMetrics, "percentile-metrics", "all", "metrics in the report: ttft,ttfo,tpot,itl,e2el,service_e2el,send_lag or all\n(ttfo, the first answer token after any reasoning, shows when the server reasoned)")
 	fs.StringVar(&o.Percentiles, "metric-percentiles", "50,90,95,99,99.9", "percentiles reported, each with its 95% interval")
 	fs.DurationVar(&o.SessionPatience, "session-patience", 0, "sessions: a step slower than this interrupts its session (default: the goodput e2el SLO)")

@@ -245,6 +245,7 @@ func outputTokens(r *loadgen.Record) int {
 func latencies(r *loadgen.Record, out int) stats.RequestLatencies {
 	l := stats.RequestLatencies{E2EL: r.E2EL()}
 	l.TTFT, l.HasTTFT = r.TTFT()
+	l.TTFO, l.HasTTFO = r.TTFO()
 	if l.HasTTFT && out >= 2 {
 		l.TPOT, l.HasTPOT = (l.E2EL-l.TTFT)/time.Duration(out-1), true
 	}

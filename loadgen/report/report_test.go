@@ -846,3 +846,31 @@ func TestParsers(t *testing.T) {
 		}
 	}
 }
+
+// TestGoodputTTFO: a ttfo SLO judges the first answer token, after the reasoning, not the first
+// token of any kind.
+func TestGoodputTTFO(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	reasoned := func(i int, firstOutput time.Duration) loadgen.Record {
+		return loadgen.Record{Index: i, Intended: 0, Sent: 0, FirstToken: 50 * ms, FirstOutput: firstOutput, Reasoned: true,
+			End: firstOutput + 20*ms, Status: 200, OutputTokens: 3, TokensFromUsage: true,
+			Chunks: []loadgen.Chunk{{At: 50 * ms, Tokens: 1}, {At: firstOutput, Tokens: 1}, {At: firstOutput + 20*ms, Tokens: 1}}}
+	}
+	res := &loadgen.Result{Start: testStart, Duration: time.Second, Records: []loadgen.Record{
+		reasoned(0, 200*ms), // answers within 300 ms
+		reasoned(1, 700*ms), // first token at 50 ms, but the answer at 700 ms
+	}}
+	for _, tt := range []struct {
+		slo  string
+		want int64
+	}{{"ttft:300", 2}, {"ttfo:300", 1}, {"ttfo:800", 2}} {
+		slos, err := stats.ParseGoodput(tt.slo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Summarize(res, Options{Goodput: slos, Percentiles: []float64{50}}).GoodRequests; got != tt.want {
+			t.Errorf("%s: %d good requests, want %d", tt.slo, got, tt.want)
+		}
+	}
+}

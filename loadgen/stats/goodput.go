@@ -9,9 +9,11 @@ import (
 )
 
 // Goodput SLO metrics: the request-level latencies an SLO can bound. ttft, tpot and e2el are
-// vLLM's --goodput keys; itl bounds a request's largest inter-token gap (a stall mid-answer).
+// vLLM's --goodput keys; itl bounds a request's largest inter-token gap (a stall mid-answer);
+// ttfo bounds the time to the first answer token, after any reasoning.
 const (
 	SLOTTFT = "ttft"
+	SLOTTFO = "ttfo"
 	SLOTPOT = "tpot"
 	SLOITL  = "itl"
 	SLOE2EL = "e2el"
@@ -19,7 +21,7 @@ const (
 
 // SLO bounds one request-level latency.
 type SLO struct {
-	Metric string        // one of SLOTTFT, SLOTPOT, SLOITL, SLOE2EL
+	Metric string        // one of SLOTTFT, SLOTTFO, SLOTPOT, SLOITL, SLOE2EL
 	Limit  time.Duration // the latency must be at most this
 }
 
@@ -39,9 +41,9 @@ func ParseGoodput(s string) (SLOs, error) {
 		}
 		key = strings.ToLower(strings.TrimSpace(key))
 		switch key {
-		case SLOTTFT, SLOTPOT, SLOITL, SLOE2EL:
+		case SLOTTFT, SLOTTFO, SLOTPOT, SLOITL, SLOE2EL:
 		default:
-			return nil, fmt.Errorf("goodput %q: unknown metric %q (want ttft, tpot, itl or e2el)", f, key)
+			return nil, fmt.Errorf("goodput %q: unknown metric %q (want ttft, ttfo, tpot, itl or e2el)", f, key)
 		}
 		if seen[key] {
 			return nil, fmt.Errorf("goodput: %s given twice", key)
@@ -80,6 +82,8 @@ func (s SLOs) Limit(metric string) (time.Duration, bool) {
 type RequestLatencies struct {
 	TTFT    time.Duration
 	HasTTFT bool // false when no content token arrived
+	TTFO    time.Duration
+	HasTTFO bool // false when no answer token (after any reasoning) arrived
 	TPOT    time.Duration
 	HasTPOT bool // false for fewer than two output tokens
 	MaxITL  time.Duration
@@ -88,13 +92,18 @@ type RequestLatencies struct {
 }
 
 // Meets reports whether a completed request meets every SLO. A request without a first token
-// fails a TTFT SLO (it never showed the user anything); TPOT and ITL SLOs do not apply to a
+// fails a TTFT SLO (it never showed the user anything), and one without an answer token a TTFO
+// SLO; TPOT and ITL SLOs do not apply to a
 // request for which they are undefined (as in vLLM, where such a request's TPOT is 0).
 func (s SLOs) Meets(r RequestLatencies) bool {
 	for _, o := range s {
 		switch o.Metric {
 		case SLOTTFT:
 			if !r.HasTTFT || r.TTFT > o.Limit {
+				return false
+			}
+		case SLOTTFO:
+			if !r.HasTTFO || r.TTFO > o.Limit {
 				return false
 			}
 		case SLOTPOT:

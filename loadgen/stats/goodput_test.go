@@ -16,6 +16,7 @@ func TestParseGoodput(t *testing.T) {
 		{"ttft:300,e2el:2000", "ttft:300,e2el:2000", false},
 		{"ttft:300 e2el:2000 tpot:50", "ttft:300,e2el:2000,tpot:50", false},
 		{"TTFT:12.5, itl:40", "ttft:12.5,itl:40", false},
+		{"ttfo:800,ttft:300", "ttfo:800,ttft:300", false},
 		{"ttft", "", true},
 		{"ttft:", "", true},
 		{"ttft:-1", "", true},
@@ -57,11 +58,11 @@ func FuzzParseGoodput(f *testing.F) {
 
 func TestSLOsMeets(t *testing.T) {
 	t.Parallel()
-	slos, err := ParseGoodput("ttft:300,tpot:50,itl:200,e2el:2000")
+	slos, err := ParseGoodput("ttft:300,ttfo:900,tpot:50,itl:200,e2el:2000")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := RequestLatencies{TTFT: 300 * time.Millisecond, HasTTFT: true, TPOT: 50 * time.Millisecond, HasTPOT: true,
+	ok := RequestLatencies{TTFT: 300 * time.Millisecond, HasTTFT: true, TTFO: 900 * time.Millisecond, HasTTFO: true, TPOT: 50 * time.Millisecond, HasTPOT: true,
 		MaxITL: 200 * time.Millisecond, HasITL: true, E2EL: 2 * time.Second}
 	tests := []struct {
 		name string
@@ -71,6 +72,8 @@ func TestSLOsMeets(t *testing.T) {
 		{"all at the limit", func(*RequestLatencies) {}, true},
 		{"slow first token", func(r *RequestLatencies) { r.TTFT++ }, false},
 		{"no first token", func(r *RequestLatencies) { r.HasTTFT = false }, false},
+		{"slow answer after reasoning", func(r *RequestLatencies) { r.TTFO++ }, false},
+		{"no answer token", func(r *RequestLatencies) { r.HasTTFO = false }, false},
 		{"slow tokens", func(r *RequestLatencies) { r.TPOT++ }, false},
 		{"one token: tpot does not apply", func(r *RequestLatencies) { r.TPOT, r.HasTPOT = time.Hour, false }, true},
 		{"a stall", func(r *RequestLatencies) { r.MaxITL++ }, false},
