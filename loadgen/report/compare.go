@@ -41,6 +41,8 @@ var compareRows = []struct {
 	{"output tokens/s", func(b *Bench) string { return fmt.Sprintf("%.4g", b.OutputThroughput) }},
 	{"TTFT p50 ms", quantileCell(MetricTTFT, 0.5)},
 	{"TTFT p99 ms", quantileCell(MetricTTFT, 0.99)},
+	{"TTFO p50 ms", reasoningCell(quantileCell(MetricTTFO, 0.5))},
+	{"TTFO p99 ms", reasoningCell(quantileCell(MetricTTFO, 0.99))},
 	{"TPOT p50 ms", quantileCell(MetricTPOT, 0.5)},
 	{"E2EL p50 ms", quantileCell(MetricE2EL, 0.5)},
 	{"E2EL p99 ms", quantileCell(MetricE2EL, 0.99)},
@@ -58,6 +60,17 @@ func quantileCell(m string, q float64) func(b *Bench) string {
 			return fmt.Sprintf("n/a (n=%d < %d)", h.Count(), need)
 		}
 		return fmtMS(h.Quantile(q))
+	}
+}
+
+// reasoningCell shows cell only for a run whose responses reasoned: without reasoning the
+// first output token is the first token, and its row would repeat TTFT's.
+func reasoningCell(cell func(b *Bench) string) func(b *Bench) string {
+	return func(b *Bench) string {
+		if b.ReasoningRequests == 0 {
+			return "- (no reasoning)"
+		}
+		return cell(b)
 	}
 }
 

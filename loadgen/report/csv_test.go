@@ -141,3 +141,38 @@ func TestInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestComparisonTTFO: the side-by-side table gives TTFO for a run whose responses reasoned and
+// says there was none for a run without reasoning.
+func TestComparisonTTFO(t *testing.T) {
+	t.Parallel()
+	reasoned := syntheticResult(12, 400)
+	for i := range reasoned.Records {
+		r := &reasoned.Records[i]
+		if r.FirstToken > 0 {
+			r.FirstOutput, r.Reasoned = r.FirstToken+(r.End-r.FirstToken)/2, true
+		}
+	}
+	a, b := Summarize(reasoned, Options{}), Summarize(syntheticResult(13, 400), Options{})
+	if a.ReasoningRequests == 0 {
+		t.Fatal("the reasoned run has no reasoning requests")
+	}
+	c, err := NewComparison([]string{"reasoned.json", "plain.json"}, []*Bench{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{}
+	for _, r := range compareTable(c).Tables[0].Rows {
+		rows[r[0]] = r[1:]
+	}
+	got := rows["TTFO p50 ms"]
+	if len(got) != 2 {
+		t.Fatalf("no TTFO p50 row: %v", rows)
+	}
+	if want := fmtMS(a.Histograms[MetricTTFO].Quantile(0.5)); got[0] != want {
+		t.Errorf("reasoned run's TTFO p50 cell %q, want %q", got[0], want)
+	}
+	if got[1] != "- (no reasoning)" {
+		t.Errorf("plain run's TTFO p50 cell %q, want it to say there was no reasoning", got[1])
+	}
+}
