@@ -917,3 +917,42 @@ func TestPreflight(t *testing.T) {
 		})
 	}
 }
+
+// TestDoLargerThanBuffers sends a request body and receives a header line, an event and a
+// plain body each several times larger than the transport's read and write buffers: small
+// buffers bound the memory a connection holds, not the size of what passes through it.
+func TestDoLargerThanBuffers(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 16<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Messages []loadgen.Message `json:"messages"`
+		}
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, big)
+			return
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || len(body.Messages) != 1 || body.Messages[0].Content != big {
+			http.Error(w, "request body not received whole", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Server-Timing", "app;dur=12.5, pad;desc=\""+strings.Repeat("p", 6<<10)+"\"")
+		_, _ = io.WriteString(w, streamOf([]string{big, "b"}, `"usage":{"prompt_tokens":1,"completion_tokens":2}`))
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv)
+	rec := do(t, c, loadgen.Request{Messages: []loadgen.Message{{Role: "user", Content: big}}, KeepAnswer: true})
+	if rec.ErrKind != "" || rec.Status != http.StatusOK {
+		t.Fatalf("status %d, %s: %s", rec.Status, rec.ErrKind, rec.Err)
+	}
+	if len(rec.Chunks) != 2 || rec.Answer != big+"b" {
+		t.Errorf("%d chunks, an answer of %d bytes; want 2 and %d", len(rec.Chunks), len(rec.Answer), len(big)+1)
+	}
+	if rec.ServerTiming["app"] != 12.5 {
+		t.Errorf("server timing %v: want app 12.5 from a %d-byte header line", rec.ServerTiming, 6<<10)
+	}
+	rec = do(t, c, loadgen.Request{Path: "/k"})
+	if rec.ErrKind != "" || rec.Status != http.StatusOK {
+		t.Fatalf("GET: status %d, %s: %s", rec.Status, rec.ErrKind, rec.Err)
+	}
+}
