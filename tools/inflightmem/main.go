@@ -208,11 +208,12 @@ func measure(rate float64, n int, stall time.Duration, stallAt int, profile stri
 	fmt.Printf("requests %d in %.1f s: %d ok, %d failed, %d waited for the cap of %d\n",
 		n, wall.Seconds(), ok.Load(), failed.Load(), res.SlotWaits, res.Config.InFlightCap)
 	fmt.Printf("peak RSS %.1f MB\n", float64(hwm)/1e6)
-	fmt.Printf("before the stall: %4d in flight, heap in use %6.1f MB, stacks %6.1f MB, %5d goroutines\n",
-		base.inFlight, mb(base.heapInuse), mb(base.stackIn), base.goroutines)
-	fmt.Printf("most in flight:   %4d in flight, heap in use %6.1f MB, stacks %6.1f MB, %5d goroutines\n",
+	fmt.Printf("most in flight: %d, heap in use %.1f MB, stacks %.1f MB, %d goroutines\n",
 		peak.inFlight, mb(peak.heapInuse), mb(peak.stackIn), peak.goroutines)
-	if d := peak.inFlight - base.inFlight; d > 0 {
+	// The figure per request needs a backlog much larger than the requests in flight before it.
+	if d := peak.inFlight - base.inFlight; d >= 256 {
+		fmt.Printf("before the backlog: %d in flight, heap in use %.1f MB, stacks %.1f MB, %d goroutines\n",
+			base.inFlight, mb(base.heapInuse), mb(base.stackIn), base.goroutines)
 		fmt.Printf("per request in flight: heap %.1f KB, stacks %.1f KB, %.2f goroutines\n",
 			float64(int64(peak.heapInuse)-int64(base.heapInuse))/float64(d)/1024,
 			float64(int64(peak.stackIn)-int64(base.stackIn))/float64(d)/1024,
