@@ -57,7 +57,7 @@ func main() {
 // runServer answers every request with "ok"; request number stallAt (and all that arrive while
 // it waits) waits for stall first. It prints its address and serves until stdin closes.
 func runServer(stall time.Duration, stallAt int) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func startServer(stall time.Duration, stallAt int) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(self, "-serve", "-stall", stall.String(), "-stall-at", strconv.Itoa(stallAt))
+	cmd := exec.CommandContext(context.Background(), self, "-serve", "-stall", stall.String(), "-stall-at", strconv.Itoa(stallAt))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -133,8 +133,6 @@ type sample struct {
 	heapInuse, stackIn uint64
 	goroutines         int
 }
-
-func (s sample) total() uint64 { return s.heapInuse + s.stackIn }
 
 func measure(rate float64, n int, stall time.Duration, stallAt int, profile string) error {
 	url, stop, err := startServer(stall, stallAt)
