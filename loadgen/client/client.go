@@ -238,8 +238,6 @@ func NewTransport() *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     true,
-		ReadBufferSize:        1 << 10,
-		WriteBufferSize:       2 << 10,
 	}
 }
 

@@ -919,8 +919,9 @@ func TestPreflight(t *testing.T) {
 }
 
 // TestDoLargerThanBuffers sends a request body and receives a header line, an event and a
-// plain body each several times larger than the transport's read and write buffers: small
-// buffers bound the memory a connection holds, not the size of what passes through it.
+// plain body each several times larger than the transport's read and write buffers (4 KB) and
+// the SSE reader's (8 KB): the buffers bound the memory a connection holds, not the size of
+// what passes through it.
 func TestDoLargerThanBuffers(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("x", 16<<10)
