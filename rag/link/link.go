@@ -37,7 +37,15 @@ const (
 // meterType is the toxic type of the hidden first toxic of each direction, which counts bytes.
 const meterType = "ragtail_meter"
 
-func init() { toxics.Register(meterType, new(meterToxic)) }
+// resetType is the toxic type behind reset_peer. It replaces toxiproxy's reset_peer, whose
+// chain requires both connections to be bare *net.TCPConn and which stops reading its input
+// once it has reset, leaving the toxics before it blocked for good.
+const resetType = "ragtail_reset_peer"
+
+func init() {
+	toxics.Register(meterType, new(meterToxic))
+	toxics.Register(resetType, new(resetToxic))
+}
 
 var linkName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
@@ -199,10 +207,46 @@ func (l *Link) connect(dialer *net.Dialer, client net.Conn) {
 	id := l.nextConn
 	l.conns[id] = [2]net.Conn{client, backend}
 	l.active.Add(1)
+	if l.spec.HasResetPeer {
+		resetOnClose(client, backend)
+	}
 	l.starting = id // read by meterToxic.NewState, which StartLink calls on this goroutine
 	key := fmt.Sprintf("%d", id)
-	l.proxy.Toxics.StartLink(l.server, key+"upstream", client, backend, stream.Upstream)
-	l.proxy.Toxics.StartLink(l.server, key+"downstream", backend, client, stream.Downstream)
+	closeBoth := sync.OnceFunc(func() { _ = client.Close(); _ = backend.Close() })
+	l.proxy.Toxics.StartLink(l.server, key+"upstream", client, &drainWriter{conn: backend, fail: closeBoth}, stream.Upstream)
+	l.proxy.Toxics.StartLink(l.server, key+"downstream", backend, &drainWriter{conn: client, fail: closeBoth}, stream.Downstream)
+}
+
+// drainWriter is the end of a toxic chain. Toxiproxy stops reading a chain when a write to
+// its destination fails, which leaves the chain's toxics blocked for good on data still in
+// flight (a client that hangs up mid-answer, or Close). Instead, the first failed write
+// closes both connections, so that both chains see their input end, and the rest of the
+// data is discarded until they do.
+type drainWriter struct {
+	conn   net.Conn
+	fail   func()
+	failed bool // only the chain's writer goroutine uses it
+}
+
+func (w *drainWriter) Write(p []byte) (int, error) {
+	if !w.failed {
+		if _, err := w.conn.Write(p); err != nil {
+			w.failed = true
+			w.fail()
+		}
+	}
+	return len(p), nil
+}
+
+func (w *drainWriter) Close() error { return w.conn.Close() }
+
+// resetOnClose makes closing the connections send a TCP RST instead of a FIN.
+func resetOnClose(conns ...net.Conn) {
+	for _, c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
 }
 
 // ended is called once per connection, when its backend-to-client stream has ended, which
@@ -218,30 +262,38 @@ func (l *Link) ended(id uint64) {
 
 // toxic is one toxiproxy toxic of a Spec.
 type toxic struct {
-	name  string // also the toxiproxy type
+	name  string // the name in the Spec, and the toxiproxy type unless typ is set
+	typ   string
 	attrs string // JSON attributes
+}
+
+func (t toxic) toxicType() string {
+	if t.typ != "" {
+		return t.typ
+	}
+	return t.name
 }
 
 func (s Spec) toxics() []toxic {
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
 	var out []toxic
 	if s.Latency > 0 || s.Jitter > 0 {
-		out = append(out, toxic{"latency", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, ms(s.Latency), ms(s.Jitter))})
+		out = append(out, toxic{"latency", "", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, ms(s.Latency), ms(s.Jitter))})
 	}
 	if s.BandwidthKBps > 0 {
-		out = append(out, toxic{"bandwidth", fmt.Sprintf(`{"rate":%d}`, s.BandwidthKBps)})
+		out = append(out, toxic{"bandwidth", "", fmt.Sprintf(`{"rate":%d}`, s.BandwidthKBps)})
 	}
 	if s.SlowClose > 0 {
-		out = append(out, toxic{"slow_close", fmt.Sprintf(`{"delay":%d}`, ms(s.SlowClose))})
+		out = append(out, toxic{"slow_close", "", fmt.Sprintf(`{"delay":%d}`, ms(s.SlowClose))})
 	}
 	if s.HasTimeout {
-		out = append(out, toxic{"timeout", fmt.Sprintf(`{"timeout":%d}`, ms(s.Timeout))})
+		out = append(out, toxic{"timeout", "", fmt.Sprintf(`{"timeout":%d}`, ms(s.Timeout))})
 	}
 	if s.HasResetPeer {
-		out = append(out, toxic{"reset_peer", fmt.Sprintf(`{"timeout":%d}`, ms(s.ResetPeer))})
+		out = append(out, toxic{"reset_peer", resetType, fmt.Sprintf(`{"timeout":%d}`, ms(s.ResetPeer))})
 	}
 	if s.LimitData > 0 {
-		out = append(out, toxic{"limit_data", fmt.Sprintf(`{"bytes":%d}`, s.LimitData)})
+		out = append(out, toxic{"limit_data", "", fmt.Sprintf(`{"bytes":%d}`, s.LimitData)})
 	}
 	return out
 }
@@ -271,7 +323,7 @@ func (l *Link) Set(spec Spec) error {
 		attrs, had := old[t.name]
 		switch {
 		case !had:
-			body := fmt.Sprintf(`{"name":%q,"type":%q,"stream":"downstream","toxicity":1,"attributes":%s}`, t.name, t.name, t.attrs)
+			body := fmt.Sprintf(`{"name":%q,"type":%q,"stream":"downstream","toxicity":1,"attributes":%s}`, t.name, t.toxicType(), t.attrs)
 			if _, err := l.proxy.Toxics.AddToxicJson(bytes.NewReader([]byte(body))); err != nil {
 				return fmt.Errorf("link %s: add %s: %w", l.name, t.name, err)
 			}
@@ -280,6 +332,11 @@ func (l *Link) Set(spec Spec) error {
 			if _, err := l.proxy.Toxics.UpdateToxicJson(t.name, bytes.NewReader([]byte(body))); err != nil {
 				return fmt.Errorf("link %s: update %s: %w", l.name, t.name, err)
 			}
+		}
+	}
+	if spec.HasResetPeer && !l.spec.HasResetPeer {
+		for _, pair := range l.conns {
+			resetOnClose(pair[0], pair[1])
 		}
 	}
 	l.spec = spec
@@ -356,6 +413,34 @@ func (m *meterToxic) Pipe(stub *toxics.ToxicStub) {
 			}
 			counter.Add(uint64(len(c.Data)))
 			stub.Output <- c
+		}
+	}
+}
+
+// resetToxic closes the connection (with a TCP RST, see resetOnClose) after its timeout from
+// the first data, then discards whatever still comes in until the chain's input ends.
+type resetToxic struct {
+	Timeout int64 `json:"timeout"` // in milliseconds
+}
+
+// Pipe implements toxics.Toxic.
+func (t *resetToxic) Pipe(stub *toxics.ToxicStub) {
+	select {
+	case <-stub.Interrupt:
+		return
+	case c := <-stub.Input:
+		if c != nil {
+			timer := time.NewTimer(time.Duration(t.Timeout) * time.Millisecond)
+			select {
+			case <-timer.C:
+			case <-stub.Interrupt:
+				timer.Stop()
+				stub.Output <- c
+				return
+			}
+		}
+		stub.Close()
+		for range stub.Input { //nolint:revive // drain, so that the toxics before this one end
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -257,5 +258,56 @@ func TestInstrument(t *testing.T) {
 	}
 	if got["rag.link.connections"] != 1 || got["rag.link.connections.active"] != 1 || got["rag.link.io"] <= 0 || got["rag.link.latency"] != 0.005 {
 		t.Fatalf("metrics %v; want 1 connection, 1 active, bytes, latency 0.005 s", got)
+	}
+}
+
+// TestHangUpLeavesNothingRunning hangs up on a long answer while the link still holds some of
+// it in its latency toxic, and checks that every goroutine the connection started ends: a
+// chain whose destination has gone must still drain, or its toxics block for good. Not
+// parallel: it counts the process's goroutines.
+func TestHangUpLeavesNothingRunning(t *testing.T) {
+	for _, spec := range []string{"latency:20ms", "latency:20ms,reset_peer:50ms"} {
+		t.Run(spec, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				chunk := []byte(strings.Repeat("x", 32<<10))
+				for range 256 { // 8 MiB: far more than the link holds in 20 ms
+					if _, err := w.Write(chunk); err != nil {
+						return
+					}
+				}
+			}))
+			l := newLink(t, srv.Listener.Addr().String(), spec)
+			for range 4 {
+				c, err := net.DialTimeout("tcp", l.Addr(), time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, 4096)
+				// reset_peer drops what it holds and resets: the read fails, as it should.
+				if _, err := c.Read(buf); err != nil && !strings.Contains(spec, "reset_peer") {
+					t.Fatal(err)
+				}
+				_ = c.Close() // mid-answer
+			}
+			time.Sleep(100 * time.Millisecond)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			srv.CloseClientConnections()
+			srv.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			for runtime.NumGoroutine() > before {
+				if time.Now().After(deadline) {
+					buf := make([]byte, 1<<20)
+					t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }
