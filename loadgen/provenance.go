@@ -16,7 +16,7 @@ const (
 const Redacted = "[redacted]"
 
 // secretFlags name the flags whose values are credentials; a header flag keeps its name.
-var secretFlags = map[string]bool{"api-key": true, "header": true, "H": true}
+var secretFlags = map[string]bool{"api-key": true, "header": true, "H": true, "server-metrics-token": true, "admin-token": true}
 
 // WithRequests records what every request sent beyond its prompt: the dataset it came from,
 // whether responses streamed, and the temperature (nil for the server's default).
@@ -30,7 +30,8 @@ func (i RunInfo) WithRequests(dataset string, stream bool, temperature *float64)
 }
 
 // WithProvenance records the version of the generator and its command line, shell-quoted,
-// with the values of --api-key and of --header (past the header's name) redacted, each
+// with the values of --api-key, --server-metrics-token, --admin-token and of --header (past the
+// header's name) redacted, each
 // argument cut at 512 bytes and at most 128 arguments kept.
 func (i RunInfo) WithProvenance(version string, args []string) RunInfo {
 	i.Version = bound(version)

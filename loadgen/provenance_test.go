@@ -18,6 +18,7 @@ func TestRedactArgs(t *testing.T) {
 		{"api key as next argument", []string{"ragtail", "bench", "--api-key", "sk-123", "--rate=5"},
 			[]string{"ragtail", "bench", "--api-key", Redacted, "--rate=5"}},
 		{"api key with =", []string{"-api-key=sk-123"}, []string{"-api-key=" + Redacted}},
+		{"scrape token", []string{"--server-metrics-token", "t0k", "--admin-token=t1k"}, []string{"--server-metrics-token", Redacted, "--admin-token=" + Redacted}},
 		{"header keeps its name", []string{"--header", "Authorization: Bearer x", "--header=X-Key: y"},
 			[]string{"--header", "Authorization: " + Redacted, "--header=X-Key: " + Redacted}},
 		{"header without a colon", []string{"--header", "junk"}, []string{"--header", Redacted}},

@@ -33,7 +33,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 			"Without --url it starts the service in-process on loopback ports.\n\nExperiments: "+lab.NamesList())
 	fs.StringVar(&o.url, "url", "", "API base URL of a running service (default: start one in-process)")
 	fs.StringVar(&o.adminURL, "admin-url", "", "admin base URL of that service (needed with --url)")
-	fs.StringVar(&o.adminToken, "admin-token", os.Getenv("RAGTAIL_ADMIN_TOKEN"), "admin token for PUT /admin/config (default $RAGTAIL_ADMIN_TOKEN)")
+	fs.StringVar(&o.adminToken, "admin-token", "", "admin token for PUT /admin/config (default $RAGTAIL_ADMIN_TOKEN)")
 	fs.DurationVar(&o.duration, "duration", 0, "load time of each experiment, split among its variants (default: per experiment, 30-120 s)")
 	fs.BoolVar(&o.quick, "quick", false, "a first look: each experiment runs a quarter of its default duration (wider intervals, more undecided verdicts)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the ragtail.lab/v1 result to this file (an array for all)")
@@ -52,6 +52,9 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	if err != nil {
 		fmt.Fprintf(stderr, "ragtail lab: %v\n", err)
 		return errUsage
+	}
+	if o.adminToken == "" {
+		o.adminToken = os.Getenv("RAGTAIL_ADMIN_TOKEN") // not the flag's default: --help would print it
 	}
 	if (o.url == "") != (o.adminURL == "") {
 		fmt.Fprintln(stderr, "ragtail lab: --url and --admin-url go together (the lab sets toggles through the admin API)")

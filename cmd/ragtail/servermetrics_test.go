@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragtail/ragtail/rag/httpapi"
 	"github.com/ragtail/ragtail/rag/llmsim"
 )
 
@@ -194,6 +199,64 @@ func TestBenchServerMetricsFlagErrors(t *testing.T) {
 			err := run(context.Background(), []string{"bench", "--url", srv.URL, "--num-prompts", "1", tc.flag, tc.value}, &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestBenchScrapesGuardedAdmin: an admin listener off loopback answers /metrics only with its
+// token; bench sends --server-metrics-token, says plainly when the token is missing or wrong,
+// and never writes the token into the results.
+func TestBenchScrapesGuardedAdmin(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-admin-token"
+	reg := prometheus.NewRegistry()
+	running := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vllm:num_requests_running"})
+	reg.MustRegister(running)
+	running.Set(3)
+	admin := httptest.NewServer(httpapi.NewAdmin(reg, httpapi.WithAccess(httpapi.AdminAccess{Token: token, ListenAddr: "0.0.0.0:9464"})))
+	t.Cleanup(admin.Close)
+	srv := startLLMSim(t, tinyProfile(t), llmsim.WithVirtualTime())
+	for _, tc := range []struct {
+		name, token, warning string
+	}{
+		{"right token", token, ""},
+		{"no token", "", "wants a bearer token: none was sent"},
+		{"wrong token", "not-it", "refused the one sent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "r.json")
+			var stdout, stderr bytes.Buffer
+			args := []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--concurrency", "4", "--num-prompts", "8",
+				"--max-tokens", "16", "--server-metrics", admin.URL + "/metrics", "--server-metrics-interval", "20ms", "--quiet", "--json", out}
+			if tc.token != "" {
+				args = append(args, "--server-metrics-token", tc.token)
+			}
+			if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			raw, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.token != "" && bytes.Contains(raw, []byte(tc.token)) {
+				t.Errorf("the token is in the results file")
+			}
+			r := readJSON(t, out)
+			if tc.warning == "" {
+				if len(scrapedSeries(t, r)["vllm:num_requests_running"]) == 0 {
+					t.Errorf("no series scraped with the token:\n%s", stderr.String())
+				}
+				if strings.Contains(stderr.String(), "warning") {
+					t.Errorf("a warning with the right token:\n%s", stderr.String())
+				}
+				return
+			}
+			if _, ok := r["server_metrics"]; ok {
+				t.Error("server_metrics written from refused scrapes")
+			}
+			if got := stderr.String(); strings.Count(got, "warning") != 1 || !strings.Contains(got, tc.warning) || !strings.Contains(got, "--server-metrics-token") {
+				t.Errorf("stderr, want one warning saying %q and naming the flag:\n%s", tc.warning, got)
 			}
 		})
 	}

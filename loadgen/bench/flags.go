@@ -104,6 +104,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.StartAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
 	fs.StringVar(&o.ServerMetrics.URL, "server-metrics", "", "scrape this Prometheus endpoint during the run and keep the vllm:*, rag_*, gen_ai_server_* and DCGM_*\nseries in the JSON (server_metrics); default: the target origin's /metrics when it answers; off: none")
 	fs.DurationVar(&o.ServerMetrics.Interval, "server-metrics-interval", scrape.DefaultInterval, "time between scrapes of --server-metrics")
+	fs.StringVar(&o.ServerMetrics.Token, "server-metrics-token", "", "bearer token for --server-metrics (default: $"+EnvAdminToken+", the admin token ragtail serve's\nadmin listener asks for when it is not on loopback); never written to the results")
 }
 
 // FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a

@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -18,7 +20,14 @@ type ServerMetricsOptions struct {
 	// when it does not answer; "off" disables the scrape.
 	URL      string
 	Interval time.Duration // between scrapes; 0: scrape.DefaultInterval
+	// Token is sent as a bearer token on every scrape; "": $RAGTAIL_ADMIN_TOKEN, if set (the
+	// token ragtail serve's admin listener asks for off loopback).
+	Token string
 }
+
+// EnvAdminToken is the environment variable --server-metrics-token defaults to: the admin
+// token of ragtail serve.
+const EnvAdminToken = "RAGTAIL_ADMIN_TOKEN"
 
 // probeTimeout bounds the check that the endpoint answers, before the run.
 const probeTimeout = 2 * time.Second
@@ -45,7 +54,11 @@ func (o ServerMetricsOptions) scraper(ctx context.Context, targetURL string, std
 		}
 		u = (&url.URL{Scheme: t.Scheme, Host: t.Host, Path: "/metrics"}).String()
 	}
-	s, err := scrape.New(scrape.Config{URL: u, Interval: o.Interval})
+	token := o.Token
+	if token == "" {
+		token = os.Getenv(EnvAdminToken)
+	}
+	s, err := scrape.New(scrape.Config{URL: u, Interval: o.Interval, BearerToken: token})
 	if err != nil {
 		return nil, fmt.Errorf("--server-metrics: %w", err)
 	}
@@ -55,6 +68,9 @@ func (o ServerMetricsOptions) scraper(ctx context.Context, targetURL string, std
 	switch {
 	case err == nil:
 		return &metricsScrape{Scraper: s}, nil
+	case errors.Is(err, scrape.ErrUnauthorized):
+		fmt.Fprintf(stderr, "warning: server metrics: %s: %v (give it with --server-metrics-token or $%s); scraping it during the run anyway\n", u, err, EnvAdminToken)
+		return &metricsScrape{Scraper: s, warned: true}, nil
 	case auto:
 		fmt.Fprintf(stderr, "server metrics: none at %s (%v); --server-metrics URL names the endpoint (ragtail serve: its admin /metrics)\n", u, err)
 		return nil, nil

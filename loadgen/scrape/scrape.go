@@ -63,6 +63,9 @@ type Config struct {
 	MaxSamples int
 	// MaxBytes bounds the size of one scrape; a larger one fails (DefaultMaxBytes).
 	MaxBytes int64
+	// BearerToken, when set, is sent as Authorization: Bearer on every scrape (ragtail serve's
+	// admin listener asks for its admin token when it is not on loopback).
+	BearerToken string
 	Client   *http.Client // default: a client with the timeout above
 }
 
@@ -240,6 +243,9 @@ func (s *Scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, erro
 	// The classic text format: OpenMetrics (which ragtail serve offers when asked) adds
 	// exemplars and # EOF that the text parser does not read.
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	if s.cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.BearerToken)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -247,6 +253,12 @@ func (s *Scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, erro
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			if s.cfg.BearerToken == "" {
+				return nil, fmt.Errorf("HTTP %d: %w: none was sent", resp.StatusCode, ErrUnauthorized)
+			}
+			return nil, fmt.Errorf("HTTP %d: %w: it refused the one sent", resp.StatusCode, ErrUnauthorized)
+		}
 		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "text/plain") {
@@ -272,6 +284,10 @@ type limitedReader struct {
 }
 
 var errTooLarge = errors.New("scrape too large")
+
+// ErrUnauthorized is in the error of a scrape the endpoint refused (HTTP 401 or 403): it wants
+// a bearer token (Config.BearerToken), or another one.
+var ErrUnauthorized = errors.New("the endpoint wants a bearer token")
 
 func (l *limitedReader) Read(p []byte) (int, error) {
 	if l.n <= 0 {
