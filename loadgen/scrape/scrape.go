@@ -66,7 +66,7 @@ type Config struct {
 	// BearerToken, when set, is sent as Authorization: Bearer on every scrape (ragtail serve's
 	// admin listener asks for its admin token when it is not on loopback).
 	BearerToken string
-	Client   *http.Client // default: a client with the timeout above
+	Client      *http.Client // default: a client with the timeout above
 }
 
 // Scraper samples one endpoint. Start begins, Stop ends and returns what was kept; a Scraper
