@@ -54,6 +54,10 @@ type Record struct {
 	// Answer is the answer's text, kept only when the request asked for it (KeepAnswer) and
 	// only until the session's next step is built from it; it is never written out.
 	Answer string `json:"-"`
+	// ResponseModel is the model the response named (the "model" of its first chunk that has
+	// one, cut at 256 bytes), kept only when the client traces requests, for the client span's
+	// gen_ai.response.model; it is never written out.
+	ResponseModel string `json:"-"`
 }
 
 // Chunk is one content chunk of a streamed response.

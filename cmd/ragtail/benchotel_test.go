@@ -154,6 +154,10 @@ func checkClientSpan(t *testing.T, cs sdktrace.ReadOnlySpan, model string, origi
 		t.Error("client span lacks server.port")
 	}
 	if rec.OK() {
+		// ragtail serve names the model it answered with in every chunk.
+		if got := a["gen_ai.response.model"]; got != attribute.StringValue(model) {
+			t.Errorf("client span gen_ai.response.model = %v, want %q", got.String(), model)
+		}
 		if a["gen_ai.usage.output_tokens"].AsInt64() != int64(rec.OutputTokens) || rec.OutputTokens == 0 {
 			t.Errorf("output tokens on span %v, record %d", a["gen_ai.usage.output_tokens"].String(), rec.OutputTokens)
 		}

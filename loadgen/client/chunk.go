@@ -24,6 +24,7 @@ type chunkInfo struct {
 	isError          bool   // an "error" member, or "object": "error"
 	errRaw           []byte // the raw "error" value, or the raw "message" of an error object
 	serverTiming     []byte // the raw (quoted) "server_timing" string
+	model            []byte // the raw (quoted) top-level "model" string
 	objectIsError    bool
 	message          []byte // raw "message" string at the top level
 }
@@ -368,6 +369,14 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 				return err
 			}
 			out.serverTiming = nil
+			return s.value(ctxOther, out)
+		case "model":
+			if s.b[s.i] == '"' {
+				raw, _, err := s.str()
+				out.model = raw
+				return err
+			}
+			out.model = nil
 			return s.value(ctxOther, out)
 		}
 	case ctxChoice:

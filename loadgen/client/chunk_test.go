@@ -261,3 +261,20 @@ func TestAppendText(t *testing.T) {
 		})
 	}
 }
+
+func TestScanChunkModel(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`{"id":"x","model":"llama-3\u00e9","choices":[]}`, "llama-3é"},
+		{`{"model":5,"choices":[]}`, ""},
+		{`{"choices":[{"delta":{"model":"inner"}}]}`, ""},
+		{`{"model":"a","model":"b"}`, "b"},
+	} {
+		var got chunkInfo
+		if err := scanChunk([]byte(tt.in), &got); err != nil {
+			t.Fatalf("%s: %v", tt.in, err)
+		}
+		if m := serverTimingText(got.model); m != tt.want {
+			t.Errorf("%s: model %q, want %q", tt.in, m, tt.want)
+		}
+	}
+}

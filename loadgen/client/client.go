@@ -598,7 +598,7 @@ func rawMessage(raw []byte) string {
 	return string(raw)
 }
 
-// serverTimingText unquotes the raw "server_timing" string of a chunk.
+// serverTimingText unquotes a raw JSON string of a chunk ("server_timing", "model").
 func serverTimingText(raw []byte) string {
 	if len(raw) < 2 {
 		return ""
@@ -668,6 +668,9 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 		}
 		if ch.serverTiming != nil {
 			rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
+		}
+		if ch.model != nil && rec.ResponseModel == "" && c.cfg.tracing != nil {
+			rec.ResponseModel = truncateTo(serverTimingText(ch.model), maxAttrText)
 		}
 		if ch.content {
 			tokens := 1
@@ -742,6 +745,9 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
 	}
 	rec.Reasoned = ch.reasoning
+	if ch.model != nil && c.cfg.tracing != nil {
+		rec.ResponseModel = truncateTo(serverTimingText(ch.model), maxAttrText)
+	}
 	if req.KeepAnswer {
 		rec.Answer = string(ch.appendText(nil, maxAnswerBytes))
 	}

@@ -137,7 +137,7 @@ func endSpan(span trace.Span, origin time.Time, rec *loadgen.Record) {
 	if rec.Sent > 0 {
 		span.AddEvent("sent", trace.WithTimestamp(origin.Add(rec.Sent)))
 	}
-	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs := make([]attribute.KeyValue, 0, 7)
 	if ttft, ok := rec.TTFT(); ok {
 		// From the intended send time, as bench reports it.
 		ttftAttr := attribute.Float64("gen_ai.response.time_to_first_chunk", ttft.Seconds())
@@ -146,6 +146,9 @@ func endSpan(span trace.Span, origin time.Time, rec *loadgen.Record) {
 	}
 	if rec.Status != 0 {
 		attrs = append(attrs, attribute.Int("http.response.status_code", rec.Status))
+	}
+	if rec.ResponseModel != "" {
+		attrs = append(attrs, attribute.String("gen_ai.response.model", rec.ResponseModel))
 	}
 	if rec.PromptTokens > 0 {
 		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", rec.PromptTokens))
