@@ -114,3 +114,45 @@ func TestSweepConcurrencyLadder(t *testing.T) {
 		t.Errorf("achieved %v with 1 user, %v with 4", a["achieved_rps"], b["achieved_rps"])
 	}
 }
+
+// TestSweepScrapesEachPoint: against llm-sim, a sweep scrapes the target's /metrics by default,
+// each point on its own: every point has its server_metrics, and the engine's token counter
+// grew within each point by no more than that point's output tokens and by all of them at its
+// end (the points run one after another).
+func TestSweepScrapesEachPoint(t *testing.T) {
+	t.Parallel()
+	srv := startLLMSim(t, tinyProfile(t))
+	out := filepath.Join(t.TempDir(), "sweep.json")
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"sweep", "--url", srv.URL + "/v1/chat/completions", "--rates", "20,60",
+		"--point-duration", "500ms", "--pause", "100ms", "--max-tokens", "8", "--dataset", "short",
+		"--server-metrics-interval", "50ms", "--quiet", "--json", out}, io.Discard, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	sweepPoints, _ := readJSON(t, out)["points"].([]any)
+	if len(sweepPoints) != 2 {
+		t.Fatalf("%d points", len(sweepPoints))
+	}
+	var before float64 // the counter's value at the end of the previous point
+	for i, p := range sweepPoints {
+		pt := p.(map[string]any)
+		gen := scrapedSeries(t, pt)["vllm:generation_tokens_total"]
+		if len(gen) != 1 {
+			t.Fatalf("point %d: generation tokens series %v", i, gen)
+		}
+		pts := points(gen[0])
+		if len(pts) < 2 {
+			t.Fatalf("point %d: %d points of the counter", i, len(pts))
+		}
+		first, last := pts[0][1], pts[len(pts)-1][1]
+		outTokens := pt["total_output_tokens"].(float64)
+		if first < before || last-first > outTokens || last-before < outTokens {
+			t.Errorf("point %d: counter %g -> %g after %g, want the point's %g output tokens", i, first, last, before, outTokens)
+		}
+		before = last
+	}
+	if n := strings.Count(stderr.String(), "  server metrics: "); n != 2 {
+		t.Errorf("%d server-metrics lines, want one per point:\n%s", n, stderr.String())
+	}
+}

@@ -102,9 +102,14 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.SaveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
 	fs.StringVar(&o.Segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
 	fs.StringVar(&o.StartAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
-	fs.StringVar(&o.ServerMetrics.URL, "server-metrics", "", "scrape this Prometheus endpoint during the run and keep the vllm:*, rag_*, gen_ai_server_* and DCGM_*\nseries in the JSON (server_metrics); default: the target origin's /metrics when it answers; off: none")
-	fs.DurationVar(&o.ServerMetrics.Interval, "server-metrics-interval", scrape.DefaultInterval, "time between scrapes of --server-metrics")
-	fs.StringVar(&o.ServerMetrics.Token, "server-metrics-token", "", "bearer token for --server-metrics (default: $"+EnvAdminToken+", the admin token ragtail serve's\nadmin listener asks for when it is not on loopback); never written to the results")
+	o.ServerMetrics.registerFlags(fs, "the run")
+}
+
+// registerFlags registers the --server-metrics flags on fs; during names what is scraped.
+func (o *ServerMetricsOptions) registerFlags(fs *flag.FlagSet, during string) {
+	fs.StringVar(&o.URL, "server-metrics", "", "scrape this Prometheus endpoint during "+during+" and keep the vllm:*, rag_*, gen_ai_server_* and DCGM_*\nseries in the JSON (server_metrics); default: the target origin's /metrics when it answers; off: none")
+	fs.DurationVar(&o.Interval, "server-metrics-interval", scrape.DefaultInterval, "time between scrapes of --server-metrics")
+	fs.StringVar(&o.Token, "server-metrics-token", "", "bearer token for --server-metrics (default: $"+EnvAdminToken+", the admin token ragtail serve's\nadmin listener asks for when it is not on loopback); never written to the results")
 }
 
 // FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a
@@ -140,6 +145,7 @@ func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
 		"ragtail report merges the n sweep files point by point (needs --rates and --bisect=false)")
 	fs.StringVar(&o.StartAt, "start-at", "", "start the first point at this wall-clock time (RFC 3339 or Unix seconds) and each next one\n"+
 		"--warmup-duration + --point-duration + --drain-timeout + --pause + 1s later, so that several hosts run each point together")
+	o.ServerMetrics.registerFlags(fs, "each point")
 }
 
 // FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a

@@ -35,7 +35,28 @@ const probeTimeout = 2 * time.Second
 // metricsScrape is a scrape under way, and whether it was warned about already.
 type metricsScrape struct {
 	*scrape.Scraper
+	cfg    scrape.Config
 	warned bool
+}
+
+// again returns a new scrape of the same endpoint, for the next point of a sweep: a Scraper
+// runs once.
+func (s *metricsScrape) again() (*metricsScrape, error) {
+	sc, err := scrape.New(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &metricsScrape{Scraper: sc, cfg: s.cfg, warned: s.warned}, nil
+}
+
+// indent writes every line it is given behind two spaces, as a sweep's point lines are.
+type indent struct{ w io.Writer }
+
+func (i indent) Write(p []byte) (int, error) {
+	if _, err := i.w.Write(append([]byte("  "), p...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // scraper returns the scrape of o for a target at targetURL, nil when there is none. A given
@@ -58,7 +79,8 @@ func (o ServerMetricsOptions) scraper(ctx context.Context, targetURL string, std
 	if token == "" {
 		token = os.Getenv(EnvAdminToken)
 	}
-	s, err := scrape.New(scrape.Config{URL: u, Interval: o.Interval, BearerToken: token})
+	cfg := scrape.Config{URL: u, Interval: o.Interval, BearerToken: token}
+	s, err := scrape.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--server-metrics: %w", err)
 	}
@@ -67,16 +89,16 @@ func (o ServerMetricsOptions) scraper(ctx context.Context, targetURL string, std
 	cancel()
 	switch {
 	case err == nil:
-		return &metricsScrape{Scraper: s}, nil
+		return &metricsScrape{Scraper: s, cfg: cfg}, nil
 	case errors.Is(err, scrape.ErrUnauthorized):
 		fmt.Fprintf(stderr, "warning: server metrics: %s: %v (give it with --server-metrics-token or $%s); scraping it during the run anyway\n", u, err, EnvAdminToken)
-		return &metricsScrape{Scraper: s, warned: true}, nil
+		return &metricsScrape{Scraper: s, cfg: cfg, warned: true}, nil
 	case auto:
 		fmt.Fprintf(stderr, "server metrics: none at %s (%v); --server-metrics URL names the endpoint (ragtail serve: its admin /metrics)\n", u, err)
 		return nil, nil
 	default:
 		fmt.Fprintf(stderr, "warning: server metrics: %s: %v; scraping it during the run anyway (the run does not depend on it)\n", u, err)
-		return &metricsScrape{Scraper: s, warned: true}, nil
+		return &metricsScrape{Scraper: s, cfg: cfg, warned: true}, nil
 	}
 }
 

@@ -36,6 +36,9 @@ type SweepOptions struct {
 	// run together; StartAt (RFC 3339 or Unix seconds) is the instant the first point starts
 	// on every host, and point k starts pointPeriod later than point k-1.
 	Segment, StartAt string
+	// ServerMetrics is the scrape of the target's Prometheus endpoint during each point; each
+	// point's result has its own server_metrics.
+	ServerMetrics ServerMetricsOptions
 }
 
 // pointSlack is the time a point's period leaves beyond its sending, drain and pause, for
@@ -129,10 +132,17 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	if err := o.Load.Preflight(ctx, c); err != nil {
 		return err
 	}
+	if err := o.ServerMetrics.validate(); err != nil {
+		return err
+	}
+	ms, err := o.ServerMetrics.scraper(ctx, o.Load.URL, stderr)
+	if err != nil {
+		return err
+	}
 
 	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
 	defer release()
-	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop, seg: seg, start: start}
+	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop, seg: seg, start: start, scrape: ms}
 	ctx = runCtx
 	var benches []*report.Bench
 	interrupted := false
@@ -304,8 +314,9 @@ type sweeper struct {
 	slo    *report.PercentileSLO
 	stop   <-chan struct{} // closed by a first Ctrl-C: the point drains and the sweep ends
 	seg    *loadgen.SegmentOf
-	start  time.Time // of the first point, when hosts send the sweep together; else zero
-	k      int       // the ladder's point being run
+	start  time.Time      // of the first point, when hosts send the sweep together; else zero
+	k      int            // the ladder's point being run
+	scrape *metricsScrape // of the server's metrics, for the next point; nil for none
 }
 
 // pointStart is when point k starts: zero (as soon as it can) for a sweep of one host. A point
@@ -359,10 +370,24 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *s.seg, s.o.PointPrompts, s.o.Load.WarmupDuration), 0
 		fmt.Fprintf(s.stderr, "  segment %s of schedule %s\n", s.seg, hash)
 	}
+	ms := s.scrape
+	if ms != nil {
+		// A Scraper runs once: the next point (or probe) scrapes with a fresh one.
+		if s.scrape, err = ms.again(); err != nil {
+			return nil, err
+		}
+		at := start
+		if at.IsZero() {
+			at = time.Now()
+		}
+		ms.start(ctx, at)
+	}
 	res, b, err := measure(ctx, cfg, s.ropts, nil)
 	if err != nil {
+		ms.stop(ctx, nil, io.Discard)
 		return nil, err
 	}
+	ms.stop(ctx, b, indent{s.stderr})
 	noteCap(s.stderr, res)
 	line := fmt.Sprintf("  achieved %.2f req/s, %d done, %d failed", b.RequestThroughput, b.Completed, b.Failed)
 	if h := b.Histograms[report.MetricE2EL]; h != nil && h.Count() > 0 {
