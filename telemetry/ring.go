@@ -28,9 +28,9 @@ type Ring struct {
 	recentCap, slowCap, maxSpans, pendingCap int
 
 	mu           sync.Mutex
-	pending      map[trace.TraceID][]sdktrace.ReadOnlySpan // spans of traces whose root has not ended
-	pendingOrder []trace.TraceID                           // FIFO of pending ids, for eviction; may hold completed ids
-	recent       []*Trace                                  // circular, newest at recent[(next-1) % cap]
+	pending      map[trace.TraceID]*Trace // traces whose root has not ended: Spans only
+	pendingOrder []trace.TraceID          // FIFO of pending ids, for eviction; may hold completed ids
+	recent       []*Trace                 // circular, newest at recent[(next-1) % cap]
 	next         int
 	slow         slowHeap
 	kept         map[trace.TraceID]*Trace // every trace in recent or slow
@@ -58,7 +58,8 @@ type Trace struct {
 	Dropped  int // spans not kept because the trace had RingMaxSpans
 
 	inRecent, inSlow bool
-	firstRoot        [1]sdktrace.ReadOnlySpan // Roots' backing array until a second root joins
+	firstRoot        [1]sdktrace.ReadOnlySpan            // Roots' backing array until a second root joins
+	spanBuf          [pendingSpans]sdktrace.ReadOnlySpan // Spans' backing array until it outgrows it
 }
 
 // NewRing returns a Ring keeping recent traces, slowest traces apart from them, and at most
@@ -75,7 +76,7 @@ func NewRing(recent, slowest, maxSpans int) *Ring {
 	}
 	return &Ring{
 		recentCap: recent, slowCap: slowest, maxSpans: maxSpans, pendingCap: DefaultRingPending,
-		pending: make(map[trace.TraceID][]sdktrace.ReadOnlySpan),
+		pending: make(map[trace.TraceID]*Trace),
 		recent:  make([]*Trace, recent),
 		kept:    make(map[trace.TraceID]*Trace, recent+slowest),
 	}
@@ -86,42 +87,52 @@ var _ sdktrace.SpanProcessor = (*Ring)(nil)
 // OnStart implements sdktrace.SpanProcessor; the ring looks at spans only when they end.
 func (r *Ring) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
-// OnEnd implements sdktrace.SpanProcessor.
+// OnEnd implements sdktrace.SpanProcessor. A span of a trace still pending costs one map
+// lookup and an append; a trace costs one allocation, its Trace with room for its first
+// pendingSpans spans, which the trace keeps when its root ends.
 func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() {
+	sc := s.SpanContext()
+	if !sc.IsSampled() {
 		return
 	}
-	id := s.SpanContext().TraceID()
+	id := sc.TraceID()
 	parent := s.Parent()
 	isRoot := !parent.IsValid() || parent.IsRemote()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t, ok := r.kept[id]; ok && !isRoot {
-		// A straggler of a completed trace.
-		if len(t.Spans) < r.maxSpans {
-			t.Spans = append(t.Spans, s)
-			r.stats.Spans++
-		} else {
-			t.Dropped++
-			r.stats.DroppedSpans++
-		}
-		return
-	}
-	spans, pending := r.pending[id]
+	p, pending := r.pending[id]
 	if !isRoot {
-		if !pending {
-			r.evictPending()
-			spans = make([]sdktrace.ReadOnlySpan, 0, 16)
-			r.pendingOrder = append(r.pendingOrder, id)
+		if pending {
+			if len(p.Spans) < r.maxSpans-1 { // keep room for the root
+				p.Spans = append(p.Spans, s)
+				r.stats.Spans++
+			} else {
+				r.stats.DroppedSpans++
+			}
+			return
 		}
-		if len(spans) < r.maxSpans-1 { // keep room for the root
-			spans = append(spans, s)
+		if t, ok := r.kept[id]; ok {
+			// A straggler of a completed trace, or a span of a further request within it.
+			if len(t.Spans) < r.maxSpans {
+				t.Spans = append(t.Spans, s)
+				r.stats.Spans++
+			} else {
+				t.Dropped++
+				r.stats.DroppedSpans++
+			}
+			return
+		}
+		r.evictPending()
+		p = newTrace(id)
+		if r.maxSpans > 1 {
+			p.Spans = append(p.Spans, s)
 			r.stats.Spans++
 		} else {
 			r.stats.DroppedSpans++
 		}
-		r.pending[id] = spans
+		r.pending[id] = p
+		r.pendingOrder = append(r.pendingOrder, id)
 		return
 	}
 	if pending {
@@ -130,19 +141,38 @@ func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
 	r.stats.Traces++
 	if t, ok := r.kept[id]; ok {
 		// Another request of a trace already kept: its subtree joins the trace.
+		var spans []sdktrace.ReadOnlySpan
+		if pending {
+			spans = p.Spans
+		}
 		r.join(t, s, spans)
 		return
 	}
-	t := &Trace{ID: id, Root: s, Duration: s.EndTime().Sub(s.StartTime())}
+	t := p
+	if !pending {
+		t = newTrace(id)
+	}
+	t.Root, t.Duration = s, s.EndTime().Sub(s.StartTime())
 	t.firstRoot[0] = s
 	t.Roots = t.firstRoot[:]
-	t.Spans = append(spans, s)
+	t.Spans = append(t.Spans, s)
 	r.stats.Spans++
 	r.addRecent(t)
 	r.addSlow(t)
 	if t.inRecent || t.inSlow {
 		r.kept[id] = t
 	}
+}
+
+// pendingSpans is how many spans a Trace holds before its span slice needs an allocation of
+// its own: a request of ragtail's pipeline makes 10 or 11.
+const pendingSpans = 16
+
+// newTrace returns an empty trace with room for pendingSpans spans.
+func newTrace(id trace.TraceID) *Trace {
+	t := &Trace{ID: id}
+	t.Spans = t.spanBuf[:0]
+	return t
 }
 
 // join adds a further local root of t, and the spans of its subtree that ended before it, to t,

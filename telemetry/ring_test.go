@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag/ragconv"
@@ -332,4 +333,31 @@ func BenchmarkRingTrace(b *testing.B) {
 		rootTrace(tr, epoch.Add(time.Duration(i)), time.Duration(i%1000)*time.Microsecond, 10)
 	}
 	_ = r
+}
+
+// BenchmarkRingOnEnd is the ring's own share of a trace's cost: ten children and a root, as a
+// request of the pipeline makes, handed to OnEnd as ready snapshots, so that the SDK's work
+// (starting, attributing and snapshotting the spans) is left out.
+func BenchmarkRingOnEnd(b *testing.B) {
+	const traces, children = 4096, 10
+	spans := make([][]sdktrace.ReadOnlySpan, traces)
+	for i := range spans {
+		tid := trace.TraceID{0: 1, 8: byte(i), 9: byte(i >> 8)}
+		root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{0: 1}, TraceFlags: trace.FlagsSampled})
+		for c := range children {
+			sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{0: 2, 1: byte(c)}, TraceFlags: trace.FlagsSampled})
+			spans[i] = append(spans[i], tracetest.SpanStub{Name: "child", SpanContext: sc, Parent: root, StartTime: epoch, EndTime: epoch.Add(time.Microsecond)}.Snapshot())
+		}
+		spans[i] = append(spans[i], tracetest.SpanStub{Name: "root", SpanContext: root, StartTime: epoch, EndTime: epoch.Add(time.Millisecond)}.Snapshot())
+	}
+	r := NewRing(DefaultRingRecent, DefaultRingSlowest, DefaultRingMaxSpans)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%traces == 0 {
+			r.Reset() // every trace id is new to the ring again
+		}
+		for _, s := range spans[i%traces] {
+			r.OnEnd(s)
+		}
+	}
 }
