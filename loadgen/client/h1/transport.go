@@ -59,6 +59,9 @@ var ErrHeaderTooLarge = errors.New("h1: response headers too large")
 // ErrUnsupportedScheme is returned for a request whose URL is not http://.
 var ErrUnsupportedScheme = errors.New("h1: only http:// URLs are supported (send https:// through net/http)")
 
+// errInvalidRequest marks a request that cannot be written as it is: no new connection helps.
+var errInvalidRequest = errors.New("h1: invalid request")
+
 // errBodyClosed is returned by a Body read after Close.
 var errBodyClosed = errors.New("h1: read on closed response body")
 
@@ -224,8 +227,8 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
-	addr := hostPort(req.URL)
-	h := t.host(addr)
+	h := t.host(req.URL)
+	addr := h.addr
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -266,7 +269,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, tr
 	c.nread = 0
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
-		retry := c.reused && c.nread == 0
+		retry := c.reused && c.nread == 0 && !errors.Is(err, errInvalidRequest)
 		t.closeConn(c)
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
@@ -312,13 +315,13 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-// host returns the pool of addr.
-func (t *Transport) host(addr string) *host {
+// host returns the pool of u's host, keyed by the URL's host as written (no allocation).
+func (t *Transport) host(u *url.URL) *host {
 	t.mu.Lock()
-	h := t.hosts[addr]
+	h := t.hosts[u.Host]
 	if h == nil {
-		h = &host{addr: addr}
-		t.hosts[addr] = h
+		h = &host{addr: hostPort(u)}
+		t.hosts[u.Host] = h
 	}
 	t.mu.Unlock()
 	return h
@@ -508,14 +511,14 @@ func (t *Transport) writeRequest(c *conn, req *http.Request, closeReq bool, trac
 		method = http.MethodGet
 	}
 	if !validMethod(method) {
-		return fmt.Errorf("h1: invalid method %q", method)
+		return fmt.Errorf("%w: method %q", errInvalidRequest, method)
 	}
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	if !validValue(host) {
-		return fmt.Errorf("h1: invalid Host %q", host)
+		return fmt.Errorf("%w: Host %q", errInvalidRequest, host)
 	}
 	buf.WriteString(method)
 	buf.WriteByte(' ')
@@ -529,11 +532,11 @@ func (t *Transport) writeRequest(c *conn, req *http.Request, closeReq bool, trac
 			continue // framed by the transport
 		}
 		if !validName(k) {
-			return fmt.Errorf("h1: invalid header name %q", k)
+			return fmt.Errorf("%w: header name %q", errInvalidRequest, k)
 		}
 		for _, v := range vs {
 			if !validValue(v) {
-				return fmt.Errorf("h1: invalid value of header %s", k)
+				return fmt.Errorf("%w: value of header %s", errInvalidRequest, k)
 			}
 			buf.WriteString(k)
 			buf.WriteString(": ")

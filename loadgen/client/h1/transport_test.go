@@ -646,12 +646,12 @@ func TestRejects(t *testing.T) {
 			r := newRequest(t, "GET", srv.URL, nil)
 			r.Header["X-A"] = []string{"a\r\nX-Injected: 1"}
 			return r
-		}, want: "invalid value"},
+		}, want: "invalid request: value"},
 		{name: "bad header name", req: func() *http.Request {
 			r := newRequest(t, "GET", srv.URL, nil)
 			r.Header["Bad Name"] = []string{"a"}
 			return r
-		}, want: "invalid header name"},
+		}, want: "invalid request: header name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
