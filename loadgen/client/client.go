@@ -17,6 +17,10 @@
 // last chunk's "server_timing" field (ragtail puts it in all three). When the server reports its
 // clock in a response header, the client estimates the offset between the two clocks.
 //
+// Requests to http:// targets go through package h1's transport by default, whose round trip
+// runs on the caller's goroutine; https:// and proxied targets, and every target with
+// WithHTTPClient(HTTPClientNetHTTP), go through net/http's.
+//
 // With WithTracerProvider every request is also an OpenTelemetry client span whose context is
 // the traceparent sent, so the server's spans hang under it.
 //
@@ -319,8 +323,8 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
 		defer cancel()
 	}
-	// One allocation holds the trace hooks' state; the transport calls the hooks from its own
-	// goroutines, possibly after Do returned, so the state is never reused.
+	// One allocation holds the trace hooks' state; net/http's transport calls the hooks from its
+	// own goroutines, possibly after Do returned, so the state is never reused.
 	tm := &timing{origin: origin}
 	tm.trace.WroteRequest = tm.wroteRequest
 	tm.trace.GotFirstResponseByte = tm.gotFirstResponseByte
