@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,9 @@ type Load struct {
 	ExtraBody         string        // JSON object of extra body fields
 	Headers           Headers
 	Seed              uint64
+	// HTTPClient is the HTTP client for http:// targets: client.HTTPClientH1 or
+	// client.HTTPClientNetHTTP ("" for the client's default, h1).
+	HTTPClient string
 
 	Shape      string  // arrival process, as shape.ParseProcess reads it, or "article"
 	Burstiness float64 // gamma shape of the gaps
@@ -111,6 +115,9 @@ func (h *Headers) Set(s string) error {
 // NewClient builds the HTTP client of o, asking the server for its model when none was given.
 func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.Client, error) {
 	opts := []client.Option{client.WithStream(o.Stream), client.WithTimeout(o.Timeout)}
+	if o.HTTPClient != "" {
+		opts = append(opts, client.WithHTTPClient(o.HTTPClient))
+	}
 	key := o.APIKey
 	if key == "" {
 		key = os.Getenv("OPENAI_API_KEY")
@@ -818,6 +825,8 @@ func (o *Load) validate() error {
 		return fmt.Errorf("--embed-batch must be between 1 and %d", shape.MaxEmbeddingBatch)
 	case o.EmbedBatch > 1 && !o.isEmbeddings():
 		return errors.New("--embed-batch applies to an embeddings endpoint: give an /embeddings --url (e.g. http://host:8080/v1/embeddings)")
+	case o.HTTPClient != "" && !slices.Contains(client.HTTPClients, o.HTTPClient):
+		return fmt.Errorf("--http-client %q: want %s", o.HTTPClient, strings.Join(client.HTTPClients, " or "))
 	}
 	return nil
 }

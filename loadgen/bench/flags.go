@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/client"
 	"github.com/ragtail/ragtail/loadgen/scrape"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
@@ -27,6 +28,7 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "limit on each request, connecting included (0: none)")
 	fs.StringVar(&o.ExtraBody, "extra-body", "", `JSON object of extra body fields, e.g. '{"rag":{"coupling":"async"}}' or '{"ignore_eos":true}'`)
 	fs.Var(&o.Headers, "header", "extra request header \"Name: value\" (repeatable)")
+	fs.StringVar(&o.HTTPClient, "http-client", client.HTTPClientH1, "HTTP client of http:// targets: h1 (a lean HTTP/1.1 transport, no goroutines per connection) or\nnet/http (Go's standard transport); https:// and proxied targets always use net/http")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of arrivals and prompts: the same seed sends the same load")
 
 	fs.StringVar(&o.Shape, "shape", "poisson", "arrival process: poisson, gamma (with --burstiness), constant, ramp:FROM,TO,DURATION,\nstep:RATE@DURATION,..., or article (Zipf popularity, rank-grown context, Poisson bursts)")

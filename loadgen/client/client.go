@@ -17,6 +17,10 @@
 // last chunk's "server_timing" field (ragtail puts it in all three). When the server reports its
 // clock in a response header, the client estimates the offset between the two clocks.
 //
+// Requests to http:// targets go through package h1's transport by default, whose round trip
+// runs on the caller's goroutine; https:// and proxied targets, and every target with
+// WithHTTPClient(HTTPClientNetHTTP), go through net/http's.
+//
 // With WithTracerProvider every request is also an OpenTelemetry client span whose context is
 // the traceparent sent, so the server's spans hang under it.
 //
@@ -44,6 +48,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/client/h1"
 )
 
 var _ loadgen.Doer = (*Client)(nil)
@@ -60,6 +65,7 @@ type Client struct {
 	auth        []string // the Authorization header value, if an API key is set
 	clock       clockEstimator
 	readers     sync.Pool
+	transport   string // HTTPClientH1 or HTTPClientNetHTTP; "" for one given by WithTransport
 }
 
 type config struct {
@@ -73,7 +79,8 @@ type config struct {
 	header       http.Header
 	timeout      time.Duration
 	transport    http.RoundTripper
-	maxConns     int // MaxConnsPerHost of the default transport; 0 for no limit
+	maxConns     int    // MaxConnsPerHost of the default transport; 0 for no limit
+	httpClient   string // HTTPClientH1 or HTTPClientNetHTTP: the default transport's kind
 	clockHeaders []string
 	tracing      *tracing // client spans (see WithTracerProvider); nil for none
 }
@@ -130,10 +137,29 @@ func WithHeader(key, value string) Option {
 // request over it ends with loadgen.ErrKindTimeout. 0 (the default) sets no bound.
 func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.timeout = d }) }
 
-// WithTransport replaces the HTTP transport. The default keeps any number of connections open
-// to the target and does not ask for compression.
+// WithTransport replaces the HTTP transport. The default (see WithHTTPClient) keeps any number
+// of connections open to the target and does not ask for compression.
 func WithTransport(rt http.RoundTripper) Option {
 	return optionFunc(func(c *config) { c.transport = rt })
+}
+
+// The HTTP clients WithHTTPClient chooses from.
+const (
+	// HTTPClientH1 is the lean HTTP/1.1 transport of package h1 for http:// targets reached
+	// without a proxy (the default): a round trip on the caller's goroutine, no goroutines per
+	// connection. https:// and proxied targets still go through net/http.
+	HTTPClientH1 = "h1"
+	// HTTPClientNetHTTP is net/http's Transport (NewTransport) for every target.
+	HTTPClientNetHTTP = "net/http"
+)
+
+// HTTPClients lists the values WithHTTPClient accepts.
+var HTTPClients = []string{HTTPClientH1, HTTPClientNetHTTP}
+
+// WithHTTPClient chooses the default transport: HTTPClientH1 (the default) or
+// HTTPClientNetHTTP. New rejects other names. It does not apply with WithTransport.
+func WithHTTPClient(name string) Option {
+	return optionFunc(func(c *config) { c.httpClient = name })
 }
 
 // WithMaxConns limits the default transport to n connections to the target (0: no limit),
@@ -188,17 +214,20 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := config{stream: true, streamUsage: true, header: http.Header{}, clockHeaders: DefaultClockHeaders}
+	cfg := config{stream: true, streamUsage: true, header: http.Header{}, clockHeaders: DefaultClockHeaders, httpClient: HTTPClientH1}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	var transportName string
 	if cfg.transport == nil {
-		t := NewTransport()
-		t.MaxConnsPerHost = cfg.maxConns
-		cfg.transport = t
+		cfg.transport, transportName, err = defaultTransport(u, cfg, http.ProxyFromEnvironment)
+		if err != nil {
+			return nil, err
+		}
 	}
 	c := &Client{
 		cfg:         cfg,
+		transport:   transportName,
 		url:         u.String(),
 		origin:      u.Scheme + "://" + u.Host,
 		completions: strings.HasSuffix(u.Path, "/completions") && !strings.HasSuffix(u.Path, "/chat/completions"),
@@ -223,7 +252,29 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// NewTransport returns the transport New uses by default: connections kept for reuse without a
+// defaultTransport returns the transport cfg asks for to reach u, and its name: h1's for a
+// plaintext target that proxy (the environment's settings) reaches without a proxy, else
+// net/http's.
+func defaultTransport(u *url.URL, cfg config, proxy func(*http.Request) (*url.URL, error)) (http.RoundTripper, string, error) {
+	switch cfg.httpClient {
+	case HTTPClientH1:
+		if p, err := proxy(&http.Request{URL: u}); u.Scheme == "http" && err == nil && p == nil {
+			return h1.New(h1.WithMaxConns(cfg.maxConns)), HTTPClientH1, nil
+		}
+	case HTTPClientNetHTTP:
+	default:
+		return nil, "", fmt.Errorf("http client %q: want one of %s", cfg.httpClient, strings.Join(HTTPClients, ", "))
+	}
+	t := NewTransport()
+	t.MaxConnsPerHost = cfg.maxConns
+	return t, HTTPClientNetHTTP, nil
+}
+
+// HTTPClient returns the kind of transport the client sends with: HTTPClientH1 or
+// HTTPClientNetHTTP, or "" for one given by WithTransport.
+func (c *Client) HTTPClient() string { return c.transport }
+
+// NewTransport returns net/http's transport as New uses it (see WithHTTPClient): connections kept for reuse without a
 // per-host limit (a load generator must not queue behind its own pool), no compression asked
 // for (servers that compress an event stream delay its events), and the proxy from the
 // environment.
@@ -272,8 +323,8 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
 		defer cancel()
 	}
-	// One allocation holds the trace hooks' state; the transport calls the hooks from its own
-	// goroutines, possibly after Do returned, so the state is never reused.
+	// One allocation holds the trace hooks' state; net/http's transport calls the hooks from its
+	// own goroutines, possibly after Do returned, so the state is never reused.
 	tm := &timing{origin: origin}
 	tm.trace.WroteRequest = tm.wroteRequest
 	tm.trace.GotFirstResponseByte = tm.gotFirstResponseByte

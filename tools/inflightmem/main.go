@@ -4,7 +4,7 @@
 // flight; it then runs the generator's open loop against it, as bench does, and reports the peak
 // RSS and the heap and stack memory in use when the most requests were in flight.
 //
-//	go run ./tools/inflightmem -rate 10000 -n 100000 -stall 150ms
+//	go run ./tools/inflightmem -rate 10000 -n 100000 -stall 150ms [-http-client net/http]
 package main
 
 import (
@@ -37,6 +37,7 @@ func main() {
 	n := flag.Int("n", 100000, "requests to send")
 	stall := flag.Duration("stall", 150*time.Millisecond, "how long the server stalls once (0: never)")
 	stallAt := flag.Int("stall-at", 20000, "the request the server stalls at")
+	httpClient := flag.String("http-client", client.HTTPClientH1, "the client's HTTP transport: h1 or net/http")
 	profile := flag.String("profile", "", "write heap and goroutine profiles to PREFIX.heap and PREFIX.goroutine when the most requests are in flight")
 	flag.Parse()
 	if *profile != "" {
@@ -46,7 +47,7 @@ func main() {
 	if *serve {
 		err = runServer(*stall, *stallAt)
 	} else {
-		err = measure(*rate, *n, *stall, *stallAt, *profile)
+		err = measure(*rate, *n, *stall, *stallAt, *httpClient, *profile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "inflightmem:", err)
@@ -134,13 +135,13 @@ type sample struct {
 	goroutines         int
 }
 
-func measure(rate float64, n int, stall time.Duration, stallAt int, profile string) error {
+func measure(rate float64, n int, stall time.Duration, stallAt int, httpClient, profile string) error {
 	url, stop, err := startServer(stall, stallAt)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	c, err := client.New(url, client.WithMaxConns(loadgen.DefaultMaxInFlight()))
+	c, err := client.New(url, client.WithMaxConns(loadgen.DefaultMaxInFlight()), client.WithHTTPClient(httpClient))
 	if err != nil {
 		return err
 	}
@@ -203,6 +204,7 @@ func measure(rate float64, n int, stall time.Duration, stallAt int, profile stri
 	if err != nil {
 		return err
 	}
+	fmt.Printf("http client %s\n", c.HTTPClient())
 	fmt.Printf("requests %d in %.1f s: %d ok, %d failed, %d waited for the cap of %d\n",
 		n, wall.Seconds(), ok.Load(), failed.Load(), res.SlotWaits, res.Config.InFlightCap)
 	fmt.Printf("peak RSS %.1f MB\n", float64(hwm)/1e6)

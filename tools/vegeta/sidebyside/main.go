@@ -12,7 +12,9 @@
 //     went out. ragtail records it per request; vegeta's is reconstructed from its results
 //     (timestamp against seq/rate, the attack's start taken from the least late request, so a
 //     lower bound);
-//   - peak RSS at the fixed rate: each generator's own (VmHWM, see run).
+//   - peak RSS at the fixed rate: each generator's own (VmHWM, see run);
+//   - with -net-http (the default), the same CPU, top-rate and send-lag rows for ragtail
+//     --http-client net/http, its standard-library transport, in phases of their own.
 //
 // make bench builds vegeta from its Go module (this module's tool) and runs this.
 package main
@@ -45,6 +47,7 @@ func main() {
 	rate := flag.Float64("rate", 10000, "the fixed rate of the CPU measurement, req/s")
 	lagRate := flag.Float64("lag-rate", 2000, "the rate of the send-lag measurement, req/s")
 	users := flag.Int("users", 32, "closed-loop users of the top-rate measurement")
+	netHTTP := flag.Bool("net-http", true, "add rows for ragtail with --http-client net/http (its standard-library transport)")
 	flag.Parse()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,7 +69,9 @@ func main() {
 	h := &harness{ragtail: *ragtail, vegeta: *vegeta, url: url, dir: dir, phase: *phase}
 
 	var oursCPU, oursDetailed, theirsCPU, oursTop, theirsTop measure
-	var oursLag, theirsLag []time.Duration
+	var oursLag, theirsLag, stdLag []time.Duration
+	var stdCPU, stdTop measure
+	std := []string{"--http-client", "net/http"}
 	for r := range *rounds {
 		log.Printf("round %d of %d", r+1, *rounds)
 		oursCPU.add(h.ragtailRun(false, "--request-rate", fmt.Sprint(*rate), "--shape", "constant"))
@@ -78,9 +83,16 @@ func main() {
 		oursLag = append(oursLag, m.lags...)
 		m = h.vegetaRun(*lagRate, 0)
 		theirsLag = append(theirsLag, m.lags...)
+		if *netHTTP {
+			stdCPU.add(h.ragtailRun(false, append(std, "--request-rate", fmt.Sprint(*rate), "--shape", "constant")...))
+			stdTop.add(h.ragtailRun(false, append(std, "--concurrency", fmt.Sprint(*users))...))
+			m = h.ragtailRun(true, append(std, "--request-rate", fmt.Sprint(*lagRate), "--shape", "constant")...)
+			stdLag = append(stdLag, m.lags...)
+		}
 	}
 	slices.Sort(oursLag)
 	slices.Sort(theirsLag)
+	slices.Sort(stdLag)
 
 	fmt.Printf("\nragtail vs vegeta v12.13.0, side by side on one machine (%d phases of %s each)\n", *rounds, *phase)
 	fmt.Printf("%-44s %12s %12s %8s\n", "", "ragtail", "vegeta", "ratio")
@@ -94,6 +106,15 @@ func main() {
 	fmt.Printf("%-44s %12.3f %12.3f\n", fmt.Sprintf("send lag P99 at %g req/s (ms)", *lagRate), ms(quantile(oursLag, 0.99)), ms(quantile(theirsLag, 0.99)))
 	fmt.Printf("%-44s %12.1f %12.1f\n", "peak RSS at the fixed rate (MB)", oursCPU.peakMB(), theirsCPU.peakMB())
 	fmt.Printf("%-44s %12.1f %12.1f\n", "  ragtail with --save-detailed (MB)", oursDetailed.peakMB(), theirsCPU.peakMB())
+	if *netHTTP {
+		fmt.Printf("ragtail --http-client net/http (its standard-library transport) against the same vegeta phases\n")
+		fmt.Printf("%-44s %12.1f %12.1f %8.2f\n", fmt.Sprintf("CPU per request at %g req/s (us)", *rate),
+			stdCPU.cpuPerRequest(), theirsCPU.cpuPerRequest(), stdCPU.cpuPerRequest()/theirsCPU.cpuPerRequest())
+		fmt.Printf("%-44s %12.0f %12.0f %8.2f\n", fmt.Sprintf("top rate, %d closed-loop users (req/s)", *users), stdTop.rate(), theirsTop.rate(), stdTop.rate()/theirsTop.rate())
+		fmt.Printf("%-44s %12.3f %12.3f\n", fmt.Sprintf("send lag P50 at %g req/s (ms)", *lagRate), ms(quantile(stdLag, 0.5)), ms(quantile(theirsLag, 0.5)))
+		fmt.Printf("%-44s %12.3f %12.3f\n", fmt.Sprintf("send lag P99 at %g req/s (ms)", *lagRate), ms(quantile(stdLag, 0.99)), ms(quantile(theirsLag, 0.99)))
+		fmt.Printf("%-44s %12.1f %12.1f\n", "peak RSS at the fixed rate (MB)", stdCPU.peakMB(), theirsCPU.peakMB())
+	}
 }
 
 type harness struct {
