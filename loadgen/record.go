@@ -174,6 +174,9 @@ type RunInfo struct {
 	Temperature *float64 `json:"temperature,omitempty"` // nil: the server's default
 	Version     string   `json:"version,omitempty"`
 	Command     string   `json:"command,omitempty"` // shell-quoted, secrets redacted
+	// HTTPClient names the HTTP transport the requests went through ("h1", "net/http"); empty
+	// when the caller did not say.
+	HTTPClient string `json:"http_client,omitempty"`
 }
 
 // NewRunInfo starts the description of a run for the reports: the target url, the model sent
@@ -194,6 +197,12 @@ func (i RunInfo) WithLimits(concurrency, numPrompts, maxTokens int) RunInfo {
 // WithBurstiness sets the gamma shape of the gaps (1 is Poisson; 0 when it does not apply).
 func (i RunInfo) WithBurstiness(b float64) RunInfo {
 	i.Burstiness = b
+	return i
+}
+
+// WithHTTPClient records the HTTP transport the requests go through.
+func (i RunInfo) WithHTTPClient(name string) RunInfo {
+	i.HTTPClient = bound(name)
 	return i
 }
 

@@ -97,6 +97,9 @@ func TestBenchArticleCommandLine(t *testing.T) {
 	if cfg["model"] != "ragtail-tiny" || cfg["concurrency"] != 32.0 || cfg["request_rate"] != "inf" || cfg["max_tokens"] != 512.0 {
 		t.Errorf("config %v: want the model from /v1/models, 32 closed-loop users, max_tokens 512", cfg)
 	}
+	if cfg["http_client"] != "h1" {
+		t.Errorf("config.http_client = %v, want h1, the default for an http:// target", cfg["http_client"])
+	}
 	if ci, _ := r["p50_e2el_ms_ci"].([]any); len(ci) != 2 {
 		t.Errorf("p50_e2el_ms_ci = %v", r["p50_e2el_ms_ci"])
 	}

@@ -639,7 +639,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		NumItems: o.NumPrompts, Duration: o.Duration, DrainTimeout: o.Load.drain(),
 		Warmup: o.Load.Warmup, WarmupDuration: o.Load.WarmupDuration, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info:             o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(hash, seg),
+		Info:             o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(hash, seg).WithHTTPClient(c.HTTPClient()),
 		SessionStepLimit: sessionPatience(ropts),
 	}
 	if seg != nil {

@@ -358,7 +358,7 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		NumItems: s.o.PointPrompts, Duration: s.o.PointDuration, DrainTimeout: s.o.Load.drain(),
 		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts),
+		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts).WithHTTPClient(s.c.HTTPClient()),
 	}
 	if s.seg != nil {
 		hash, err := s.o.Load.scheduleHash(rate, concurrency, s.o.PointPrompts, s.o.PointDuration)

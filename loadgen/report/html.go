@@ -611,6 +611,7 @@ func benchSettings(b *Bench) []setting {
 	}
 	rows = append(rows, setting{"interrupted", fmt.Sprint(c.Interrupted)})
 	rows = append(rows, summarySettings(b)...)
+	rows = append(rows, setting{"http client", orNotRecorded(c.HTTPClient)})
 	rows = append(rows, setting{"version", orNotRecorded(c.Version)}, setting{"command", orNotRecorded(c.Command)})
 	for _, s := range b.Sources {
 		rows = append(rows, setting{"source", s})

@@ -231,6 +231,7 @@ type configJSON struct {
 	Temperature  *jnum        `json:"temperature,omitempty"`
 	Version      string       `json:"version,omitempty"`
 	Command      string       `json:"command,omitempty"`
+	HTTPClient   string       `json:"http_client,omitempty"`
 }
 
 type segmentJSON struct {
@@ -243,7 +244,7 @@ func configObject(c loadgen.RunInfo) configJSON {
 		URL: c.URL, Model: c.Model, Shape: c.Shape, RequestRate: rate(c.RequestRate), Burstiness: jnum(sig(c.Burstiness)),
 		Concurrency: c.Concurrency, NumPrompts: c.NumPrompts, MaxTokens: c.MaxTokens, Seed: c.Seed,
 		ScheduleHash: c.ScheduleHash, Interrupted: c.Interrupted,
-		Dataset: c.Dataset, Stream: c.Stream, Version: c.Version, Command: c.Command,
+		Dataset: c.Dataset, Stream: c.Stream, Version: c.Version, Command: c.Command, HTTPClient: c.HTTPClient,
 	}
 	if c.Temperature != nil {
 		o.Temperature = realPtr(sig(*c.Temperature))
@@ -844,6 +845,7 @@ func decodeSettings(d *decodeError, o jobj, c *loadgen.RunInfo) {
 	d.boundedStr(o, "dataset", &c.Dataset, maxSettingBytes)
 	d.boundedStr(o, "version", &c.Version, maxSettingBytes)
 	d.boundedStr(o, "command", &c.Command, maxCommandBytes)
+	d.boundedStr(o, "http_client", &c.HTTPClient, maxSettingBytes)
 	if raw, ok := o.m["stream"]; ok && !isNull(raw) {
 		var v bool
 		if err := json.Unmarshal(raw, &v); err != nil {

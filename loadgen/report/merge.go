@@ -143,6 +143,9 @@ func mergeSettings(c *loadgen.RunInfo, o loadgen.RunInfo) {
 	if o.Version != c.Version {
 		c.Version = "(mixed)"
 	}
+	if o.HTTPClient != c.HTTPClient {
+		c.HTTPClient = "(mixed)"
+	}
 	if o.Stream == nil || c.Stream == nil || *o.Stream != *c.Stream {
 		c.Stream = nil
 	}
