@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/ragtail/ragtail/loadgen/bench"
 	"github.com/ragtail/ragtail/loadgen/client"
@@ -29,6 +31,7 @@ Example (the article's command, against ragtail llm-sim):
     --model meta-llama/Meta-Llama-3-8B-Instruct --concurrency 32 --num-prompts 200 \
     --max-tokens 512 --temperature 0.7 --json r.json`)
 	o.RegisterFlags(fs)
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator itself to this file (go tool pprof reads it), to see\nwhere its own time goes")
 	otlp := fs.String("otlp", "", "export one client span per request (service ragtail-bench, warmup included) to this OTLP receiver,\ne.g. http://127.0.0.1:4318 (gRPC on port 4317); default: $OTEL_EXPORTER_OTLP_ENDPOINT if set")
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		return err
@@ -40,5 +43,30 @@ Example (the article's command, against ragtail llm-sim):
 	defer spans.Shutdown(stderr)
 	o.ClientOptions = append(o.ClientOptions, client.WithTracerProvider(spans.Provider()))
 	o.FlagsParsed(fs)
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop(stderr)
+	}
 	return bench.Run(ctx, o, stdout, stderr)
+}
+
+// startCPUProfile profiles the process's CPU into path until stop is called.
+func startCPUProfile(path string) (stop func(stderr io.Writer), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func(stderr io.Writer) {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "ragtail: --cpuprofile %s: %v\n", path, err)
+		}
+	}, nil
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/ragtail/ragtail/rag/llmsim"
 )
 
@@ -271,5 +273,35 @@ func TestBenchInterrupted(t *testing.T) {
 	cfg, _ := r["config"].(map[string]any)
 	if cfg["interrupted"] != true || r["completed"].(float64) < 1 {
 		t.Errorf("config %v, completed %v", cfg, r["completed"])
+	}
+}
+
+// TestBenchCPUProfile: --cpuprofile writes a profile of the generator that pprof reads. Not
+// parallel: a process has one CPU profiler, and serve's continuous profiler in other tests
+// would take it.
+func TestBenchCPUProfile(t *testing.T) {
+	srv := startLLMSim(t, tinyProfile(t), llmsim.WithVirtualTime())
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--concurrency", "8",
+		"--num-prompts", "200", "--max-tokens", "16", "--quiet", "--cpuprofile", path}, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("the profile does not parse: %v", err)
+	}
+	if len(p.SampleType) == 0 || p.SampleType[0].Type != "samples" || p.DurationNanos <= 0 {
+		t.Errorf("sample types %v, duration %d ns: want a CPU profile", p.SampleType, p.DurationNanos)
+	}
+	var stdout2, stderr2 bytes.Buffer
+	err = run(context.Background(), []string{"bench", "--url", srv.URL, "--num-prompts", "1", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "p")}, &stdout2, &stderr2)
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Errorf("err = %v, want one naming --cpuprofile", err)
 	}
 }
