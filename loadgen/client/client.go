@@ -375,7 +375,10 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	if st := resp.Header.Values("Server-Timing"); len(st) > 0 {
 		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, st...)
 	}
-	c.clock.observe(resp.Header, c.cfg.clockHeaders, origin.Add(rec.Sent), origin.Add(rec.FirstByte))
+	// The server may stamp its clock while the request is still being written (on loopback
+	// the kernel delivers it within the write), so the sample's lower bound is the instant
+	// before the round trip, not the end of the write that rec.Sent is.
+	c.clock.observe(resp.Header, c.cfg.clockHeaders, origin.Add(before), origin.Add(rec.FirstByte))
 
 	body := io.Reader(resp.Body)
 	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
