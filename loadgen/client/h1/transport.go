@@ -416,10 +416,7 @@ func (t *Transport) putIdle(c *conn) {
 	h := c.host
 	_ = c.nc.SetDeadline(time.Time{})
 	t.mu.Lock()
-	if len(h.queue) > 0 {
-		w := h.queue[0]
-		h.queue[0] = nil
-		h.queue = h.queue[1:]
+	if w := h.popWaiter(); w != nil {
 		t.mu.Unlock()
 		w.ch <- c
 		return
@@ -445,6 +442,18 @@ func (t *Transport) putIdle(c *conn) {
 	}
 }
 
+// popWaiter removes and returns the first round trip waiting for a connection to h, or nil;
+// the Transport's lock is held.
+func (h *host) popWaiter() *waiter {
+	if len(h.queue) == 0 {
+		return nil
+	}
+	w := h.queue[0]
+	h.queue[0] = nil
+	h.queue = h.queue[1:]
+	return w
+}
+
 // closeConn closes c and frees its slot.
 func (t *Transport) closeConn(c *conn) {
 	_ = c.nc.Close()
@@ -454,10 +463,7 @@ func (t *Transport) closeConn(c *conn) {
 // releaseSlot frees a slot of h: the first waiter may dial in it.
 func (t *Transport) releaseSlot(h *host) {
 	t.mu.Lock()
-	if len(h.queue) > 0 {
-		w := h.queue[0]
-		h.queue[0] = nil
-		h.queue = h.queue[1:]
+	if w := h.popWaiter(); w != nil {
 		t.mu.Unlock()
 		w.ch <- nil
 		return
