@@ -273,7 +273,7 @@ func TestScanChunkModel(t *testing.T) {
 		if err := scanChunk([]byte(tt.in), &got); err != nil {
 			t.Fatalf("%s: %v", tt.in, err)
 		}
-		if m := serverTimingText(got.model); m != tt.want {
+		if m := unquoteJSON(got.model); m != tt.want {
 			t.Errorf("%s: model %q, want %q", tt.in, m, tt.want)
 		}
 	}

@@ -652,8 +652,8 @@ func rawMessage(raw []byte) string {
 	return string(raw)
 }
 
-// serverTimingText unquotes a raw JSON string of a chunk ("server_timing", "model").
-func serverTimingText(raw []byte) string {
+// unquoteJSON unquotes a raw JSON string of a chunk ("server_timing", "model"); "" if it is not one.
+func unquoteJSON(raw []byte) string {
 	if len(raw) < 2 {
 		return ""
 	}
@@ -721,10 +721,10 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 			return
 		}
 		if ch.serverTiming != nil {
-			rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
+			rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, unquoteJSON(ch.serverTiming))
 		}
 		if ch.model != nil && rec.ResponseModel == "" && c.cfg.tracing != nil {
-			rec.ResponseModel = truncateTo(serverTimingText(ch.model), maxAttrText)
+			rec.ResponseModel = truncateTo(unquoteJSON(ch.model), maxAttrText)
 		}
 		if ch.content {
 			tokens := 1
@@ -796,11 +796,11 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 		rec.CachedTokens, rec.ReasoningTokens = ch.cachedTokens, ch.reasoningTokens
 	}
 	if ch.serverTiming != nil {
-		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, serverTimingText(ch.serverTiming))
+		rec.ServerTiming = parseServerTimingInto(rec.ServerTiming, unquoteJSON(ch.serverTiming))
 	}
 	rec.Reasoned = ch.reasoning
 	if ch.model != nil && c.cfg.tracing != nil {
-		rec.ResponseModel = truncateTo(serverTimingText(ch.model), maxAttrText)
+		rec.ResponseModel = truncateTo(unquoteJSON(ch.model), maxAttrText)
 	}
 	if req.KeepAnswer {
 		rec.Answer = string(ch.appendText(nil, maxAnswerBytes))
