@@ -74,22 +74,25 @@ func (discardSink) Delta(rag.Delta) error            { return nil }
 // empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
 // built-in profiler left out (-telemetry.arms=spans,metrics,labels): a process has one CPU
 // profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's noise.
-var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,aa; empty: all but aa)")
+var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa; empty: all but aa)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
 // components are on.
 type benchArm struct {
 	name     string
-	tracing  bool // the SDK's spans, every one sampled into the ring
+	tracing  bool // spans, every one sampled into the ring
+	sdk      bool // with tracing: every span through the OTel SDK's own tracer (tel.TracerProvider.SDK())
 	metrics  bool // every metric, recorded through the SDK
 	labels   bool // the rag_stage (and, with spans, span_id) pprof labels
 	profiler bool // the continuous profiler, CPU and wall sampler, linking spans when tracing
 }
 
 // telemetryArms are the arms of BenchmarkPipelineTelemetry: off, each component on its own (the
-// ablation), and everything on. The components' losses need not add up to the loss of all:
-// span_id labels exist only with spans and labels, and the profiler's wall sampler parses the
-// labels of every goroutine it sees.
+// ablation), everything on, and everything on with every span through the OTel SDK's own tracer
+// instead of telemetry.TracerProvider (sdk: what the service recorded before TracerProvider, side
+// by side with all). The components' losses need not add up to the loss of all: span_id labels
+// exist only with spans and labels, and the profiler's wall sampler parses the labels of every
+// goroutine it sees.
 var telemetryArms = []benchArm{
 	{name: "off"},
 	{name: "spans", tracing: true},
@@ -97,6 +100,7 @@ var telemetryArms = []benchArm{
 	{name: "labels", labels: true},
 	{name: "profiler", profiler: true},
 	{name: "all", tracing: true, metrics: true, labels: true, profiler: true},
+	{name: "sdk", tracing: true, sdk: true, metrics: true, labels: true, profiler: true},
 }
 
 // aaArm is off again, run only when asked for: the spread of its loss around zero is what the
@@ -104,16 +108,17 @@ var telemetryArms = []benchArm{
 var aaArm = benchArm{name: "aa"}
 
 // BenchmarkPipelineTelemetry runs the pipeline with telemetry off (no-op providers, no pprof
-// labels, no profiler), with each telemetry component on its own (SDK spans, metrics, pprof
-// labels, the continuous profiler), and fully on (every trace sampled into the ring, every metric
-// recorded, the continuous profiler running with span labels), in interleaved phases within one
-// run, and reports each arm's loss of throughput against off in percent (loss_% for all,
-// loss_spans_% and so on for the components). Throughput is counted per second of the process's
+// labels, no profiler), with each telemetry component on its own (spans, metrics, pprof labels,
+// the continuous profiler), fully on (every trace sampled into the ring, every metric recorded,
+// the continuous profiler running with span labels), and fully on with the SDK's tracer (sdk), in
+// interleaved phases within one run, and reports each arm's loss of throughput against off in
+// percent (loss_% for all, loss_spans_%, loss_sdk_% and so on for the others). Throughput is counted per second of the process's
 // CPU time (req/cpu_s), which other processes on a shared machine do not disturb the way they
 // disturb wall-clock rates (reported too, as req/s, for off and all); each arm's ratio to off is
 // the median over ten rounds, each round running every arm once on the same number of requests
 // in an order that rotates and reverses from round to round, so that neither a burst of outside
-// load in one phase nor the position in a round decides it. The backends answer at once (no
+// load in one phase nor the position in a round decides it; each phase starts from a collected
+// heap, so that it pays for the collections its own garbage causes. The backends answer at once (no
 // simulated latency), so every microsecond telemetry costs shows. Two corpora: the service's
 // default one (the index search is most of a request's CPU, as in a real deployment where search
 // is remote and far slower still), and a tiny one, where a request does almost nothing but
@@ -148,7 +153,7 @@ func selectArms(list string) ([]benchArm, error) {
 		}
 		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
 		if i < 1 {
-			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all or aa", name)
+			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk or aa", name)
 		}
 		arms = append(arms, telemetryArms[i])
 	}
@@ -195,7 +200,11 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	build := func(a benchArm, prof *profile.Profiler) *pipeline.Pipeline {
 		opts := []pipeline.Option{pipeline.WithClock(tel.Now), pipeline.WithProfileLabels(a.labels)}
 		if a.tracing {
-			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tel.TracerProvider)))
+			var tp trace.TracerProvider = tel.TracerProvider
+			if a.sdk {
+				tp = tel.TracerProvider.SDK()
+			}
+			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tp)))
 		}
 		if a.metrics {
 			opts = append(opts, pipeline.WithMeterProvider(tel.MeterProvider))
@@ -273,6 +282,9 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 				}
 			}
 			p := build(a, prof)
+			// Each phase starts from a collected heap, so that it pays for the collections its
+			// own garbage causes, not for the debt of the phase before it.
+			runtime.GC()
 			if timed(a) {
 				b.StartTimer()
 			}

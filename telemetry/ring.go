@@ -50,16 +50,16 @@ type Trace struct {
 	ID trace.TraceID
 	// Root is the first local root that ended; Roots lists every local root kept, in the order
 	// they ended (one per request made within the trace).
-	Root  sdktrace.ReadOnlySpan
-	Roots []sdktrace.ReadOnlySpan
-	Spans []sdktrace.ReadOnlySpan // every kept span, roots included, in the order they ended
+	Root  SpanData
+	Roots []SpanData
+	Spans []SpanData // every kept span, roots included, in the order they ended
 	// Duration is the longest local root's: the slowest request of the trace.
 	Duration time.Duration
 	Dropped  int // spans not kept because the trace had RingMaxSpans
 
 	inRecent, inSlow bool
-	firstRoot        [1]sdktrace.ReadOnlySpan            // Roots' backing array until a second root joins
-	spanBuf          [pendingSpans]sdktrace.ReadOnlySpan // Spans' backing array until it outgrows it
+	firstRoot        [1]SpanData            // Roots' backing array until a second root joins
+	spanBuf          [pendingSpans]SpanData // Spans' backing array until it outgrows it
 }
 
 // NewRing returns a Ring keeping recent traces, slowest traces apart from them, and at most
@@ -87,10 +87,13 @@ var _ sdktrace.SpanProcessor = (*Ring)(nil)
 // OnStart implements sdktrace.SpanProcessor; the ring looks at spans only when they end.
 func (r *Ring) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
-// OnEnd implements sdktrace.SpanProcessor. A span of a trace still pending costs one map
-// lookup and an append; a trace costs one allocation, its Trace with room for its first
-// pendingSpans spans, which the trace keeps when its root ends.
-func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
+// OnEnd implements sdktrace.SpanProcessor, for the spans of the SDK.
+func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) { r.add(s) }
+
+// add keeps the ended span s. A span of a trace still pending costs one map lookup and an
+// append; a trace costs one allocation, its Trace with room for its first pendingSpans spans,
+// which the trace keeps when its root ends. TracerProvider hands its own spans here directly.
+func (r *Ring) add(s SpanData) {
 	sc := s.SpanContext()
 	if !sc.IsSampled() {
 		return
@@ -141,7 +144,7 @@ func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
 	r.stats.Traces++
 	if t, ok := r.kept[id]; ok {
 		// Another request of a trace already kept: its subtree joins the trace.
-		var spans []sdktrace.ReadOnlySpan
+		var spans []SpanData
 		if pending {
 			spans = p.Spans
 		}
@@ -177,7 +180,7 @@ func newTrace(id trace.TraceID) *Trace {
 
 // join adds a further local root of t, and the spans of its subtree that ended before it, to t,
 // within the per-trace bound, and makes t the most recent trace.
-func (r *Ring) join(t *Trace, root sdktrace.ReadOnlySpan, spans []sdktrace.ReadOnlySpan) {
+func (r *Ring) join(t *Trace, root SpanData, spans []SpanData) {
 	rootKept := false
 	for i, s := range append(spans, root) {
 		isRoot := i == len(spans)

@@ -47,8 +47,10 @@ import (
 // trace.TracerProvider and metric.MeterProvider), Now to everything that reads time, and
 // Registry, Ring to the admin listener. Call Shutdown once when the service stops.
 type Telemetry struct {
-	// TracerProvider samples with Config.Sampler and feeds the ring, the trace file and OTLP.
-	TracerProvider *sdktrace.TracerProvider
+	// TracerProvider samples with Config.Sampler and feeds the ring, the trace file and OTLP:
+	// the SDK's provider for the spans entering a trace, its own recorder for their descendants
+	// (see TracerProvider).
+	TracerProvider *TracerProvider
 	// MeterProvider feeds the Prometheus registry and, when configured, OTLP.
 	MeterProvider *sdkmetric.MeterProvider
 	// Propagator is what OTEL_PROPAGATORS names, W3C trace context plus baggage by default (also
@@ -104,6 +106,14 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	}
 
 	t.Ring = NewRing(cfg.RingRecent, cfg.RingSlowest, cfg.RingMaxSpans)
+	// others are the span processors after the ring, registered on the SDK provider and fed
+	// the spans TracerProvider records itself as they end.
+	var others []sdktrace.SpanProcessor
+	withBatcher := func(exp sdktrace.SpanExporter) sdktrace.TracerProviderOption {
+		bsp := sdktrace.NewBatchSpanProcessor(exp)
+		others = append(others, bsp)
+		return sdktrace.WithSpanProcessor(bsp)
+	}
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(t.Resource),
 		sdktrace.WithRawSpanLimits(cfg.SpanLimits),
@@ -117,7 +127,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		if err != nil {
 			return nil, err
 		}
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		tpOpts = append(tpOpts, withBatcher(exp))
 		t.Exporting = append(t.Exporting, "spans to "+cfg.TraceFile)
 	}
 	// The batcher's default queue (2048 spans) bounds memory while the collector is away; spans
@@ -128,7 +138,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		if err != nil {
 			return nil, err
 		}
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		tpOpts = append(tpOpts, withBatcher(exp))
 		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp traces (%s) to %s", cfg.TracesProtocol, cfg.TracesEndpoint))
 	case exportRequested(os.Getenv, "TRACES"):
 		exp, desc, err := envSpanExporter(ctx)
@@ -136,14 +146,15 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 			return nil, err
 		}
 		if exp != nil {
-			tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+			tpOpts = append(tpOpts, withBatcher(exp))
 			t.Exporting = append(t.Exporting, desc)
 		}
 	}
+	others = append(others, cfg.SpanProcessors...)
 	for _, sp := range cfg.SpanProcessors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
 	}
-	t.TracerProvider = sdktrace.NewTracerProvider(tpOpts...)
+	t.TracerProvider = newTracerProvider(sdktrace.NewTracerProvider(tpOpts...), t.Resource, cfg.SpanLimits, cfg.Now, t.Ring, others)
 	t.shutdowns = append(t.shutdowns, t.TracerProvider.Shutdown)
 
 	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry))

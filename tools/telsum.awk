@@ -1,9 +1,10 @@
 # telsum.awk summarizes repeated BenchmarkPipelineTelemetry lines (go test -count N): for each
 # corpus, the median, min and max over the runs of loss_% (everything on), allocs/op and
 # on_allocs/req, beside the targets of issue 11 (loss at most 5% on the default corpus and 20% on
-# the tiny one, at most 120 allocations per request), then the ablation: the loss and the
-# allocations per request of each telemetry component on its own (loss_spans_%, spans_allocs/req
-# and so on).
+# the tiny one, at most 120 allocations per request), the same run's figures with every span
+# through the OTel SDK's own tracer (the sdk arm: before telemetry.TracerProvider), then the
+# ablation: the loss and the allocations per request of each telemetry component on its own
+# (loss_spans_%, spans_allocs/req and so on).
 function median(a, n,    i, j, t) {
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
@@ -36,6 +37,11 @@ END {
 		stat(name, "allocs/op", "allocs/op", "  target <= 120")
 		stat(name, "on_allocs/req", "on_allocs/req", "")
 		stat(name, "off_allocs/req", "off_allocs/req", "")
+		if (nv[name, "loss_sdk_%"] > 0) {
+			print "  before: everything on, every span through the OTel SDK's tracer:"
+			stat(name, "loss_sdk_%", "loss_sdk_%", "")
+			stat(name, "sdk_allocs/req", "sdk_allocs/req", "")
+		}
 		header = 0
 		for (p = 1; p <= 5; p++) {
 			if (nv[name, "loss_" parts[p] "_%"] == 0) continue

@@ -98,8 +98,21 @@ func (rec *recorder) spanStart(parent context.Context, name string, start time.T
 	if !rec.t.tracing {
 		return parent, nil
 	}
+	if rec.t.instant != nil {
+		return rec.t.instant.StartAt(parent, name, start)
+	}
 	rec.startOpts[0] = rec.at(start)
 	return rec.t.tracer.Start(parent, name, rec.startOpts[:]...)
+}
+
+// endAt ends span at end.
+func (rec *recorder) endAt(span trace.Span, end time.Time) {
+	if e, ok := span.(instantEnder); ok {
+		e.EndAt(end)
+		return
+	}
+	rec.endOpts[0] = rec.at(end)
+	span.End(rec.endOpts[:]...)
 }
 
 // spanEnd sets attrs on span in one call, records err, and ends it at end.
@@ -113,8 +126,7 @@ func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, attrs []
 			recordError(span, end, err)
 		}
 	}
-	rec.endOpts[0] = rec.at(end)
-	span.End(rec.endOpts[:]...)
+	rec.endAt(span, end)
 }
 
 // recordError records err on span as an exception event, the error status and error.type. The
@@ -261,15 +273,10 @@ func (rec *recorder) beginShard(parent context.Context, shard int) shardSpan {
 // instant, under the retrieval span in parent.
 func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) {
 	now := rec.now()
-	if rec.t.tracing {
-		rec.startOpts[0] = rec.at(now)
-	}
 	for i := range answers {
 		ss := &answers[i].span
-		ss.shard, ss.start, ss.ctx = i, now, parent
-		if rec.t.tracing {
-			ss.ctx, ss.span = rec.t.tracer.Start(parent, rec.t.queryName, rec.startOpts[:]...)
-		}
+		ss.shard, ss.start = i, now
+		ss.ctx, ss.span = rec.spanStart(parent, rec.t.queryName, now)
 	}
 }
 
@@ -290,10 +297,12 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 		if err != nil {
 			recordError(ss.span, end, err)
 		}
-		if own {
-			rec.endOpts[0] = rec.at(end)
-			ss.span.End(rec.endOpts[:]...)
-		} else {
+		switch e, ok := ss.span.(instantEnder); {
+		case ok:
+			e.EndAt(end)
+		case own:
+			rec.endAt(ss.span, end)
+		default:
 			ss.span.End(trace.WithTimestamp(end))
 		}
 	} else if ss.span != nil {

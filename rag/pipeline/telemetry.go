@@ -197,7 +197,8 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 // a run allocates only what the SDK itself needs.
 type telemetry struct {
 	tracer  trace.Tracer
-	tracing bool // a tracer provider was given: start spans and build their attributes
+	instant instantTracer // tracer, when it starts spans at an instant without an option; else nil
+	tracing bool          // a tracer provider was given: start spans and build their attributes
 	inst    *instruments
 	labels  bool // set the rag_stage pprof label around stages
 	capture bool // record prompt and answer text
@@ -224,6 +225,17 @@ type telemetry struct {
 	chatCount  atomic.Int32                        // entries in chatModels
 	chatOther  *chatSets                           // the sets of every model not served
 }
+
+// instantTracer is a tracer that starts a span at a given instant without a trace.WithTimestamp
+// option, and instantEnder a span that ends at one: the option boxes a time.Time, an allocation
+// for each distinct instant, and a run has about fifteen. ragtail's own tracer (telemetry's) does
+// both; with any other the recorder passes the options.
+type (
+	instantTracer interface {
+		StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span)
+	}
+	instantEnder interface{ EndAt(at time.Time) }
+)
 
 // recordOpts and addOpts are one label set as ready-made variadic arguments: passing a stored
 // slice to Record or Add allocates nothing, where building the option each time would.
@@ -291,6 +303,7 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 		dbSystem:      DefaultDBSystem,
 		collection:    ret.Collection(),
 	}
+	t.instant, _ = t.tracer.(instantTracer)
 	if m, ok := emb.(ModelNamer); ok && m.Model() != "" {
 		t.embedModel = m.Model()
 	}

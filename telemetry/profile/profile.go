@@ -327,7 +327,11 @@ type rootLabelProvider struct {
 }
 
 func (p *rootLabelProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return &rootLabelTracer{tr: p.tp.Tracer(name, opts...), labelled: p.labelled.Tracer(name, opts...)}
+	t := &rootLabelTracer{tr: p.tp.Tracer(name, opts...), labelled: p.labelled.Tracer(name, opts...)}
+	if it, ok := t.tr.(instantTracer); ok {
+		return &instantRootLabelTracer{rootLabelTracer: t, instant: it}
+	}
+	return t
 }
 
 type rootLabelTracer struct {
@@ -340,6 +344,27 @@ func (t *rootLabelTracer) Start(ctx context.Context, name string, opts ...trace.
 		return t.tr.Start(ctx, name, opts...)
 	}
 	return t.labelled.Start(ctx, name, opts...)
+}
+
+// instantTracer is the pipeline's fast path for starting a span at an instant without an
+// option (telemetry's tracer implements it); rootLabelTracer passes it on for descendants.
+type instantTracer interface {
+	StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span)
+}
+
+// instantRootLabelTracer is a rootLabelTracer around a tracer with StartAt, which it passes on
+// for descendants.
+type instantRootLabelTracer struct {
+	*rootLabelTracer
+	instant instantTracer
+}
+
+// StartAt starts a span at the instant at, as Start with trace.WithTimestamp(at) does.
+func (t *instantRootLabelTracer) StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span) {
+	if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsRemote() {
+		return t.instant.StartAt(ctx, name, at)
+	}
+	return t.labelled.Start(ctx, name, trace.WithTimestamp(at))
 }
 
 // tee is the session's upstream: each window goes to the store, stamped on the shared clock,

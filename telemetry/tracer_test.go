@@ -1,0 +1,322 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// pair is the same configuration twice: the SDK alone, and TracerProvider over an SDK provider,
+// each with a span recorder after a ring.
+type pair struct {
+	sdk, ours          trace.TracerProvider
+	sdkRec, oursRec    *tracetest.SpanRecorder
+	oursRing, sdkRing  *Ring
+	oursProvider       *TracerProvider
+	sdkProviderToClose *sdktrace.TracerProvider
+}
+
+func newPair(tb testing.TB, limits sdktrace.SpanLimits, sampler sdktrace.Sampler) *pair {
+	tb.Helper()
+	res := resource.NewSchemaless(attribute.String("service.name", "conformance"))
+	p := &pair{sdkRec: tracetest.NewSpanRecorder(), oursRec: tracetest.NewSpanRecorder(),
+		sdkRing: NewRing(0, 0, 0), oursRing: NewRing(0, 0, 0)}
+	opts := func(ring *Ring, rec *tracetest.SpanRecorder) []sdktrace.TracerProviderOption {
+		return []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits),
+			sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(ring), sdktrace.WithSpanProcessor(rec)}
+	}
+	p.sdkProviderToClose = sdktrace.NewTracerProvider(opts(p.sdkRing, p.sdkRec)...)
+	p.sdk = p.sdkProviderToClose
+	p.oursProvider = newTracerProvider(sdktrace.NewTracerProvider(opts(p.oursRing, p.oursRec)...), res, limits, nil,
+		p.oursRing, []sdktrace.SpanProcessor{p.oursRec})
+	p.ours = p.oursProvider
+	tb.Cleanup(func() {
+		_ = p.sdkProviderToClose.Shutdown(context.Background())
+		_ = p.oursProvider.Shutdown(context.Background())
+	})
+	return p
+}
+
+// script is what a test does to one child span.
+type script func(ctx context.Context, tr trace.Tracer, at time.Time)
+
+func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 123_456_789)
+	long := strings.Repeat("é", 20) // 20 characters, 40 bytes
+	errBoom := errors.New("boom")
+	limits := sdktrace.NewSpanLimits()
+	limits.AttributeValueLengthLimit = 8
+	small := limits
+	small.AttributeCountLimit = 4
+	small.EventCountLimit = 2
+	small.LinkCountLimit = 1
+	small.AttributePerEventCountLimit = 1
+	small.AttributePerLinkCountLimit = 1
+	tests := []struct {
+		name   string
+		limits sdktrace.SpanLimits
+		run    script
+	}{
+		{"plain", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.End(trace.WithTimestamp(at.Add(time.Millisecond)))
+		}},
+		{"attributes of every type, duplicates, invalid and long values", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindClient),
+				trace.WithAttributes(attribute.String("start", "yes")))
+			s.SetAttributes(attribute.Bool("b", true), attribute.Int("i", -7), attribute.Float64("f", 2.5),
+				attribute.String("s", long), attribute.StringSlice("ss", []string{"short", long}),
+				attribute.Int64Slice("is", []int64{1, 2}), attribute.BoolSlice("bs", []bool{true}),
+				attribute.Float64Slice("fs", []float64{0.5}), attribute.KeyValue{}, attribute.String("", "no key"))
+			s.SetAttributes(attribute.Int("i", 8), attribute.String("start", "again"))
+			s.SetName("renamed")
+			s.End(trace.WithTimestamp(at.Add(time.Second)))
+		}},
+		{"attribute count limit", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3))
+			s.SetAttributes(attribute.Int("a", 10), attribute.Int("d", 4), attribute.Int("e", 5), attribute.String("b", long))
+			s.SetAttributes(attribute.Int("f", 6))
+			s.End(trace.WithTimestamp(at.Add(time.Second)))
+		}},
+		{"events, links and their limits", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled})
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at), trace.WithLinks(trace.Link{SpanContext: other,
+				Attributes: []attribute.KeyValue{attribute.String("l", long), attribute.Int("dropped", 1)}}))
+			s.AddLink(trace.Link{SpanContext: other})
+			for i := range 3 {
+				s.AddEvent(fmt.Sprintf("e%d", i), trace.WithTimestamp(at.Add(time.Duration(i)*time.Microsecond)),
+					trace.WithAttributes(attribute.String("k", long), attribute.Int("n", i)))
+			}
+			s.End(trace.WithTimestamp(at.Add(time.Second)))
+		}},
+		{"status and errors", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.SetStatus(codes.Error, "first")
+			s.SetStatus(codes.Unset, "ignored")
+			s.RecordError(errBoom, trace.WithTimestamp(at.Add(time.Microsecond)))
+			s.RecordError(nil)
+			s.SetStatus(codes.Ok, "ok drops the description")
+			s.SetStatus(codes.Error, "ok is final")
+			s.End(trace.WithTimestamp(at.Add(time.Second)))
+		}},
+		{"changes after the end are ignored", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.End(trace.WithTimestamp(at.Add(time.Second)))
+			s.SetAttributes(attribute.Int("late", 1))
+			s.AddEvent("late")
+			s.SetStatus(codes.Error, "late")
+			s.SetName("late")
+			s.End(trace.WithTimestamp(at.Add(2 * time.Second)))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPair(t, tt.limits, sdktrace.ParentBased(sdktrace.AlwaysSample()))
+			var want, got sdktrace.ReadOnlySpan
+			for i, tp := range []trace.TracerProvider{p.sdk, p.ours} {
+				tr := tp.Tracer("conformance", trace.WithInstrumentationVersion("1.0"))
+				ctx, root := tr.Start(context.Background(), "root", trace.WithTimestamp(t0))
+				tt.run(ctx, tr, t0.Add(time.Millisecond))
+				root.End(trace.WithTimestamp(t0.Add(time.Hour)))
+				rec := []*tracetest.SpanRecorder{p.sdkRec, p.oursRec}[i]
+				ended := rec.Ended()
+				if len(ended) != 2 {
+					t.Fatalf("provider %d: %d spans ended, want 2", i, len(ended))
+				}
+				child := ended[0]
+				if child.Parent().SpanID() != root.SpanContext().SpanID() || child.SpanContext().TraceID() != root.SpanContext().TraceID() {
+					t.Errorf("provider %d: child's parent %v, want the root %v", i, child.Parent(), root.SpanContext())
+				}
+				if i == 0 {
+					want = child
+				} else {
+					got = child
+				}
+			}
+			compareSpans(t, want, got, tt.limits.AttributeValueLengthLimit)
+			// The ring got the span itself, not a copy, and reads the same.
+			tr, ok := p.oursRing.Find(got.SpanContext().TraceID())
+			if !ok || len(tr.Spans) != 2 {
+				t.Fatalf("ring: trace %v found %v with %d spans, want 2", got.SpanContext().TraceID(), ok, len(tr.Spans))
+			}
+			if _, ok := tr.Spans[0].(*localSpan); !ok {
+				t.Errorf("ring holds a %T for the child, want the tracer's own span", tr.Spans[0])
+			}
+			compareSpans(t, want, tr.Spans[0], tt.limits.AttributeValueLengthLimit)
+		})
+	}
+}
+
+// compareSpans fails t where got differs from want in anything but ids and the child count. The
+// one intended difference: TracerProvider cuts the values of event and link attributes to
+// valueLen too (exception messages quote what clients sent), where the SDK keeps them whole.
+func compareSpans(t *testing.T, want, got SpanData, valueLen int) {
+	t.Helper()
+	check := func(what string, w, g any) {
+		t.Helper()
+		if fmt.Sprint(w) != fmt.Sprint(g) {
+			t.Errorf("%s: got %v, want %v (the SDK's)", what, g, w)
+		}
+	}
+	check("name", want.Name(), got.Name())
+	check("kind", want.SpanKind(), got.SpanKind())
+	check("start", want.StartTime().UnixNano(), got.StartTime().UnixNano())
+	check("end", want.EndTime().UnixNano(), got.EndTime().UnixNano())
+	check("attributes", attrMap(want.Attributes()), attrMap(got.Attributes()))
+	check("attribute order", keys(want.Attributes()), keys(got.Attributes()))
+	check("dropped attributes", want.DroppedAttributes(), got.DroppedAttributes())
+	check("status", want.Status(), got.Status())
+	check("dropped events", want.DroppedEvents(), got.DroppedEvents())
+	check("dropped links", want.DroppedLinks(), got.DroppedLinks())
+	check("trace flags", want.SpanContext().TraceFlags(), got.SpanContext().TraceFlags())
+	check("parent remote", want.Parent().IsRemote(), got.Parent().IsRemote())
+	check("scope", want.InstrumentationScope(), got.InstrumentationScope())
+	check("resource", want.Resource(), got.Resource())
+	we, ge := want.Events(), got.Events()
+	check("events", len(we), len(ge))
+	for i := range min(len(we), len(ge)) {
+		check("event name", we[i].Name, ge[i].Name)
+		check("event attributes", attrMap(cut(we[i].Attributes, valueLen)), attrMap(ge[i].Attributes))
+		check("event dropped attributes", we[i].DroppedAttributeCount, ge[i].DroppedAttributeCount)
+		if we[i].Name != "exception" || !strings.Contains(fmt.Sprint(attrMap(we[i].Attributes)), "stacktrace") {
+			check("event time", we[i].Time.UnixNano(), ge[i].Time.UnixNano())
+		}
+	}
+	wl, gl := want.Links(), got.Links()
+	check("links", len(wl), len(gl))
+	for i := range min(len(wl), len(gl)) {
+		check("link", wl[i].SpanContext, gl[i].SpanContext)
+		check("link attributes", attrMap(cut(wl[i].Attributes, valueLen)), attrMap(gl[i].Attributes))
+		check("link dropped attributes", wl[i].DroppedAttributeCount, gl[i].DroppedAttributeCount)
+	}
+}
+
+func keys(attrs []attribute.KeyValue) []attribute.Key {
+	out := make([]attribute.Key, len(attrs))
+	for i, a := range attrs {
+		out[i] = a.Key
+	}
+	return out
+}
+
+// cut returns attrs with their values cut to n characters.
+func cut(attrs []attribute.KeyValue, n int) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, len(attrs))
+	for i, a := range attrs {
+		out[i] = truncateAttr(a, n)
+	}
+	return out
+}
+
+// TestTracerProviderLeavesTheRestToTheSDK: a span with no sampled local parent is the SDK's,
+// so that the SDK's sampler decides every trace that enters the process.
+func TestTracerProviderLeavesTheRestToTheSDK(t *testing.T) {
+	remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	tests := []struct {
+		name      string
+		sampler   sdktrace.Sampler
+		parent    func(tr trace.Tracer) context.Context
+		opts      []trace.SpanStartOption
+		wantLocal bool
+		recording bool
+	}{
+		{"root", sdktrace.AlwaysSample(), func(trace.Tracer) context.Context { return context.Background() }, nil, false, true},
+		{"remote parent", sdktrace.ParentBased(sdktrace.NeverSample()),
+			func(trace.Tracer) context.Context { return trace.ContextWithRemoteSpanContext(context.Background(), remote) }, nil, false, true},
+		{"unsampled local parent", sdktrace.ParentBased(sdktrace.NeverSample()), func(tr trace.Tracer) context.Context {
+			ctx, _ := tr.Start(context.Background(), "root")
+			return ctx
+		}, nil, false, false},
+		{"new root under a sampled parent", sdktrace.AlwaysSample(), func(tr trace.Tracer) context.Context {
+			ctx, _ := tr.Start(context.Background(), "root")
+			return ctx
+		}, []trace.SpanStartOption{trace.WithNewRoot()}, false, true},
+		{"sampled local parent", sdktrace.ParentBased(sdktrace.NeverSample()), func(tr trace.Tracer) context.Context {
+			return trace.ContextWithSpanContext(context.Background(), remote.WithRemote(false))
+		}, nil, true, true},
+		{"grandchild", sdktrace.AlwaysSample(), func(tr trace.Tracer) context.Context {
+			ctx, _ := tr.Start(context.Background(), "root")
+			ctx, _ = tr.Start(ctx, "child")
+			return ctx
+		}, nil, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPair(t, sdktrace.NewSpanLimits(), tt.sampler)
+			tr := p.ours.Tracer("t")
+			_, s := tr.Start(tt.parent(tr), "span", tt.opts...)
+			if _, local := s.(*localSpan); local != tt.wantLocal {
+				t.Errorf("span is a %T; want the tracer's own: %v", s, tt.wantLocal)
+			}
+			if s.IsRecording() != tt.recording {
+				t.Errorf("recording %v, want %v", s.IsRecording(), tt.recording)
+			}
+			s.End()
+		})
+	}
+	t.Run("after shutdown", func(t *testing.T) {
+		p := newPair(t, sdktrace.NewSpanLimits(), sdktrace.AlwaysSample())
+		tr := p.ours.Tracer("t")
+		ctx, root := tr.Start(context.Background(), "root")
+		if err := p.oursProvider.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		_, s := tr.Start(ctx, "late")
+		if _, local := s.(*localSpan); local {
+			t.Errorf("a span started after Shutdown is the tracer's own")
+		}
+		s.End()
+		root.End()
+		if n := len(p.oursRec.Ended()); n != 0 {
+			t.Errorf("%d spans reached the processors after Shutdown", n)
+		}
+	})
+}
+
+// TestTracerProviderConcurrentSpans ends children from many goroutines while their parent gains
+// children and the ring is read (go test -race).
+func TestTracerProviderConcurrentSpans(t *testing.T) {
+	p := newPair(t, sdktrace.NewSpanLimits(), sdktrace.AlwaysSample())
+	tr := p.ours.Tracer("t")
+	ctx, root := tr.Start(context.Background(), "root")
+	ctx, parent := tr.Start(ctx, "parent")
+	const workers, each = 8, 25 // within DefaultRingMaxSpans
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				_, s := tr.Start(ctx, "child")
+				s.SetAttributes(attribute.Int("w", w), attribute.Int("i", i))
+				s.AddEvent("e")
+				s.End()
+				_ = p.oursRing.Stats()
+			}
+		})
+	}
+	wg.Wait()
+	parent.End()
+	root.End()
+	if got := parent.(SpanData).ChildSpanCount(); got != workers*each {
+		t.Errorf("parent counts %d children, want %d", got, workers*each)
+	}
+	if got := len(p.oursRec.Ended()); got != workers*each+2 {
+		t.Errorf("processor saw %d spans, want %d", got, workers*each+2)
+	}
+	tr2, ok := p.oursRing.Find(root.SpanContext().TraceID())
+	if !ok || len(tr2.Spans) != workers*each+2 {
+		t.Fatalf("ring kept the trace: %v, %d spans; want %d", ok, len(tr2.Spans), workers*each+2)
+	}
+}
