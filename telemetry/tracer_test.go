@@ -235,7 +235,9 @@ func TestTracerProviderLeavesTheRestToTheSDK(t *testing.T) {
 	}{
 		{"root", sdktrace.AlwaysSample(), func(trace.Tracer) context.Context { return context.Background() }, nil, false, true},
 		{"remote parent", sdktrace.ParentBased(sdktrace.NeverSample()),
-			func(trace.Tracer) context.Context { return trace.ContextWithRemoteSpanContext(context.Background(), remote) }, nil, false, true},
+			func(trace.Tracer) context.Context {
+				return trace.ContextWithRemoteSpanContext(context.Background(), remote)
+			}, nil, false, true},
 		{"unsampled local parent", sdktrace.ParentBased(sdktrace.NeverSample()), func(tr trace.Tracer) context.Context {
 			ctx, _ := tr.Start(context.Background(), "root")
 			return ctx
