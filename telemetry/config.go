@@ -200,3 +200,46 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// samplerFromEnv returns the sampler OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG name, read
+// with getenv as the SDK reads them (its own reader is not exported, and TracerProvider samples
+// with the sampler itself): always_on, always_off, traceidratio, parentbased_always_on (the
+// default, also when the variable is unset), parentbased_always_off and parentbased_traceidratio,
+// the ratio 1.0 when the argument is absent. An unknown sampler is an error with the default
+// sampler; a bad ratio an error with the ratio 1.0.
+func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
+	def := sdktrace.ParentBased(sdktrace.AlwaysSample())
+	name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")))
+	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
+	ratio := func() (sdktrace.Sampler, error) {
+		if arg == "" {
+			return sdktrace.TraceIDRatioBased(1), nil
+		}
+		v, err := strconv.ParseFloat(arg, 64)
+		switch {
+		case err != nil:
+			return sdktrace.TraceIDRatioBased(1), fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: %w", arg, err)
+		case v < 0 || v > 1:
+			return sdktrace.TraceIDRatioBased(1), fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: the ratio must be within [0, 1]", arg)
+		}
+		return sdktrace.TraceIDRatioBased(v), nil
+	}
+	switch name {
+	case "":
+		return def, nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "traceidratio":
+		return ratio()
+	case "parentbased_always_on":
+		return def, nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "parentbased_traceidratio":
+		r, err := ratio()
+		return sdktrace.ParentBased(r), err
+	}
+	return def, fmt.Errorf("OTEL_TRACES_SAMPLER=%q: unsupported sampler (want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio)", name)
+}

@@ -113,7 +113,7 @@ func describe(spans []sdktrace.ReadOnlySpan, async bool) []string {
 		var attrs []string
 		late := async && strings.HasPrefix(s.Name(), "Query ")
 		for _, a := range s.Attributes() {
-			v := a.Value.Emit()
+			v := a.Value.String()
 			if late && (a.Key == "rag.shard" || a.Key == "error.type") {
 				continue
 			}

@@ -24,8 +24,17 @@ import (
 	"go.opentelemetry.io/otel/trace/embedded"
 )
 
-// newSpanID returns a random, valid span id from the runtime's per-thread generator, which
+// newTraceID returns a random, valid trace id from the runtime's per-thread generator, which
 // needs no lock.
+func newTraceID() (id trace.TraceID) {
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+	}
+	return id
+}
+
+// newSpanID returns a random, valid span id, like newTraceID.
 func newSpanID() (id trace.SpanID) {
 	for !id.IsValid() {
 		binary.BigEndian.PutUint64(id[:], rand.Uint64())
@@ -44,17 +53,18 @@ type localSpan struct {
 	embedded.Span
 	tracer *tracer
 
-	mu          sync.Mutex
-	name        string
-	sc          trace.SpanContext
-	parentID    trace.SpanID
-	parentFlags trace.TraceFlags
-	kind        trace.SpanKind
-	ended       bool
-	children    int32
-	start, end  int64 // Unix nanoseconds
-	attrs       attrBuf
-	extra       *spanExtra
+	mu           sync.Mutex
+	name         string
+	sc           trace.SpanContext
+	parentID     trace.SpanID // zero for a root
+	parentFlags  trace.TraceFlags
+	parentRemote bool
+	kind         trace.SpanKind
+	ended        bool
+	children     int32
+	start, end   int64 // Unix nanoseconds
+	attrs        attrBuf
+	extra        *spanExtra
 }
 
 // spanExtra is what few spans have.
@@ -326,6 +336,9 @@ func (s *localSpan) endLocked(at time.Time) {
 	s.mu.Unlock()
 
 	p := s.tracer.p
+	if p.stopped.Load() {
+		return // as the SDK's: its processors are shut down
+	}
 	if p.ring != nil {
 		p.ring.add(s)
 	}
@@ -364,10 +377,13 @@ func (s *localSpan) Name() string {
 	return s.name
 }
 
-// Parent returns the parent's span context: a sampled span of this process, in the same trace.
+// Parent returns the parent's span context (the zero one for a root).
 func (s *localSpan) Parent() trace.SpanContext {
+	if !s.parentID.IsValid() {
+		return trace.SpanContext{}
+	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: s.sc.TraceID(), SpanID: s.parentID,
-		TraceFlags: s.parentFlags, TraceState: s.sc.TraceState()})
+		TraceFlags: s.parentFlags, TraceState: s.sc.TraceState(), Remote: s.parentRemote})
 }
 
 func (s *localSpan) SpanKind() trace.SpanKind { return s.kind }

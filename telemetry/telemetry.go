@@ -1,5 +1,6 @@
 // Package telemetry sets up ragtail's OpenTelemetry SDK in one call: a tracer provider with W3C
-// trace-context and baggage propagation, an always-on in-process trace ring (recent and slowest
+// trace-context and baggage propagation (ragtail's own span recorder behind the OTel trace API,
+// with the SDK's samplers, span limits, processors and exporters: see TracerProvider), an always-on in-process trace ring (recent and slowest
 // traces, served on /debug/traces), an optional JSONL span file, OTLP export of traces and
 // metrics when an endpoint is configured, and a meter provider whose Prometheus exporter writes
 // to a registry of its own (OpenMetrics with trace_id exemplars on /metrics). It also owns the
@@ -47,9 +48,9 @@ import (
 // trace.TracerProvider and metric.MeterProvider), Now to everything that reads time, and
 // Registry, Ring to the admin listener. Call Shutdown once when the service stops.
 type Telemetry struct {
-	// TracerProvider samples with Config.Sampler and feeds the ring, the trace file and OTLP:
-	// the SDK's provider for the spans entering a trace, its own recorder for their descendants
-	// (see TracerProvider).
+	// TracerProvider samples with Config.Sampler (or OTEL_TRACES_SAMPLER) and feeds the ring,
+	// the trace file and OTLP; its spans are recorded by ragtail's own tracer, the SDK's
+	// samplers, limits, processors and exporters around it (see TracerProvider).
 	TracerProvider *TracerProvider
 	// MeterProvider feeds the Prometheus registry and, when configured, OTLP.
 	MeterProvider *sdkmetric.MeterProvider
@@ -119,9 +120,14 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		sdktrace.WithRawSpanLimits(cfg.SpanLimits),
 		sdktrace.WithSpanProcessor(t.Ring),
 	}
-	if cfg.Sampler != nil {
-		tpOpts = append(tpOpts, sdktrace.WithSampler(cfg.Sampler))
+	sampler := cfg.Sampler
+	if sampler == nil {
+		var err error
+		if sampler, err = samplerFromEnv(os.Getenv); err != nil {
+			otel.Handle(err) // as the SDK does: the error is logged, the sampler falls back
+		}
 	}
+	tpOpts = append(tpOpts, sdktrace.WithSampler(sampler))
 	if cfg.TraceFile != "" {
 		exp, err := newFileExporter(cfg.TraceFile)
 		if err != nil {
@@ -154,7 +160,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	for _, sp := range cfg.SpanProcessors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
 	}
-	t.TracerProvider = newTracerProvider(sdktrace.NewTracerProvider(tpOpts...), t.Resource, cfg.SpanLimits, cfg.Now, t.Ring, others)
+	t.TracerProvider = newTracerProvider(sdktrace.NewTracerProvider(tpOpts...), sampler, t.Resource, cfg.SpanLimits, cfg.Now, t.Ring, others)
 	t.shutdowns = append(t.shutdowns, t.TracerProvider.Shutdown)
 
 	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry))

@@ -38,7 +38,7 @@ func newPair(tb testing.TB, limits sdktrace.SpanLimits, sampler sdktrace.Sampler
 	}
 	p.sdkProviderToClose = sdktrace.NewTracerProvider(opts(p.sdkRing, p.sdkRec)...)
 	p.sdk = p.sdkProviderToClose
-	p.oursProvider = newTracerProvider(sdktrace.NewTracerProvider(opts(p.oursRing, p.oursRec)...), res, limits, nil,
+	p.oursProvider = newTracerProvider(sdktrace.NewTracerProvider(opts(p.oursRing, p.oursRec)...), sampler, res, limits, nil,
 		p.oursRing, []sdktrace.SpanProcessor{p.oursRec})
 	p.ours = p.oursProvider
 	tb.Cleanup(func() {
@@ -124,7 +124,7 @@ func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPair(t, tt.limits, sdktrace.ParentBased(sdktrace.AlwaysSample()))
-			var want, got sdktrace.ReadOnlySpan
+			var want, got, wantRoot, gotRoot sdktrace.ReadOnlySpan
 			for i, tp := range []trace.TracerProvider{p.sdk, p.ours} {
 				tr := tp.Tracer("conformance", trace.WithInstrumentationVersion("1.0"))
 				ctx, root := tr.Start(context.Background(), "root", trace.WithTimestamp(t0))
@@ -140,12 +140,13 @@ func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 					t.Errorf("provider %d: child's parent %v, want the root %v", i, child.Parent(), root.SpanContext())
 				}
 				if i == 0 {
-					want = child
+					want, wantRoot = child, ended[1]
 				} else {
-					got = child
+					got, gotRoot = child, ended[1]
 				}
 			}
 			compareSpans(t, want, got, tt.limits.AttributeValueLengthLimit)
+			compareSpans(t, wantRoot, gotRoot, tt.limits.AttributeValueLengthLimit)
 			// The ring got the span itself, not a copy, and reads the same.
 			tr, ok := p.oursRing.Find(got.SpanContext().TraceID())
 			if !ok || len(tr.Spans) != 2 {
@@ -220,53 +221,62 @@ func cut(attrs []attribute.KeyValue, n int) []attribute.KeyValue {
 	return out
 }
 
-// TestTracerProviderLeavesTheRestToTheSDK: a span with no sampled local parent is the SDK's,
-// so that the SDK's sampler decides every trace that enters the process.
-func TestTracerProviderLeavesTheRestToTheSDK(t *testing.T) {
+// TestTracerProviderSamples: the sampler decides a root, a span with a remote parent, a span
+// whose parent is not sampled and a new root; a child of a sampled span of this process is
+// sampled without asking it.
+func TestTracerProviderSamples(t *testing.T) {
 	remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2},
 		TraceFlags: trace.FlagsSampled, Remote: true})
+	root := func(tr trace.Tracer) context.Context {
+		ctx, _ := tr.Start(context.Background(), "root")
+		return ctx
+	}
 	tests := []struct {
-		name      string
-		sampler   sdktrace.Sampler
-		parent    func(tr trace.Tracer) context.Context
-		opts      []trace.SpanStartOption
-		wantLocal bool
-		recording bool
+		name               string
+		sampler            sdktrace.Sampler
+		parent             func(tr trace.Tracer) context.Context
+		opts               []trace.SpanStartOption
+		recording, sampled bool
+		sameTrace          bool
 	}{
-		{"root", sdktrace.AlwaysSample(), func(trace.Tracer) context.Context { return context.Background() }, nil, false, true},
-		{"remote parent", sdktrace.ParentBased(sdktrace.NeverSample()),
+		{"root, always on", sdktrace.AlwaysSample(), func(trace.Tracer) context.Context { return context.Background() }, nil, true, true, false},
+		{"root, always off", sdktrace.NeverSample(), func(trace.Tracer) context.Context { return context.Background() }, nil, false, false, false},
+		{"remote sampled parent, parent-based", sdktrace.ParentBased(sdktrace.NeverSample()),
 			func(trace.Tracer) context.Context {
 				return trace.ContextWithRemoteSpanContext(context.Background(), remote)
-			}, nil, false, true},
-		{"unsampled local parent", sdktrace.ParentBased(sdktrace.NeverSample()), func(tr trace.Tracer) context.Context {
-			ctx, _ := tr.Start(context.Background(), "root")
-			return ctx
-		}, nil, false, false},
-		{"new root under a sampled parent", sdktrace.AlwaysSample(), func(tr trace.Tracer) context.Context {
-			ctx, _ := tr.Start(context.Background(), "root")
-			return ctx
-		}, []trace.SpanStartOption{trace.WithNewRoot()}, false, true},
+			}, nil, true, true, true},
+		{"remote unsampled parent, parent-based", sdktrace.ParentBased(sdktrace.AlwaysSample()),
+			func(trace.Tracer) context.Context {
+				return trace.ContextWithRemoteSpanContext(context.Background(), remote.WithTraceFlags(0))
+			}, nil, false, false, true},
+		{"unsampled local parent", sdktrace.ParentBased(sdktrace.NeverSample()), root, nil, false, false, true},
+		{"new root under a sampled parent, always off", sdktrace.ParentBased(sdktrace.AlwaysSample()),
+			func(tr trace.Tracer) context.Context {
+				return trace.ContextWithSpanContext(context.Background(), remote.WithRemote(false))
+			}, []trace.SpanStartOption{trace.WithNewRoot()}, true, true, false},
 		{"sampled local parent", sdktrace.ParentBased(sdktrace.NeverSample()), func(tr trace.Tracer) context.Context {
 			return trace.ContextWithSpanContext(context.Background(), remote.WithRemote(false))
-		}, nil, true, true},
-		{"grandchild", sdktrace.AlwaysSample(), func(tr trace.Tracer) context.Context {
-			ctx, _ := tr.Start(context.Background(), "root")
-			ctx, _ = tr.Start(ctx, "child")
-			return ctx
-		}, nil, true, true},
+		}, nil, true, true, true},
+		{"record only", recordOnly{}, func(trace.Tracer) context.Context { return context.Background() }, nil, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPair(t, sdktrace.NewSpanLimits(), tt.sampler)
-			tr := p.ours.Tracer("t")
-			_, s := tr.Start(tt.parent(tr), "span", tt.opts...)
-			if _, local := s.(*localSpan); local != tt.wantLocal {
-				t.Errorf("span is a %T; want the tracer's own: %v", s, tt.wantLocal)
+			for i, tp := range []trace.TracerProvider{p.sdk, p.ours} {
+				tr := tp.Tracer("t")
+				ctx := tt.parent(tr)
+				_, s := tr.Start(ctx, "span", tt.opts...)
+				if s.IsRecording() != tt.recording || s.SpanContext().IsSampled() != tt.sampled {
+					t.Errorf("provider %d: recording %v sampled %v, want %v %v", i, s.IsRecording(), s.SpanContext().IsSampled(), tt.recording, tt.sampled)
+				}
+				if same := s.SpanContext().TraceID() == trace.SpanContextFromContext(ctx).TraceID(); same != tt.sameTrace {
+					t.Errorf("provider %d: in the parent's trace %v, want %v", i, same, tt.sameTrace)
+				}
+				s.End()
 			}
-			if s.IsRecording() != tt.recording {
-				t.Errorf("recording %v, want %v", s.IsRecording(), tt.recording)
+			if ws, gs := len(p.sdkRec.Ended()), len(p.oursRec.Ended()); ws != gs {
+				t.Errorf("processors saw %d spans of ours, %d of the SDK's", gs, ws)
 			}
-			s.End()
 		})
 	}
 	t.Run("after shutdown", func(t *testing.T) {
@@ -276,16 +286,60 @@ func TestTracerProviderLeavesTheRestToTheSDK(t *testing.T) {
 		if err := p.oursProvider.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		_, s := tr.Start(ctx, "late")
-		if _, local := s.(*localSpan); local {
-			t.Errorf("a span started after Shutdown is the tracer's own")
+		for _, parent := range []context.Context{ctx, context.Background()} {
+			_, s := tr.Start(parent, "late")
+			if s.IsRecording() {
+				t.Errorf("a span started after Shutdown records")
+			}
+			s.End()
 		}
-		s.End()
 		root.End()
 		if n := len(p.oursRec.Ended()); n != 0 {
 			t.Errorf("%d spans reached the processors after Shutdown", n)
 		}
 	})
+}
+
+// recordOnly records every span without sampling it.
+type recordOnly struct{}
+
+func (recordOnly) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordOnly, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+}
+func (recordOnly) Description() string { return "RecordOnly" }
+
+// TestSamplerFromEnv reads OTEL_TRACES_SAMPLER and _ARG as the SDK does.
+func TestSamplerFromEnv(t *testing.T) {
+	tests := []struct {
+		sampler, arg string
+		want         sdktrace.Sampler
+		err          bool
+	}{
+		{"", "", sdktrace.ParentBased(sdktrace.AlwaysSample()), false},
+		{"always_on", "", sdktrace.AlwaysSample(), false},
+		{" Always_Off ", "", sdktrace.NeverSample(), false},
+		{"traceidratio", "0.25", sdktrace.TraceIDRatioBased(0.25), false},
+		{"traceidratio", "", sdktrace.TraceIDRatioBased(1), false},
+		{"traceidratio", "2", sdktrace.TraceIDRatioBased(1), true},
+		{"traceidratio", "x", sdktrace.TraceIDRatioBased(1), true},
+		{"parentbased_always_on", "", sdktrace.ParentBased(sdktrace.AlwaysSample()), false},
+		{"parentbased_always_off", "", sdktrace.ParentBased(sdktrace.NeverSample()), false},
+		{"parentbased_traceidratio", "0.5", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5)), false},
+		{"parentbased_traceidratio", "-1", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(1)), true},
+		{"jaeger_remote", "", sdktrace.ParentBased(sdktrace.AlwaysSample()), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sampler+"/"+tt.arg, func(t *testing.T) {
+			env := map[string]string{"OTEL_TRACES_SAMPLER": tt.sampler, "OTEL_TRACES_SAMPLER_ARG": tt.arg}
+			got, err := samplerFromEnv(func(k string) string { return env[k] })
+			if (err != nil) != tt.err {
+				t.Errorf("error %v, want one: %v", err, tt.err)
+			}
+			if got.Description() != tt.want.Description() {
+				t.Errorf("sampler %s, want %s", got.Description(), tt.want.Description())
+			}
+		})
+	}
 }
 
 // TestTracerProviderConcurrentSpans ends children from many goroutines while their parent gains
