@@ -168,7 +168,7 @@ func (s *localSpan) addOverLimit(lim sdktrace.SpanLimits, kv []attribute.KeyValu
 		}
 		all = append(all, a)
 	}
-	s.attrs = attrBuf{}
+	s.attrs.reset()
 	s.attrs.append(all, -1)
 	if dropped > 0 {
 		s.more().droppedAttrs += dropped
@@ -474,9 +474,21 @@ func (s *localSpan) ChildSpanCount() int {
 // an int64 or a float64's bits, uvarint length and bytes for a string. Other values (slices,
 // maps) go to vals, and the buffer holds their index there.
 type attrBuf struct {
-	b    []byte
-	n    int               // attributes encoded
-	vals []attribute.Value // composite values
+	b      []byte
+	n      int               // attributes encoded
+	vals   []attribute.Value // composite values
+	inline [inlineAttrBytes]byte
+}
+
+// inlineAttrBytes is the room for attributes inside the span: enough for every span of the
+// pipeline (its largest, chat and retrieval, encode to about 200 bytes), so that they need no
+// second allocation. The
+// bytes hold no pointers, so the collector does not scan them.
+const inlineAttrBytes = 256
+
+// reset empties ab, its buffer in its inline room.
+func (ab *attrBuf) reset() {
+	ab.b, ab.n, ab.vals = ab.inline[:0], 0, nil
 }
 
 // append encodes kv, string values cut to valueLen characters (negative: whole), and returns
@@ -484,10 +496,21 @@ type attrBuf struct {
 func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 	size := 0
 	for _, a := range kv {
-		size += binary.MaxVarintLen16 + len(a.Key) + 1 + 8
-		if a.Value.Type() == attribute.STRING {
-			size += len(a.Value.AsString())
+		size += uvarintLen(len(a.Key)) + len(a.Key) + 1
+		switch a.Value.Type() {
+		case attribute.BOOL:
+			size++
+		case attribute.INT64, attribute.FLOAT64:
+			size += 8
+		case attribute.STRING:
+			n := len(a.Value.AsString())
+			size += uvarintLen(n) + n
+		default:
+			size += binary.MaxVarintLen32
 		}
+	}
+	if ab.b == nil {
+		ab.b = ab.inline[:0]
 	}
 	if cap(ab.b)-len(ab.b) < size {
 		ab.b = slices.Grow(ab.b, size)
@@ -530,6 +553,15 @@ func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 		ab.n++
 	}
 	return dropped
+}
+
+// uvarintLen is the length of n's uvarint encoding.
+func uvarintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
 }
 
 // decode returns the attributes in the order they were set, duplicates included, in a new
