@@ -481,9 +481,10 @@ type attrBuf struct {
 }
 
 // inlineAttrBytes is the room for attributes inside the span: enough for every span of the
-// pipeline (its largest, chat and retrieval, encode to about 200 bytes), so that they need no
-// second allocation. The bytes hold no pointers, so the collector does not scan them.
-const inlineAttrBytes = 256
+// pipeline (its largest, chat and retrieval, encode to about 200 bytes, 240 with their
+// pyroscope.profile.id), so that they need no second allocation. The bytes hold no pointers,
+// so the collector does not scan them.
+const inlineAttrBytes = 320
 
 // reset empties ab, its buffer in its inline room.
 func (ab *attrBuf) reset() {
