@@ -111,6 +111,7 @@ func (r *Ring) add(s SpanData) {
 				p.Spans = append(p.Spans, s)
 				r.stats.Spans++
 			} else {
+				p.Dropped++
 				r.stats.DroppedSpans++
 			}
 			return
@@ -132,27 +133,36 @@ func (r *Ring) add(s SpanData) {
 			p.Spans = append(p.Spans, s)
 			r.stats.Spans++
 		} else {
+			p.Dropped++
 			r.stats.DroppedSpans++
 		}
 		r.pending[id] = p
 		r.pendingOrder = append(r.pendingOrder, id)
 		return
 	}
+	var t *Trace
 	if pending {
 		delete(r.pending, id)
+		t = p
 	}
+	r.endRoot(s, t)
+}
+
+// endRoot keeps the ended local root s with t, the trace holding the spans of its subtree that
+// ended before it (nil for none). The caller holds r.mu.
+func (r *Ring) endRoot(s SpanData, t *Trace) {
+	id := s.SpanContext().TraceID()
 	r.stats.Traces++
-	if t, ok := r.kept[id]; ok {
+	if kept, ok := r.kept[id]; ok {
 		// Another request of a trace already kept: its subtree joins the trace.
 		var spans []SpanData
-		if pending {
-			spans = p.Spans
+		if t != nil {
+			spans = t.Spans
 		}
-		r.join(t, s, spans)
+		r.join(kept, s, spans)
 		return
 	}
-	t := p
-	if !pending {
+	if t == nil {
 		t = newTrace(id)
 	}
 	t.Root, t.Duration = s, s.EndTime().Sub(s.StartTime())
@@ -165,6 +175,68 @@ func (r *Ring) add(s SpanData) {
 	if t.inRecent || t.inSlow {
 		r.kept[id] = t
 	}
+}
+
+// localTrace gathers the spans of one local root's subtree (one request) that end before the
+// root, under a lock of its own that only that request's goroutines take; the ring takes them
+// all, under its lock once, when the root ends (addLocalRoot). Spans that end after the root
+// go to the ring one by one. TracerProvider keeps one per sampled local root, so that the
+// spans of concurrent requests do not queue on the ring's lock.
+type localTrace struct {
+	mu     sync.Mutex
+	closed bool  // the root has ended
+	t      Trace // the trace the ring adopts; Spans holds the ended descendants
+}
+
+// newLocal returns the localTrace of a new local root of trace id.
+func (r *Ring) newLocal(id trace.TraceID) *localTrace {
+	lt := &localTrace{}
+	lt.t.ID = id
+	lt.t.Spans = lt.t.spanBuf[:0]
+	return lt
+}
+
+// addLocal keeps the ended span s, a descendant of lt's root.
+func (r *Ring) addLocal(lt *localTrace, s SpanData) {
+	lt.mu.Lock()
+	if !lt.closed {
+		if len(lt.t.Spans) < r.maxSpans-1 { // keep room for the root
+			lt.t.Spans = append(lt.t.Spans, s)
+		} else {
+			lt.t.Dropped++
+		}
+		lt.mu.Unlock()
+		return
+	}
+	lt.mu.Unlock()
+	r.add(s) // a straggler
+}
+
+// addLocalRoot keeps root, the ended local root of lt, with the descendants gathered so far.
+func (r *Ring) addLocalRoot(lt *localTrace, root SpanData) {
+	lt.mu.Lock()
+	lt.closed = true
+	lt.mu.Unlock()
+	t := &lt.t
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Spans += uint64(len(t.Spans))
+	r.stats.DroppedSpans += uint64(t.Dropped)
+	if p, ok := r.pending[t.ID]; ok {
+		// Spans of this trace that reached the ring on their own (through OnEnd).
+		delete(r.pending, t.ID)
+		for _, s := range p.Spans {
+			if len(t.Spans) < r.maxSpans-1 {
+				t.Spans = append(t.Spans, s)
+			} else {
+				t.Dropped++
+				r.stats.Spans--
+				r.stats.DroppedSpans++
+			}
+		}
+	}
+	r.endRoot(root, t)
 }
 
 // pendingSpans is how many spans a Trace holds before its span slice needs an allocation of

@@ -65,6 +65,8 @@ type localSpan struct {
 	start, end   int64 // Unix nanoseconds
 	attrs        attrBuf
 	extra        *spanExtra
+	local        *localTrace // where the ring gathers the request's spans; nil for none
+	localRoot    bool        // the span is local's root
 }
 
 // spanExtra is what few spans have.
@@ -339,8 +341,14 @@ func (s *localSpan) endLocked(at time.Time) {
 	if p.stopped.Load() {
 		return // as the SDK's: its processors are shut down
 	}
-	if p.ring != nil {
+	switch {
+	case p.ring == nil:
+	case s.local == nil:
 		p.ring.add(s)
+	case s.localRoot:
+		p.ring.addLocalRoot(s.local, s)
+	default:
+		p.ring.addLocal(s.local, s)
 	}
 	if len(p.others) > 0 {
 		snap := s.snapshot()

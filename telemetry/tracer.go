@@ -187,6 +187,9 @@ func (t *tracer) sample(ctx context.Context, psc trace.SpanContext, name string,
 		start = t.p.now()
 	}
 	s = t.newSpan(psc, sc, name, start, cfg.SpanKind())
+	if t.p.ring != nil && sc.IsSampled() {
+		s.local, s.localRoot = t.p.ring.newLocal(tid), true
+	}
 	s.SetAttributes(res.Attributes...)
 	return trace.ContextWithSpan(ctx, s), s, s
 }
@@ -212,12 +215,13 @@ func (t *tracer) records(psc trace.SpanContext) bool {
 
 // start starts a span under psc, the sampled span of this process in ctx.
 func (t *tracer) start(ctx context.Context, psc trace.SpanContext, name string, at time.Time, kind trace.SpanKind) (context.Context, *localSpan) {
-	if parent, ok := trace.SpanFromContext(ctx).(*localSpan); ok {
-		parent.addChild()
-	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: psc.TraceID(), SpanID: newSpanID(),
 		TraceFlags: psc.TraceFlags() | trace.FlagsSampled, TraceState: psc.TraceState()})
 	s := t.newSpan(psc, sc, name, at, kind)
+	if parent, ok := trace.SpanFromContext(ctx).(*localSpan); ok {
+		parent.addChild()
+		s.local = parent.local
+	}
 	return trace.ContextWithSpan(ctx, s), s
 }
 

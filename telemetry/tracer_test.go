@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,92 @@ func TestTracerProviderConcurrentSpans(t *testing.T) {
 	tr2, ok := p.oursRing.Find(root.SpanContext().TraceID())
 	if !ok || len(tr2.Spans) != workers*each+2 {
 		t.Fatalf("ring kept the trace: %v, %d spans; want %d", ok, len(tr2.Spans), workers*each+2)
+	}
+}
+
+// TestRingGathersARequestsSpans: the spans of a local root's subtree reach the ring together
+// when the root ends, bounded by RingMaxSpans, stragglers join the kept trace, and two requests
+// within one trace are both kept; the ring ends up as it does fed by the SDK, span by span.
+func TestRingGathersARequestsSpans(t *testing.T) {
+	caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{7}, SpanID: trace.SpanID{7},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	tests := []struct {
+		name string
+		run  func(tr trace.Tracer) trace.TraceID
+	}{
+		{"within the bound", func(tr trace.Tracer) trace.TraceID {
+			ctx, root := tr.Start(context.Background(), "root")
+			for i := range 3 {
+				_, s := tr.Start(ctx, fmt.Sprint("child ", i))
+				s.End()
+			}
+			root.End()
+			return root.SpanContext().TraceID()
+		}},
+		{"over the bound", func(tr trace.Tracer) trace.TraceID {
+			ctx, root := tr.Start(context.Background(), "root")
+			ctx2, mid := tr.Start(ctx, "mid")
+			for i := range 6 {
+				_, s := tr.Start(ctx2, fmt.Sprint("grandchild ", i))
+				s.End()
+			}
+			mid.End()
+			root.End()
+			return root.SpanContext().TraceID()
+		}},
+		{"stragglers", func(tr trace.Tracer) trace.TraceID {
+			ctx, root := tr.Start(context.Background(), "root")
+			_, early := tr.Start(ctx, "early")
+			_, late := tr.Start(ctx, "late")
+			early.End()
+			root.End()
+			late.End()
+			return root.SpanContext().TraceID()
+		}},
+		{"two requests in one trace", func(tr trace.Tracer) trace.TraceID {
+			ctx := trace.ContextWithRemoteSpanContext(context.Background(), caller)
+			ctx1, r1 := tr.Start(ctx, "request 1")
+			ctx2, r2 := tr.Start(ctx, "request 2")
+			_, c1 := tr.Start(ctx1, "child 1")
+			_, c2 := tr.Start(ctx2, "child 2")
+			c1.End()
+			c2.End()
+			r2.End()
+			r1.End()
+			return caller.TraceID()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPair(t, sdktrace.NewSpanLimits(), sdktrace.ParentBased(sdktrace.AlwaysSample()))
+			p.sdkRing, p.oursRing = NewRing(0, 0, 5), NewRing(0, 0, 5)
+			p.oursProvider.ring = p.oursRing
+			sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p.sdkRing))
+			t.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+			var shapes [2]string
+			for i, tp := range []trace.TracerProvider{sdk, p.ours} {
+				ring := []*Ring{p.sdkRing, p.oursRing}[i]
+				id := tt.run(tp.Tracer("t"))
+				tr, ok := ring.Find(id)
+				if !ok {
+					t.Fatalf("provider %d: trace not kept", i)
+				}
+				var names, roots []string
+				for _, s := range tr.Spans {
+					names = append(names, s.Name())
+				}
+				for _, s := range tr.Roots {
+					roots = append(roots, s.Name())
+				}
+				slices.Sort(names)
+				shapes[i] = fmt.Sprintf("spans %d %v roots %v dropped %d stats %+v", len(tr.Spans), names, roots, tr.Dropped, ring.Stats())
+				if len(tr.Spans) > 5 {
+					t.Errorf("provider %d: %d spans kept, over the bound of 5", i, len(tr.Spans))
+				}
+			}
+			if shapes[0] != shapes[1] {
+				t.Errorf("ring fed by the SDK:\n  %s\nby TracerProvider:\n  %s", shapes[0], shapes[1])
+			}
+		})
 	}
 }
