@@ -24,11 +24,7 @@ import (
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
-	"github.com/ragtail/ragtail/rag/docstore"
-	"github.com/ragtail/ragtail/rag/embed"
-	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/pipeline"
-	"github.com/ragtail/ragtail/rag/retrieve"
 	"github.com/ragtail/ragtail/telemetry"
 	"github.com/ragtail/ragtail/telemetry/profile"
 )
@@ -168,22 +164,7 @@ type armResult struct {
 }
 
 func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
-	chunks := corpus.Builtin(corpus.Options{Seed: 1, Docs: docs})
-	hash, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	idx, err := retrieve.NewMemory(hash.Dimension(), 4, retrieve.WithSeed(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, c := range chunks {
-		if err := idx.Add(c.ID, hash.Vector(c.Title+"\n"+c.Text)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	store := docstore.New(chunks, docstore.WithFetchLatency(latency.Law{}), docstore.WithSeed(1))
-	b.Cleanup(func() { _ = store.Close() })
+	chunks, hash, idx, store := instantBackends(b, docs, 4)
 	gen := instantGenerator{tokens: make([]string, 32)}
 	for i := range gen.tokens {
 		gen.tokens[i] = " token"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,30 @@ import (
 	"github.com/ragtail/ragtail/telemetry/profile"
 )
 
+// instantBackends returns the built-in corpus of docs documents (0: the default size), the hash
+// embedder, an index of its chunks in shards shards and a doc store holding them, all answering
+// at once (no simulated latency).
+func instantBackends(tb testing.TB, docs, shards int) ([]rag.Chunk, *embed.Hash, *retrieve.Memory, *docstore.Store) {
+	tb.Helper()
+	chunks := corpus.Builtin(corpus.Options{Seed: 1, Docs: docs})
+	hash, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0), embed.WithSeed(1), embed.WithConcurrency(runtime.GOMAXPROCS(0)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	idx, err := retrieve.NewMemory(hash.Dimension(), shards, retrieve.WithSeed(1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range chunks {
+		if err := idx.Add(c.ID, hash.Vector(c.Title+"\n"+c.Text)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	store := docstore.New(chunks, docstore.WithFetchLatency(latency.Law{}), docstore.WithSeed(1))
+	tb.Cleanup(func() { _ = store.Close() })
+	return chunks, hash, idx, store
+}
+
 // TestPipelineSpansMatchTheSDKs runs one request of every coupling mode through the pipeline
 // twice, its spans recorded by TracerProvider (the pipeline's fast paths StartAt and EndAt
 // included, with and without the profiler's wrapper) and by the OTel SDK's own tracer, and
@@ -30,22 +55,7 @@ import (
 // start and end instants on the service's clock that tile the stages as Server-Timing reports
 // them.
 func TestPipelineSpansMatchTheSDKs(t *testing.T) {
-	chunks := corpus.Builtin(corpus.Options{Seed: 1, Docs: 10})
-	hash, err := embed.NewHash(embed.WithLatency(latency.Law{}, 0), embed.WithSeed(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := retrieve.NewMemory(hash.Dimension(), 3, retrieve.WithSeed(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range chunks {
-		if err := idx.Add(c.ID, hash.Vector(c.Title+"\n"+c.Text)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	store := docstore.New(chunks, docstore.WithFetchLatency(latency.Law{}), docstore.WithSeed(1))
-	t.Cleanup(func() { _ = store.Close() })
+	chunks, hash, idx, store := instantBackends(t, 10, 3)
 	gen := instantGenerator{tokens: []string{" a", " b", " c", " d"}}
 	question := corpus.Questions(chunks, 1, 1)[0]
 

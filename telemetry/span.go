@@ -414,60 +414,42 @@ func (s *localSpan) Attributes() []attribute.KeyValue {
 }
 
 func (s *localSpan) Links() []sdktrace.Link {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.extra == nil {
-		return nil
-	}
-	return slices.Clip(s.extra.links)
+	return fromExtra(s, func(x *spanExtra) []sdktrace.Link { return slices.Clip(x.links) })
 }
 
 func (s *localSpan) Events() []sdktrace.Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.extra == nil {
-		return nil
-	}
-	return slices.Clip(s.extra.events)
+	return fromExtra(s, func(x *spanExtra) []sdktrace.Event { return slices.Clip(x.events) })
 }
 
 func (s *localSpan) Status() sdktrace.Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.extra == nil {
-		return sdktrace.Status{}
-	}
-	return s.extra.status
+	return fromExtra(s, func(x *spanExtra) sdktrace.Status { return x.status })
 }
 
 func (s *localSpan) InstrumentationScope() instrumentation.Scope { return s.tracer.scope }
 func (s *localSpan) Resource() *resource.Resource                { return s.tracer.p.resource }
 
 func (s *localSpan) DroppedAttributes() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.extra == nil {
-		return 0
-	}
-	return s.extra.droppedAttrs
+	return fromExtra(s, func(x *spanExtra) int { return x.droppedAttrs })
 }
 
 func (s *localSpan) DroppedLinks() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.extra == nil {
-		return 0
-	}
-	return s.extra.droppedLinks
+	return fromExtra(s, func(x *spanExtra) int { return x.droppedLinks })
 }
 
 func (s *localSpan) DroppedEvents() int {
+	return fromExtra(s, func(x *spanExtra) int { return x.droppedEvents })
+}
+
+// fromExtra returns f of s's rare parts, read under its lock, or the zero value when it has
+// none.
+func fromExtra[T any](s *localSpan, f func(*spanExtra) T) T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.extra == nil {
-		return 0
+		var zero T
+		return zero
 	}
-	return s.extra.droppedEvents
+	return f(s.extra)
 }
 
 func (s *localSpan) ChildSpanCount() int {
