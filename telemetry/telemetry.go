@@ -1,11 +1,11 @@
 // Package telemetry sets up ragtail's OpenTelemetry SDK in one call: a tracer provider with W3C
 // trace-context and baggage propagation (ragtail's own span recorder behind the OTel trace API,
-// with the SDK's samplers, span limits, processors and exporters: see TracerProvider), an always-on in-process trace ring (recent and slowest
-// traces, served on /debug/traces), an optional JSONL span file, OTLP export of traces and
-// metrics when an endpoint is configured, and a meter provider whose Prometheus exporter writes
-// to a registry of its own (OpenMetrics with trace_id exemplars on /metrics). It also owns the
-// service's clock (NewClock), which spans, profiles, Server-Timing and the X-Ragtail-Time
-// header all read.
+// with the SDK's samplers, span limits, processors and exporters: see TracerProvider), an
+// always-on in-process trace ring (recent and slowest traces, served on /debug/traces), an
+// optional JSONL span file, OTLP export of traces and metrics when an endpoint is configured,
+// and a meter provider whose Prometheus exporter writes to a registry of its own (OpenMetrics
+// with trace_id exemplars on /metrics). It also owns the service's clock (NewClock), which
+// spans, profiles, Server-Timing and the X-Ragtail-Time header all read.
 //
 // Only cmd imports this package: libraries take the providers it returns as the OpenTelemetry
 // API interfaces. Backends that are down never hurt requests: spans are exported in batches from

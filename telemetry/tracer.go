@@ -44,11 +44,11 @@ var _ SpanData = sdktrace.ReadOnlySpan(nil)
 // processors and exporters (the ring, the trace file, OTLP), which get each span as it ends.
 //
 // Why not the SDK's tracer: a request of the pipeline makes about ten spans, and the SDK spends
-// 1.6-2 us and about 1.3 KB of garbage on each (a recording span, its attribute array, a
-// snapshot and a dedupe map at End). TracerProvider records them as the SDK would (same limits,
+// about three times the CPU and allocations on each (BenchmarkSpanCost: a recording span, its
+// attribute array, a snapshot and a dedupe map at End). TracerProvider records them as the SDK would (same limits,
 // same attribute, event, link and status rules: TestTracerProviderRecordsAsTheSDK runs the same
-// scripts through both) with one allocation for the span, one pointer-free buffer for its
-// attributes and one context, and hands the ring the span itself rather than a snapshot.
+// scripts through both) with one allocation for the span (its attributes encoded inside it) and
+// one for its context, and hands the ring the span itself rather than a snapshot.
 //
 // The sampler decides every span that enters a trace in this process (a root, or a span whose
 // parent is remote) and every span whose parent is not sampled. A span whose parent is a
@@ -103,7 +103,7 @@ func (p *TracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.T
 	if t, ok := p.tracers[scope]; ok {
 		return t
 	}
-	t := &tracer{p: p, sdk: p.sdk.Tracer(name, opts...), scope: scope}
+	t := &tracer{p: p, scope: scope}
 	p.tracers[scope] = t
 	return t
 }
@@ -126,7 +126,6 @@ func (p *TracerProvider) Shutdown(ctx context.Context) error {
 type tracer struct {
 	embedded.Tracer
 	p     *TracerProvider
-	sdk   trace.Tracer
 	scope instrumentation.Scope
 }
 
@@ -171,14 +170,17 @@ func (t *tracer) sample(ctx context.Context, psc trace.SpanContext, name string,
 	if !tid.IsValid() {
 		tid = newTraceID()
 	}
-	res := t.p.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: name,
-		Kind: cfg.SpanKind(), Attributes: cfg.Attributes(), Links: cfg.Links()})
+	res := sdktrace.SamplingResult{Decision: sdktrace.Drop, Tracestate: psc.TraceState()} // after Shutdown
+	if !t.p.stopped.Load() {
+		res = t.p.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: name,
+			Kind: cfg.SpanKind(), Attributes: cfg.Attributes(), Links: cfg.Links()})
+	}
 	flags := psc.TraceFlags() &^ trace.FlagsSampled
 	if res.Decision == sdktrace.RecordAndSample {
 		flags |= trace.FlagsSampled
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: res.Tracestate})
-	if res.Decision == sdktrace.Drop || t.p.stopped.Load() {
+	if res.Decision == sdktrace.Drop {
 		ctx = trace.ContextWithSpanContext(ctx, sc)
 		return ctx, trace.SpanFromContext(ctx), nil
 	}

@@ -301,7 +301,8 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 		case ok:
 			e.EndAt(end)
 		case own:
-			rec.endAt(ss.span, end)
+			rec.endOpts[0] = rec.at(end)
+			ss.span.End(rec.endOpts[:]...)
 		default:
 			ss.span.End(trace.WithTimestamp(end))
 		}
