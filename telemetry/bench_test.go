@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -77,7 +78,7 @@ var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: a
 type benchArm struct {
 	name     string
 	tracing  bool // spans, every one sampled into the ring
-	sdk      bool // with tracing: every span through the OTel SDK's own tracer (tel.TracerProvider.SDK())
+	sdk      bool // every span and measurement through the OTel SDK (tel.TracerProvider.SDK(), tel.MeterProvider.SDK())
 	metrics  bool // every metric, recorded through the SDK
 	labels   bool // the rag_stage (and, with spans, span_id) pprof labels
 	profiler bool // the continuous profiler, CPU and wall sampler, linking spans when tracing
@@ -160,6 +161,7 @@ func selectArms(list string) ([]benchArm, error) {
 type armResult struct {
 	wall, cpu time.Duration
 	allocs    uint64
+	gcs       uint64    // garbage collections that ended during its phases
 	ratios    []float64 // per round: off's CPU time over this arm's, on the same request count
 }
 
@@ -188,7 +190,11 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tp)))
 		}
 		if a.metrics {
-			opts = append(opts, pipeline.WithMeterProvider(tel.MeterProvider))
+			var mp metric.MeterProvider = tel.MeterProvider
+			if a.sdk {
+				mp = tel.MeterProvider.SDK()
+			}
+			opts = append(opts, pipeline.WithMeterProvider(mp))
 		}
 		p, err := pipeline.New(hash, idx, lookups{store}, gen, pipeline.Config{TopK: 5}, opts...)
 		if err != nil {
@@ -203,14 +209,14 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	profiling := flag.Lookup("test.cpuprofile") != nil && flag.Lookup("test.cpuprofile").Value.String() != ""
 	// phase runs n requests on p from workers goroutines and returns the wall and CPU time they
 	// took and the heap allocations they made.
-	phase := func(p *pipeline.Pipeline, arm string, n int) (wall, cpu time.Duration, allocs uint64) {
+	phase := func(p *pipeline.Pipeline, arm string, n int) (wall, cpu time.Duration, allocs, gcs uint64) {
 		ctx := context.Background()
 		if profiling {
 			ctx = pprof.WithLabels(ctx, pprof.Labels("arm", arm))
 		}
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		startAllocs := mallocs()
+		startAllocs, startGCs := mallocs()
 		start, startCPU := time.Now(), processCPU()
 		for range workers {
 			wg.Go(func() {
@@ -231,7 +237,8 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 		}
 		wg.Wait()
 		wall, cpu = time.Since(start), processCPU()-startCPU
-		return wall, cpu, mallocs() - startAllocs
+		endAllocs, endGCs := mallocs()
+		return wall, cpu, endAllocs - startAllocs, endGCs - startGCs
 	}
 	// timed reports whether an arm's phases count towards b.N (and so ns/op and allocs/op).
 	timed := func(a benchArm) bool { return a.name == "off" || a.name == "all" }
@@ -269,7 +276,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			if timed(a) {
 				b.StartTimer()
 			}
-			wall, cpu, allocs := phase(p, a.name, per)
+			wall, cpu, allocs, gcs := phase(p, a.name, per)
 			if timed(a) {
 				b.StopTimer()
 			}
@@ -278,7 +285,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			}
 			tel.Ring.Reset()
 			res := &results[ai]
-			res.wall, res.cpu, res.allocs = res.wall+wall, res.cpu+cpu, res.allocs+allocs
+			res.wall, res.cpu, res.allocs, res.gcs = res.wall+wall, res.cpu+cpu, res.allocs+allocs, res.gcs+gcs
 			cpus[ai] = cpu
 		}
 		for ai := range arms {
@@ -301,6 +308,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 		default:
 			b.ReportMetric(float64(res.allocs)/n, a.name+"_allocs/req")
 		}
+		b.ReportMetric(1000*float64(res.gcs)/n, a.name+"_gcs/kreq")
 		if ai == 0 || len(res.ratios) == 0 {
 			continue
 		}
@@ -324,11 +332,12 @@ func median(xs []float64) float64 {
 	return m
 }
 
-// mallocs returns the number of heap objects the process has allocated so far.
-func mallocs() uint64 {
+// mallocs returns the number of heap objects the process has allocated so far, and the number of
+// garbage collections it has completed.
+func mallocs() (objects, gcs uint64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.Mallocs
+	return ms.Mallocs, uint64(ms.NumGC)
 }
 
 // processCPU returns the CPU time the process has used, user and system.

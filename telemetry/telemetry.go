@@ -52,8 +52,9 @@ type Telemetry struct {
 	// the trace file and OTLP; its spans are recorded by ragtail's own tracer, the SDK's
 	// samplers, limits, processors and exporters around it (see TracerProvider).
 	TracerProvider *TracerProvider
-	// MeterProvider feeds the Prometheus registry and, when configured, OTLP.
-	MeterProvider *sdkmetric.MeterProvider
+	// MeterProvider feeds the Prometheus registry and, when configured, OTLP. ragtail's own
+	// instruments are aggregated by it, the others by the SDK's provider (MeterProvider.SDK).
+	MeterProvider *MeterProvider
 	// Propagator is what OTEL_PROPAGATORS names, W3C trace context plus baggage by default (also
 	// installed as the global propagator).
 	Propagator propagation.TextMapPropagator
@@ -163,7 +164,12 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	t.TracerProvider = newTracerProvider(sdktrace.NewTracerProvider(tpOpts...), sampler, t.Resource, cfg.SpanLimits, cfg.Now, t.Ring, others)
 	t.shutdowns = append(t.shutdowns, t.TracerProvider.Shutdown)
 
-	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry))
+	// ragtail's own instruments are aggregated by t.MeterProvider, which every reader takes as
+	// its producer; it leaves them to the SDK when an exporter wants delta temporality or a
+	// reader cannot take it.
+	t.MeterProvider = newMeterProvider(!deltaPreferred(), cfg.Now)
+	producer := sdkmetric.WithProducer(t.MeterProvider)
+	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry), otelprom.WithProducer(t.MeterProvider))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
@@ -174,19 +180,20 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		if err != nil {
 			return nil, err
 		}
-		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.MetricsInterval))))
+		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.MetricsInterval), producer)))
 		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp metrics (%s) to %s every %v", cfg.MetricsProtocol, cfg.MetricsEndpoint, cfg.MetricsInterval))
 	case exportRequested(os.Getenv, "METRICS"):
-		reader, desc, err := envMetricReader(ctx)
+		reader, produced, desc, err := envMetricReader(ctx, producer)
 		if err != nil {
 			return nil, err
 		}
 		if reader != nil {
 			mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
 			t.Exporting = append(t.Exporting, desc)
+			t.MeterProvider.own = t.MeterProvider.own && produced
 		}
 	}
-	t.MeterProvider = sdkmetric.NewMeterProvider(mpOpts...)
+	t.MeterProvider.sdk = sdkmetric.NewMeterProvider(mpOpts...)
 	t.shutdowns = append(t.shutdowns, t.MeterProvider.Shutdown)
 
 	if err := t.Registry.Register(collectors.NewGoCollector()); err != nil {
@@ -279,25 +286,53 @@ func envSpanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error)
 // envMetricReader returns the metric reader the OTEL_* variables describe (nil for none), like
 // envSpanExporter. OTEL_METRICS_EXPORTER=prometheus means the admin listener's /metrics, which is
 // always on: autoexport would open a second server on the same port.
-func envMetricReader(ctx context.Context) (sdkmetric.Reader, string, error) {
+func envMetricReader(ctx context.Context, producer sdkmetric.ReaderOption) (_ sdkmetric.Reader, produced bool, desc string, _ error) {
 	if strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER")) == "prometheus" {
-		return nil, "", nil
+		return nil, false, "", nil
 	}
-	if grpcByPort(os.Getenv, "METRICS") {
-		exp, err := otlpmetricgrpc.New(ctx)
-		if err != nil {
-			return nil, "", fmt.Errorf("otlp metric exporter: %w", err)
-		}
-		return sdkmetric.NewPeriodicReader(exp), "otlp metrics (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "METRICS"), nil
+	// OTLP readers are built here, so that they take ragtail's aggregation as a producer; the
+	// exporters and the reader read their OTEL_* settings themselves, as through autoexport.
+	var (
+		exp sdkmetric.Exporter
+		err error
+	)
+	switch {
+	case grpcByPort(os.Getenv, "METRICS"):
+		exp, err = otlpmetricgrpc.New(ctx)
+		desc = "otlp metrics (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "METRICS")
+	case otlpProtocol("METRICS") == ProtocolGRPC:
+		exp, err = otlpmetricgrpc.New(ctx)
+		desc = envExportLine("metrics", "METRICS")
+	case otlpProtocol("METRICS") == ProtocolHTTPProtobuf:
+		exp, err = otlpmetrichttp.New(ctx)
+		desc = envExportLine("metrics", "METRICS")
+	}
+	if err != nil {
+		return nil, false, "", fmt.Errorf("otlp metric exporter: %w", err)
+	}
+	if exp != nil {
+		return sdkmetric.NewPeriodicReader(exp, producer), true, desc, nil
 	}
 	r, err := autoexport.NewMetricReader(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("metric reader (OTEL_METRICS_EXPORTER): %w", err)
+		return nil, false, "", fmt.Errorf("metric reader (OTEL_METRICS_EXPORTER): %w", err)
 	}
 	if autoexport.IsNoneMetricReader(r) {
-		return nil, "", nil
+		return nil, false, "", nil
 	}
-	return r, envExportLine("metrics", "METRICS"), nil
+	return r, false, envExportLine("metrics", "METRICS"), nil
+}
+
+// otlpProtocol returns the OTLP protocol the environment sets for signal ("" when signal is not
+// exported over OTLP, or when metric producers are configured, which only autoexport reads).
+func otlpProtocol(signal string) string {
+	if exp := strings.TrimSpace(os.Getenv("OTEL_" + signal + "_EXPORTER")); exp != "" && exp != "otlp" {
+		return ""
+	}
+	if signal == "METRICS" && strings.TrimSpace(os.Getenv("OTEL_METRICS_PRODUCERS")) != "" {
+		return ""
+	}
+	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolHTTPProtobuf)
 }
 
 // envExportLine describes for the startup line where the environment sends signal.

@@ -144,7 +144,7 @@ func recordError(span trace.Span, at time.Time, err error) {
 func (rec *recorder) startRun(ctx context.Context, req *Request) context.Context {
 	rec.coupling = req.Coupling
 	rec.chat = rec.t.chat(req.Model, req.served)
-	rec.t.inst.inflight.Add(ctx, 1)
+	rec.t.inflight(ctx, 1)
 	ctx, rec.root = rec.spanStart(ctx, SpanPipeline, rec.start)
 	rec.rootCtx = ctx
 	return ctx
@@ -171,13 +171,12 @@ func (rec *recorder) finishRun(req *Request, res *Result, gen generation, err er
 		a = append(a, AttrChunkIDs.StringSlice(res.ChunkIDs))
 		rec.spanEnd(rec.root, end, err, a)
 	}
-	in := rec.t.inst
-	in.inflight.Add(ctx, -1)
-	in.serverDur.Float64Histogram.Record(ctx, seconds(end.Sub(rec.start)), withError(rec.chat.baseOpts, rec.chat.base, err)...)
+	rec.t.inflight(ctx, -1)
+	recordDur(ctx, rec.t.inst.serverDur.Float64Histogram, rec.chat.serverDur, rec.chat.base, seconds(end.Sub(rec.start)), err)
 	if err == nil && !gen.firstToken.IsZero() {
-		in.ttft.Float64Histogram.Record(ctx, seconds(res.TimeToFirstToken), rec.chat.baseOpts...)
+		rec.chat.ttft(ctx, seconds(res.TimeToFirstToken))
 		if n := res.Usage.CompletionTokens; n > 1 && gen.end.After(gen.firstToken) {
-			in.tpot.Float64Histogram.Record(ctx, seconds(gen.end.Sub(gen.firstToken))/float64(n-1), rec.chat.baseOpts...)
+			rec.chat.tpot(ctx, seconds(gen.end.Sub(gen.firstToken))/float64(n-1))
 		}
 	}
 	rec.setLabels(rec.parent)
@@ -205,7 +204,7 @@ func (rec *recorder) end(st *stageSpan, end time.Time, err error, attrs []attrib
 		attrs = append(attrs, AttrProfileID.String(st.profileID))
 	}
 	rec.spanEnd(st.span, end, err, attrs)
-	rec.t.inst.stageDur.Record(st.ctx, seconds(d), rec.t.stageSet(st.stage, rec.coupling)...)
+	rec.t.stageRec(st.stage, rec.coupling)(st.ctx, seconds(d))
 	rec.setLabels(rec.rootCtx)
 	rec.mark = end
 	return d
@@ -224,15 +223,14 @@ func (rec *recorder) endAdmission(st *stageSpan, err error, wait time.Duration, 
 		a = append(a, AttrAdmissionWaitMS.Float64(ms(wait)))
 	}
 	d := rec.end(st, rec.now(), err, a)
-	in := rec.t.inst
 	switch {
 	case errors.Is(err, rag.ErrOverloaded):
-		in.rejected.Add(st.ctx, 1)
+		rec.t.inst.rejected.Add(st.ctx, 1)
 	case err == nil:
 		if !reported {
 			wait = d - injected
 		}
-		in.queueWait.Record(st.ctx, seconds(wait))
+		rec.t.queueWait(st.ctx, seconds(wait))
 	}
 	return d
 }
@@ -245,9 +243,9 @@ func (rec *recorder) endEmbed(st *stageSpan, err error, tokens int) time.Duratio
 		a = append(append(a, t.embedAttrs...), semconv.GenAIUsageInputTokens(tokens))
 	}
 	d := rec.end(st, rec.now(), err, a)
-	t.inst.clientDur.Float64Histogram.Record(st.ctx, seconds(d), withError(t.embedOpts, t.embedSet, err)...)
+	recordDur(st.ctx, t.inst.clientDur.Float64Histogram, t.embedDur, t.embedSet, seconds(d), err)
 	if err == nil {
-		t.inst.tokenUsage.Int64Histogram.Record(st.ctx, int64(tokens), t.embedInput...)
+		t.embedInput(st.ctx, int64(tokens))
 	}
 	return d
 }
@@ -309,7 +307,7 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 	} else if ss.span != nil {
 		ss.span.End()
 	}
-	t.inst.dbDur.Float64Histogram.Record(ss.ctx, seconds(end.Sub(ss.start)), withError(t.dbOpts, t.dbSet, err)...)
+	recordDur(ss.ctx, t.inst.dbDur.Float64Histogram, t.dbDur, t.dbSet, seconds(end.Sub(ss.start)), err)
 }
 
 // beginRetrieve starts the retrieve stage.
@@ -363,7 +361,7 @@ func (rec *recorder) endFetch(st *stageSpan, err error, hits int, f fetched) tim
 	if t.cache != nil {
 		for i, n := range f.results {
 			if n > 0 {
-				t.inst.cacheReq.Add(st.ctx, int64(n), t.cacheSets[i]...)
+				t.cacheReq[i](st.ctx, int64(n))
 			}
 		}
 	}
@@ -412,10 +410,10 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 		}
 	}
 	d := rec.end(st, gen.end, genErr, a)
-	t.inst.clientDur.Float64Histogram.Record(st.ctx, seconds(d), withError(rec.chat.baseOpts, rec.chat.base, genErr)...)
+	recordDur(st.ctx, t.inst.clientDur.Float64Histogram, rec.chat.clientDur, rec.chat.base, seconds(d), genErr)
 	if genErr == nil && res.Usage != (rag.Usage{}) {
-		t.inst.tokenUsage.Int64Histogram.Record(st.ctx, int64(res.Usage.PromptTokens), rec.chat.inputOpts...)
-		t.inst.tokenUsage.Int64Histogram.Record(st.ctx, int64(res.Usage.CompletionTokens), rec.chat.outOpts...)
+		rec.chat.inputTokens(st.ctx, int64(res.Usage.PromptTokens))
+		rec.chat.outputTokens(st.ctx, int64(res.Usage.CompletionTokens))
 	}
 	if gen.stream.i < 0 {
 		return
@@ -434,7 +432,7 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 		}
 	}
 	rec.spanEnd(ss.span, ss.end, streamErr, a)
-	t.inst.stageDur.Record(ss.ctx, seconds(write), t.stageSet(rag.StageStream, rec.coupling)...)
+	t.stageRec(rag.StageStream, rec.coupling)(ss.ctx, seconds(write))
 }
 
 // streamStage is the stream stage, which runs inside generate: a span from the first hand-over

@@ -211,19 +211,21 @@ type telemetry struct {
 	cache  CacheReporter
 	waiter WaitReporter
 
-	stageSets  [numStages][numCouplings]recordOpts // rag_stage_duration_seconds labels
-	cacheSets  [numCacheResults]addOpts            // rag_cache_requests_total labels
-	faultSets  [numStages]addOpts                  // rag_fault_injected_total labels
-	dbSet      attribute.Set                       // db_client_operation_duration_seconds labels on success
-	dbOpts     recordOpts                          // the same, as options
-	dbAttrs    []attribute.KeyValue                // attributes every Query span starts with
-	embedSet   attribute.Set                       // gen_ai client labels of the embeddings operation
-	embedOpts  recordOpts                          // the same, as options
-	embedInput recordOpts                          // gen_ai token usage labels of embedding input
-	embedAttrs []attribute.KeyValue                // attributes every embeddings span starts with
-	chatModels sync.Map                            // served model name -> *chatSets
-	chatCount  atomic.Int32                        // entries in chatModels
-	chatOther  *chatSets                           // the sets of every model not served
+	stageDur   [numStages][numCouplings]f64Rec // rag_stage_duration_seconds, per label set
+	cacheReq   [numCacheResults]i64Rec         // rag_cache_requests_total, per label set
+	faultSets  [numStages]addOpts              // rag_fault_injected_total labels
+	inflight   i64Rec                          // rag_inflight_requests
+	queueWait  f64Rec                          // rag_admission_queue_wait_seconds
+	dbSet      attribute.Set                   // db_client_operation_duration_seconds labels on success
+	dbDur      f64Rec                          // that histogram's recorder of dbSet
+	dbAttrs    []attribute.KeyValue            // attributes every Query span starts with
+	embedSet   attribute.Set                   // gen_ai client labels of the embeddings operation
+	embedDur   f64Rec                          // gen_ai client duration of embedSet
+	embedInput i64Rec                          // gen_ai token usage of embedding input
+	embedAttrs []attribute.KeyValue            // attributes every embeddings span starts with
+	chatModels sync.Map                        // served model name -> *chatSets
+	chatCount  atomic.Int32                    // entries in chatModels
+	chatOther  *chatSets                       // the sets of every model not served
 }
 
 // instantTracer is a tracer that starts a span at a given instant without a trace.WithTimestamp
@@ -243,6 +245,66 @@ type (
 	recordOpts []metric.RecordOption
 	addOpts    []metric.AddOption
 )
+
+// f64Rec and i64Rec record a measurement with one label set, bound when the recorder is built.
+// An instrument of ragtail's own meter provider (telemetry's) binds the set (float64Binder,
+// int64Binder) and records with no option to resolve and no series to look up; with any other
+// provider the recorder passes the set's option.
+type (
+	f64Rec        func(context.Context, float64)
+	i64Rec        func(context.Context, int64)
+	float64Binder interface {
+		BindFloat64(attribute.Set) func(context.Context, float64)
+	}
+	int64Binder interface {
+		BindInt64(attribute.Set) func(context.Context, int64)
+	}
+	int64Recorder interface {
+		Record(context.Context, int64, ...metric.RecordOption)
+	}
+	int64Adder interface {
+		Add(context.Context, int64, ...metric.AddOption)
+	}
+	float64Recorder interface {
+		Record(context.Context, float64, ...metric.RecordOption)
+	}
+)
+
+// bindF64 returns h's recorder of set.
+func bindF64(h float64Recorder, set attribute.Set) f64Rec {
+	if b, ok := h.(float64Binder); ok {
+		return b.BindFloat64(set)
+	}
+	opts, _ := setOpts(set)
+	return func(ctx context.Context, v float64) { h.Record(ctx, v, opts...) }
+}
+
+// bindI64Hist returns h's recorder of set.
+func bindI64Hist(h int64Recorder, set attribute.Set) i64Rec {
+	if b, ok := h.(int64Binder); ok {
+		return b.BindInt64(set)
+	}
+	opts, _ := setOpts(set)
+	return func(ctx context.Context, v int64) { h.Record(ctx, v, opts...) }
+}
+
+// bindI64Sum returns c's recorder of set.
+func bindI64Sum(c int64Adder, set attribute.Set) i64Rec {
+	if b, ok := c.(int64Binder); ok {
+		return b.BindInt64(set)
+	}
+	_, opts := setOpts(set)
+	return func(ctx context.Context, v int64) { c.Add(ctx, v, opts...) }
+}
+
+// recordDur records v with bound, or when err is not nil with set and error.type through h.
+func recordDur(ctx context.Context, h metric.Float64Histogram, bound f64Rec, set attribute.Set, v float64, err error) {
+	if err == nil {
+		bound(ctx, v)
+		return
+	}
+	h.Record(ctx, v, errorOpts(set, err)...)
+}
 
 func setOpts(set attribute.Set) (recordOpts, addOpts) {
 	o := metric.WithAttributeSet(set)
@@ -270,12 +332,12 @@ const maxChatModels = 64
 
 // chatSets are the gen_ai label sets and span attributes of one model.
 type chatSets struct {
-	spanName           string               // "chat {model}"
-	attrs              []attribute.KeyValue // operation, provider, model
-	base               attribute.Set
-	baseOpts           recordOpts
-	inputOpts, outOpts recordOpts
-	responseModel      attribute.KeyValue
+	spanName                         string               // "chat {model}"
+	attrs                            []attribute.KeyValue // operation, provider, model
+	base                             attribute.Set
+	serverDur, ttft, tpot, clientDur f64Rec // gen_ai histograms of base
+	inputTokens, outputTokens        i64Rec // gen_ai token usage of base and the token type
+	responseModel                    attribute.KeyValue
 }
 
 func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Generator) (*telemetry, error) {
@@ -324,13 +386,15 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 
 	for i, s := range rag.Stages {
 		for j, c := range rag.Couplings {
-			t.stageSets[i][j], _ = setOpts(attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
+			t.stageDur[i][j] = bindF64(inst.stageDur, attribute.NewSet(AttrStage.String(string(s)), AttrCoupling.String(string(c))))
 		}
 		_, t.faultSets[i] = setOpts(attribute.NewSet(AttrStage.String(string(s))))
 	}
 	for i := range numCacheResults {
-		_, t.cacheSets[i] = setOpts(attribute.NewSet(attribute.String("result", rag.CacheResult(i).String())))
+		t.cacheReq[i] = bindI64Sum(inst.cacheReq, attribute.NewSet(attribute.String("result", rag.CacheResult(i).String())))
 	}
+	t.inflight = bindI64Sum(inst.inflight, *attribute.EmptySet())
+	t.queueWait = bindF64(inst.queueWait, *attribute.EmptySet())
 	t.dbAttrs = []attribute.KeyValue{
 		AttrStage.String(string(rag.StageRetrieve)),
 		semconv.DBSystemNameKey.String(t.dbSystem),
@@ -338,7 +402,7 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 		semconv.DBOperationName("Query"),
 	}
 	t.dbSet = attribute.NewSet(t.dbAttrs[1:]...)
-	t.dbOpts, _ = setOpts(t.dbSet)
+	t.dbDur = bindF64(inst.dbDur.Float64Histogram, t.dbSet)
 	t.embedAttrs = []attribute.KeyValue{
 		AttrStage.String(string(rag.StageEmbed)),
 		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
@@ -347,8 +411,8 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 		semconv.GenAIEmbeddingsDimensionCount(emb.Dimension()),
 	}
 	t.embedSet = attribute.NewSet(t.embedAttrs[1:4]...)
-	t.embedOpts, _ = setOpts(t.embedSet)
-	t.embedInput, _ = setOpts(attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
+	t.embedDur = bindF64(inst.clientDur.Float64Histogram, t.embedSet)
+	t.embedInput = bindI64Hist(inst.tokenUsage.Int64Histogram, attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
 	t.chatOther = t.newChatSets(OtherModel)
 	for _, m := range gen.Models() {
 		t.chat(m, true)
@@ -370,9 +434,13 @@ func (t *telemetry) newChatSets(model string) *chatSets {
 		base:          attribute.NewSet(base...),
 		responseModel: semconv.GenAIResponseModel(model),
 	}
-	cs.baseOpts, _ = setOpts(cs.base)
-	cs.inputOpts, _ = setOpts(attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
-	cs.outOpts, _ = setOpts(attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...))
+	in := t.inst
+	cs.serverDur = bindF64(in.serverDur.Float64Histogram, cs.base)
+	cs.ttft = bindF64(in.ttft.Float64Histogram, cs.base)
+	cs.tpot = bindF64(in.tpot.Float64Histogram, cs.base)
+	cs.clientDur = bindF64(in.clientDur.Float64Histogram, cs.base)
+	cs.inputTokens = bindI64Hist(in.tokenUsage.Int64Histogram, attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
+	cs.outputTokens = bindI64Hist(in.tokenUsage.Int64Histogram, attribute.NewSet(append(base[:3:3], semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeOutput)))...))
 	return cs
 }
 
@@ -397,8 +465,9 @@ func (t *telemetry) chat(model string, served bool) *chatSets {
 	return cs
 }
 
-func (t *telemetry) stageSet(s rag.Stage, c rag.Coupling) recordOpts {
-	return t.stageSets[stageIndex(s)][couplingIndex(c)]
+// stageRec returns the rag_stage_duration_seconds recorder of stage s under coupling c.
+func (t *telemetry) stageRec(s rag.Stage, c rag.Coupling) f64Rec {
+	return t.stageDur[stageIndex(s)][couplingIndex(c)]
 }
 
 // stageIndex returns the index of s in rag.Stages.
@@ -436,13 +505,9 @@ func cacheIndex(result rag.CacheResult) int {
 	return int(result)
 }
 
-// withError returns opts, the options of set, or when err is not nil the options of set with
-// error.type added. Errors are rare, and error.type has a closed set of values, so the set is
-// built on the spot.
-func withError(opts recordOpts, set attribute.Set, err error) recordOpts {
-	if err == nil {
-		return opts
-	}
+// errorOpts returns the options of set with error.type added. Errors are rare, and error.type
+// has a closed set of values, so the set is built on the spot.
+func errorOpts(set attribute.Set, err error) recordOpts {
 	o, _ := setOpts(attribute.NewSet(append(set.ToSlice(), semconv.ErrorTypeKey.String(ErrorType(err)))...))
 	return o
 }
