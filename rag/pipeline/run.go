@@ -389,34 +389,54 @@ func (r *run) retrieveSync(st *stageSpan, vec []float32, ret *retrieval) error {
 // cancels the other searches and is the stage's error.
 func (r *run) retrieveFanout(st *stageSpan, vec []float32, ret *retrieval) error {
 	n := ret.shards
-	answers := make([]shardAnswer, n)
+	fan := &searchFan{r: r, vec: vec}
+	fan.first.Store(-1)
+	answers := fan.buf[:0]
+	if n > len(fan.buf) {
+		answers = make([]shardAnswer, n)
+	}
+	answers = answers[:n]
+	fan.answers = answers
 	r.rec.beginShards(st.ctx, answers)
-	var (
-		wg    sync.WaitGroup
-		first atomic.Int32
-	)
-	first.Store(-1)
 	// The run's goroutine searches the last shard itself, rather than wait idle: one goroutine
-	// (and its closure) fewer.
+	// fewer.
+	fan.wg.Add(max(n-1, 0))
 	for i := range n - 1 {
-		wg.Go(func() { r.searchFirstFails(&answers[i], vec, &first) })
+		go fan.search(i)
 	}
 	if n > 0 {
-		r.searchFirstFails(&answers[n-1], vec, &first)
+		r.searchFirstFails(&answers[n-1], vec, &fan.first)
 	}
-	wg.Wait()
+	fan.wg.Wait()
 	perShard := make([][]rag.Hit, n)
 	for i := range answers {
 		a := &answers[i]
 		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
 		perShard[i] = a.hits
 	}
-	if i := first.Load(); i >= 0 {
+	if i := fan.first.Load(); i >= 0 {
 		return fmt.Errorf("search shard %d: %w", i, answers[i].err)
 	}
 	ret.answered = n
 	ret.hits = mergeTopK(perShard, r.req.TopK)
 	return nil
+}
+
+// searchFan is the state of one fanned-out search, one allocation for every shard's goroutine
+// to share (with room for the answers of up to eight shards).
+type searchFan struct {
+	wg      sync.WaitGroup
+	first   atomic.Int32
+	r       *run
+	vec     []float32
+	answers []shardAnswer
+	buf     [8]shardAnswer
+}
+
+// search searches shard i, on a goroutine of its own.
+func (f *searchFan) search(i int) {
+	defer f.wg.Done()
+	f.r.searchFirstFails(&f.answers[i], f.vec, &f.first)
 }
 
 // retrieveAsync searches every shard at once and returns as soon as the quorum has answered, or
@@ -641,22 +661,25 @@ var errSiblingFailed = errors.New("a concurrent search or fetch of the stage fai
 // fetchConcurrent fetches every chunk at once and keeps them in rank order. The first failure
 // cancels the other fetches and is the stage's error; a chunk the store does not have is skipped.
 func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) error {
-	lookups := make([]chunkLookup, len(hits))
-	var (
-		wg    sync.WaitGroup
-		first atomic.Int32
-	)
-	first.Store(-1)
+	fan := &fetchFan{r: r, ctx: ctx, hits: hits, f: f}
+	fan.first.Store(-1)
+	lookups := fan.buf[:0]
+	if len(hits) > len(fan.buf) {
+		lookups = make([]chunkLookup, len(hits))
+	}
+	lookups = lookups[:len(hits)]
+	fan.lookups = lookups
 	// As in retrieveFanout, the run's goroutine fetches the last chunk itself.
 	last := len(lookups) - 1
+	fan.wg.Add(max(last, 0))
 	for i := range last {
-		wg.Go(func() { r.lookupFirstFails(ctx, hits, lookups, i, f, &first) })
+		go fan.lookup(i)
 	}
 	if last >= 0 {
-		r.lookupFirstFails(ctx, hits, lookups, last, f, &first)
+		r.lookupFirstFails(ctx, hits, lookups, last, f, &fan.first)
 	}
-	wg.Wait()
-	if i := first.Load(); i >= 0 {
+	fan.wg.Wait()
+	if i := fan.first.Load(); i >= 0 {
 		return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, lookups[i].err)
 	}
 	f.chunks = make([]rag.Chunk, 0, len(hits))
@@ -669,6 +692,25 @@ func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) e
 		f.chunks = append(f.chunks, l.chunk)
 	}
 	return nil
+}
+
+// fetchFan is the state of one fanned-out fetch, one allocation for every lookup's goroutine to
+// share (with room for the lookups of up to eight chunks).
+type fetchFan struct {
+	wg      sync.WaitGroup
+	first   atomic.Int32
+	r       *run
+	ctx     context.Context
+	hits    []rag.Hit
+	f       *fetched
+	lookups []chunkLookup
+	buf     [8]chunkLookup
+}
+
+// lookup fetches the chunk of hit i, on a goroutine of its own.
+func (f *fetchFan) lookup(i int) {
+	defer f.wg.Done()
+	f.r.lookupFirstFails(f.ctx, f.hits, f.lookups, i, f.f, &f.first)
 }
 
 // buildMessages puts the retrieved chunks, numbered in rank order (or in id order, for

@@ -258,6 +258,10 @@ func (m *Memory) Search(ctx context.Context, shard int, vec []float32, k int) ([
 	return m.search(ctx, *m.layout.Load(), shard, vec, k)
 }
 
+// queryBufs holds the buffers searches normalize their query vector into: every shard's search
+// needs one for as long as it scans.
+var queryBufs = sync.Pool{New: func() any { return new([]float32) }}
+
 func (m *Memory) search(ctx context.Context, layout []*shard, shard int, vec []float32, k int) ([]rag.Hit, error) {
 	if shard < 0 || shard >= len(layout) {
 		return nil, fmt.Errorf("search shard %d: %w: index has %d shards", shard, rag.ErrInvalidRequest, len(layout))
@@ -265,7 +269,12 @@ func (m *Memory) search(ctx context.Context, layout []*shard, shard int, vec []f
 	if k <= 0 {
 		return nil, nil
 	}
-	query := make([]float32, m.dim)
+	qp := queryBufs.Get().(*[]float32)
+	defer queryBufs.Put(qp)
+	if cap(*qp) < m.dim {
+		*qp = make([]float32, m.dim)
+	}
+	query := (*qp)[:m.dim]
 	if err := m.normalize(query, vec); err != nil {
 		return nil, fmt.Errorf("search shard %d: %w", shard, err)
 	}
