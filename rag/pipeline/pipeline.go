@@ -183,7 +183,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithMeterProvider records the pipeline's metrics (gen_ai server and client metrics,
 // db_client_operation_duration_seconds, rag_stage_duration_seconds, rag_cache_requests_total,
-// admission and in-flight metrics) with mp. The default is a no-op provider.
+// admission and in-flight metrics) with mp. The default is a no-op provider. Every label set the
+// pipeline records is bound to its instrument once; instruments that bind (BindFloat64 and
+// BindInt64, as telemetry.MeterProvider's do) then record without looking the set up.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(o *options) { o.meterProvider = mp })
 }

@@ -23,7 +23,8 @@ import (
 // to its end method, which records it all at once; nothing else in a run touches a span or an
 // instrument, so each stage's code reads as control flow.
 //
-// Recording allocates as little as the SDK allows: label sets are built once (telemetry), span
+// Recording allocates as little as the providers allow: label sets are built and bound to their
+// instruments once (telemetry; ragtail's meter provider then records with no lookup), span
 // attributes are set in one call when a stage ends from a scratch array the recorder keeps, span
 // options are passed from arrays it keeps too, and with no tracer provider no span is started at
 // all. Only the run's goroutine calls begin and the end methods; the scratch arrays are therefore
