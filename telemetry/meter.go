@@ -367,6 +367,7 @@ type series[N int64 | float64] struct {
 	attrs attribute.Set
 
 	mu        sync.Mutex
+	recorded  bool // a measurement was made: a series bound but never recorded is not exported
 	sum       N
 	count     uint64   // histograms
 	counts    []uint64 // histograms: per bucket, the last one above every bound
@@ -392,6 +393,7 @@ func (s *series[N]) record(ctx context.Context, a *agg[N], v N) {
 		at = a.p.now()
 	}
 	s.mu.Lock()
+	s.recorded = true
 	s.sum += v
 	slot := -1
 	if a.id.kind == kindHistogram {
@@ -422,11 +424,18 @@ func (s *series[N]) record(ctx context.Context, a *agg[N], v N) {
 }
 
 // collect returns the instrument's data, cumulative since its creation, and false when it has no
-// series yet. Each series' exemplar samplers start afresh, as the SDK's reservoirs do on every
+// series with a measurement yet. Each series' exemplar samplers start afresh, as the SDK's reservoirs do on every
 // collection.
 func (a *agg[N]) collect(now time.Time) (metricdata.Metrics, bool) {
 	a.mu.RLock()
-	list := slices.Clone(a.list)
+	list := make([]*series[N], 0, len(a.list))
+	for _, s := range a.list {
+		s.mu.Lock()
+		if s.recorded {
+			list = append(list, s)
+		}
+		s.mu.Unlock()
+	}
 	a.mu.RUnlock()
 	m := metricdata.Metrics{Name: a.id.name, Description: a.id.description, Unit: a.id.unit}
 	if len(list) == 0 {

@@ -118,6 +118,12 @@ func meterScript(t *testing.T, s meterSide, round int) {
 	// one is kept as an exemplar whatever the reservoirs draw. The values are binary fractions,
 	// so that their sums are exact in whatever order the SDK adds them.
 	base := byte(10 * round)
+	if s.bound {
+		// A set bound but never recorded has no series, as a set never measured has none in
+		// the SDK.
+		recF(stage, attribute.NewSet(attribute.String("rag.stage", "never")))
+		addI(cache, attribute.NewSet(attribute.String("result", "never")))
+	}
 	embedRec := recF(stage, embed)
 	embedRec(sampledCtx(base+1), 0.00048828125)                                                                                                           // first bucket
 	embedRec(context.Background(), 0.0009765625)                                                                                                          // on a boundary: first bucket
