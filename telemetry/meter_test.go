@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,5 +241,72 @@ func TestDeltaPreferred(t *testing.T) {
 		if got := deltaPreferred(); got != want {
 			t.Errorf("%q: deltaPreferred %v, want %v", v, got, want)
 		}
+	}
+}
+
+// TestMeterProviderConcurrent records from several goroutines, bound and by options, while a
+// reader collects, and requires every measurement in the final collection.
+func TestMeterProviderConcurrent(t *testing.T) {
+	s := meterSides(t)[2]
+	m := s.mp.Meter(OwnScopePrefix + "x")
+	h, err := m.Int64Histogram("latency", metric.WithExplicitBucketBoundaries(10, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Int64Counter("requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 4, 2000
+	sets := []attribute.Set{attribute.NewSet(attribute.Int("w", 0)), attribute.NewSet(attribute.Int("w", 1))}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			collect(t, s)
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			set := sets[w%2]
+			rec := h.(interface {
+				BindInt64(attribute.Set) func(context.Context, int64)
+			}).BindInt64(set)
+			for i := range each {
+				if i%2 == 0 {
+					rec(sampledCtx(byte(w)), int64(i%200))
+				} else {
+					h.Record(context.Background(), int64(i%200), metric.WithAttributeSet(set))
+				}
+				c.Add(context.Background(), 1, metric.WithAttributeSet(set))
+			}
+		})
+	}
+	wg.Wait()
+	<-done
+	rm := collect(t, s)
+	var count, total uint64
+	for _, mt := range rm.ScopeMetrics[0].Metrics {
+		switch d := mt.Data.(type) {
+		case metricdata.Histogram[int64]:
+			for _, dp := range d.DataPoints {
+				var buckets uint64
+				for _, n := range dp.BucketCounts {
+					buckets += n
+				}
+				if buckets != dp.Count {
+					t.Errorf("%v: buckets hold %d measurements, count says %d", dp.Attributes, buckets, dp.Count)
+				}
+				count += dp.Count
+			}
+		case metricdata.Sum[int64]:
+			for _, dp := range d.DataPoints {
+				total += uint64(dp.Value)
+			}
+		}
+	}
+	if count != workers*each || total != workers*each {
+		t.Errorf("histogram count %d, counter total %d: want %d each", count, total, workers*each)
 	}
 }
