@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -46,8 +47,10 @@ const OwnScopePrefix = "github.com/ragtail/ragtail/"
 // the service's clock.
 //
 // The differences: the data is always cumulative, so an exporter asking for delta temporality
-// (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta or lowmemory) makes Setup leave every
-// scope to the SDK; views do not apply to ragtail's own instruments (Setup registers none);
+// (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta or lowmemory), or a metric reader
+// Setup cannot hand the producer to (an exporter other than OTLP), makes Setup leave every scope
+// to the SDK; views do not apply to ragtail's own instruments (Setup registers none); a bound
+// label set counts towards the cardinality limit from its binding, not its first measurement;
 // and float64 up-down counters and gauges of ragtail's scopes are the SDK's.
 type MeterProvider struct {
 	embedded.MeterProvider
@@ -153,12 +156,12 @@ const (
 	kindHistogram
 )
 
-// instID identifies an instrument within its meter: asking again for the same one returns it.
+// instID identifies an instrument within its meter, as the SDK does: asking again for the same
+// one returns it (with the histogram boundaries it was first asked with).
 type instID struct {
 	name, description, unit string
 	kind                    instKind
 	float                   bool
-	bounds                  string // the histogram's boundaries, formatted
 }
 
 // defaultBounds are the SDK's default histogram boundaries.
@@ -185,19 +188,26 @@ func lookup[N int64 | float64](m *meter, id instID, bounds []float64) (*agg[N], 
 	return a, err
 }
 
+// histID returns the identity and boundaries of a histogram. Boundaries that do not increase
+// strictly are an error, and the default ones are used, as in the SDK.
 func histID(name string, float bool, cfg interface {
 	Description() string
 	Unit() string
 	ExplicitBucketBoundaries() []float64
-}) (instID, []float64) {
+}) (instID, []float64, error) {
+	var err error
 	bounds := cfg.ExplicitBucketBoundaries()
+	for i := 1; i < len(bounds); i++ {
+		if bounds[i-1] >= bounds[i] {
+			err = fmt.Errorf("explicit bucket histogram %s: non-monotonic boundaries: %v", name, bounds)
+			bounds = nil
+			break
+		}
+	}
 	if bounds == nil {
 		bounds = defaultBounds
 	}
-	bounds = slices.Clone(bounds)
-	slices.Sort(bounds)
-	bounds = slices.Compact(bounds)
-	return instID{name: name, description: cfg.Description(), unit: cfg.Unit(), kind: kindHistogram, float: float, bounds: fmt.Sprint(bounds)}, bounds
+	return instID{name: name, description: cfg.Description(), unit: cfg.Unit(), kind: kindHistogram, float: float}, slices.Clone(bounds), err
 }
 
 // Int64Counter returns ragtail's int64 counter of this name.
@@ -223,16 +233,16 @@ func (m *meter) Float64Counter(name string, opts ...metric.Float64CounterOption)
 
 // Int64Histogram returns ragtail's int64 histogram of this name.
 func (m *meter) Int64Histogram(name string, opts ...metric.Int64HistogramOption) (metric.Int64Histogram, error) {
-	id, bounds := histID(name, false, metric.NewInt64HistogramConfig(opts...))
+	id, bounds, boundsErr := histID(name, false, metric.NewInt64HistogramConfig(opts...))
 	a, err := lookup[int64](m, id, bounds)
-	return &int64Histogram{agg: a}, err
+	return &int64Histogram{agg: a}, errors.Join(boundsErr, err)
 }
 
 // Float64Histogram returns ragtail's float64 histogram of this name.
 func (m *meter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
-	id, bounds := histID(name, true, metric.NewFloat64HistogramConfig(opts...))
+	id, bounds, boundsErr := histID(name, true, metric.NewFloat64HistogramConfig(opts...))
 	a, err := lookup[float64](m, id, bounds)
-	return &float64Histogram{agg: a}, err
+	return &float64Histogram{agg: a}, errors.Join(boundsErr, err)
 }
 
 // The instruments. Each records through its aggregation, and binds label sets: BindInt64 and
@@ -428,44 +438,38 @@ func (s *series[N]) record(ctx context.Context, a *agg[N], v N) {
 // collection.
 func (a *agg[N]) collect(now time.Time) (metricdata.Metrics, bool) {
 	a.mu.RLock()
-	list := make([]*series[N], 0, len(a.list))
-	for _, s := range a.list {
-		s.mu.Lock()
-		if s.recorded {
-			list = append(list, s)
-		}
-		s.mu.Unlock()
-	}
+	list := slices.Clone(a.list)
 	a.mu.RUnlock()
 	m := metricdata.Metrics{Name: a.id.name, Description: a.id.description, Unit: a.id.unit}
-	if len(list) == 0 {
-		return m, false
-	}
-	if a.id.kind == kindHistogram {
-		h := metricdata.Histogram[N]{Temporality: metricdata.CumulativeTemporality, DataPoints: make([]metricdata.HistogramDataPoint[N], len(list))}
-		for i, s := range list {
-			s.mu.Lock()
-			h.DataPoints[i] = metricdata.HistogramDataPoint[N]{
+	var (
+		h   = metricdata.Histogram[N]{Temporality: metricdata.CumulativeTemporality}
+		sum = metricdata.Sum[N]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: a.id.kind == kindCounter}
+	)
+	for _, s := range list {
+		s.mu.Lock()
+		switch {
+		case !s.recorded:
+		case a.id.kind == kindHistogram:
+			dp := metricdata.HistogramDataPoint[N]{
 				Attributes: s.attrs, StartTime: a.start, Time: now, Count: s.count,
 				Bounds: slices.Clone(a.bounds), BucketCounts: slices.Clone(s.counts), Sum: s.sum,
+				Min: metricdata.NewExtrema(s.min), Max: metricdata.NewExtrema(s.max),
 				Exemplars: s.collectExemplars(1),
 			}
-			if s.count > 0 {
-				h.DataPoints[i].Min = metricdata.NewExtrema(s.min)
-				h.DataPoints[i].Max = metricdata.NewExtrema(s.max)
-			}
-			s.mu.Unlock()
+			h.DataPoints = append(h.DataPoints, dp)
+		default:
+			sum.DataPoints = append(sum.DataPoints, metricdata.DataPoint[N]{Attributes: s.attrs, StartTime: a.start, Time: now, Value: s.sum, Exemplars: s.collectExemplars(a.k)})
 		}
-		m.Data = h
-		return m, true
-	}
-	sum := metricdata.Sum[N]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: a.id.kind == kindCounter, DataPoints: make([]metricdata.DataPoint[N], len(list))}
-	for i, s := range list {
-		s.mu.Lock()
-		sum.DataPoints[i] = metricdata.DataPoint[N]{Attributes: s.attrs, StartTime: a.start, Time: now, Value: s.sum, Exemplars: s.collectExemplars(a.k)}
 		s.mu.Unlock()
 	}
-	m.Data = sum
+	switch {
+	case len(h.DataPoints) > 0:
+		m.Data = h
+	case len(sum.DataPoints) > 0:
+		m.Data = sum
+	default:
+		return m, false
+	}
 	return m, true
 }
 

@@ -205,8 +205,9 @@ func TestMeterProviderCardinalityLimit(t *testing.T) {
 }
 
 // TestMeterProviderScopes checks that only ragtail's scopes are aggregated by ragtail, that the
-// exemplar filter follows OTEL_METRICS_EXEMPLAR_FILTER, that an invalid instrument name is an
-// error with a working instrument (as the SDK's), and that with own aggregation off (delta
+// exemplar filter follows OTEL_METRICS_EXEMPLAR_FILTER, that an invalid instrument name and
+// non-monotonic boundaries are errors with a working instrument, and that asking again for a
+// histogram returns the first one, all as in the SDK, and that with own aggregation off (delta
 // temporality wanted) every scope is the SDK's.
 func TestMeterProviderScopes(t *testing.T) {
 	t.Setenv("OTEL_METRICS_EXEMPLAR_FILTER", "always_off")
@@ -224,6 +225,19 @@ func TestMeterProviderScopes(t *testing.T) {
 			t.Errorf("%s: invalid name: error %v, want ErrInstrumentName", s.name, err)
 		}
 		h.Record(sampledCtx(1), 1) // always_off: no exemplar
+		m := s.mp.Meter(OwnScopePrefix + "x")
+		first, err1 := m.Int64Histogram("sized", metric.WithExplicitBucketBoundaries(1, 2, 3))
+		again, err2 := m.Int64Histogram("sized", metric.WithExplicitBucketBoundaries(5, 6)) // the same instrument, its first boundaries
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v, %v", s.name, err1, err2)
+		}
+		first.Record(context.Background(), 2)
+		again.Record(context.Background(), 4)
+		bad, err := m.Float64Histogram("unsorted", metric.WithExplicitBucketBoundaries(3, 1))
+		if err == nil {
+			t.Errorf("%s: non-monotonic boundaries: no error", s.name)
+		}
+		bad.Record(context.Background(), 7) // the default boundaries
 	}
 	metricdatatest.AssertEqual(t, collect(t, sides[0]), collect(t, sides[1]), metricdatatest.IgnoreTimestamp())
 
