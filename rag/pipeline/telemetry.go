@@ -259,19 +259,14 @@ type (
 	int64Binder interface {
 		BindInt64(attribute.Set) func(context.Context, int64)
 	}
-	int64Recorder interface {
-		Record(context.Context, int64, ...metric.RecordOption)
-	}
+	// int64Adder is an int64 counter, up-down or not.
 	int64Adder interface {
 		Add(context.Context, int64, ...metric.AddOption)
-	}
-	float64Recorder interface {
-		Record(context.Context, float64, ...metric.RecordOption)
 	}
 )
 
 // bindF64 returns h's recorder of set.
-func bindF64(h float64Recorder, set attribute.Set) f64Rec {
+func bindF64(h metric.Float64Histogram, set attribute.Set) f64Rec {
 	if b, ok := h.(float64Binder); ok {
 		return b.BindFloat64(set)
 	}
@@ -280,7 +275,7 @@ func bindF64(h float64Recorder, set attribute.Set) f64Rec {
 }
 
 // bindI64Hist returns h's recorder of set.
-func bindI64Hist(h int64Recorder, set attribute.Set) i64Rec {
+func bindI64Hist(h metric.Int64Histogram, set attribute.Set) i64Rec {
 	if b, ok := h.(int64Binder); ok {
 		return b.BindInt64(set)
 	}
