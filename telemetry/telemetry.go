@@ -292,6 +292,10 @@ func envMetricReader(ctx context.Context, producer sdkmetric.ReaderOption) (_ sd
 	}
 	// OTLP readers are built here, so that they take ragtail's aggregation as a producer; the
 	// exporters and the reader read their OTEL_* settings themselves, as through autoexport.
+	// Metric producers named in OTEL_METRICS_PRODUCERS are read by autoexport only, which then
+	// builds the reader.
+	exporter := strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER"))
+	otlp := (exporter == "" || exporter == "otlp") && strings.TrimSpace(os.Getenv("OTEL_METRICS_PRODUCERS")) == ""
 	var (
 		exp sdkmetric.Exporter
 		err error
@@ -300,10 +304,10 @@ func envMetricReader(ctx context.Context, producer sdkmetric.ReaderOption) (_ sd
 	case grpcByPort(os.Getenv, "METRICS"):
 		exp, err = otlpmetricgrpc.New(ctx)
 		desc = "otlp metrics (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "METRICS")
-	case otlpProtocol("METRICS") == ProtocolGRPC:
+	case otlp && envProtocol("METRICS") == ProtocolGRPC:
 		exp, err = otlpmetricgrpc.New(ctx)
 		desc = envExportLine("metrics", "METRICS")
-	case otlpProtocol("METRICS") == ProtocolHTTPProtobuf:
+	case otlp && envProtocol("METRICS") == ProtocolHTTPProtobuf:
 		exp, err = otlpmetrichttp.New(ctx)
 		desc = envExportLine("metrics", "METRICS")
 	}
@@ -323,15 +327,9 @@ func envMetricReader(ctx context.Context, producer sdkmetric.ReaderOption) (_ sd
 	return r, false, envExportLine("metrics", "METRICS"), nil
 }
 
-// otlpProtocol returns the OTLP protocol the environment sets for signal ("" when signal is not
-// exported over OTLP, or when metric producers are configured, which only autoexport reads).
-func otlpProtocol(signal string) string {
-	if exp := strings.TrimSpace(os.Getenv("OTEL_" + signal + "_EXPORTER")); exp != "" && exp != "otlp" {
-		return ""
-	}
-	if signal == "METRICS" && strings.TrimSpace(os.Getenv("OTEL_METRICS_PRODUCERS")) != "" {
-		return ""
-	}
+// envProtocol returns the OTLP protocol the environment sets for signal (http/protobuf by
+// default, as the specification has it).
+func envProtocol(signal string) string {
 	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolHTTPProtobuf)
 }
 
@@ -341,8 +339,7 @@ func envExportLine(what, signal string) string {
 	if exp != "otlp" {
 		return what + " to " + exp
 	}
-	protocol := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), ProtocolHTTPProtobuf)
-	return fmt.Sprintf("otlp %s (%s) to %s", what, protocol, otlpEndpoint(os.Getenv, signal))
+	return fmt.Sprintf("otlp %s (%s) to %s", what, envProtocol(signal), otlpEndpoint(os.Getenv, signal))
 }
 
 func newTraceExporter(ctx context.Context, protocol, endpoint string) (sdktrace.SpanExporter, error) {
