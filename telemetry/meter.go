@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -63,6 +65,11 @@ type MeterProvider struct {
 
 	mu     sync.Mutex
 	meters []*meter // in creation order
+
+	// rng seeds each cell's exemplar sampler and picks the exemplars of a collection: random,
+	// or seeded by a test.
+	rngMu sync.Mutex
+	rng   *rand.Rand
 }
 
 var (
@@ -74,7 +81,15 @@ var (
 // Its SDK provider is set by setSDK once the readers, which take the provider as their producer,
 // exist.
 func newMeterProvider(own bool, now func() time.Time) *MeterProvider {
-	return &MeterProvider{own: own, now: now, filter: exemplarFilterFromEnv(), limit: cardinalityLimitFromEnv()}
+	return &MeterProvider{own: own, now: now, filter: exemplarFilterFromEnv(), limit: cardinalityLimitFromEnv(),
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+}
+
+// newRand returns a random source of its own for a cell, seeded from p's.
+func (p *MeterProvider) newRand() *rand.Rand {
+	p.rngMu.Lock()
+	defer p.rngMu.Unlock()
+	return rand.New(rand.NewPCG(p.rng.Uint64(), p.rng.Uint64()))
 }
 
 // Meter returns the meter of a scope: ragtail's own for ragtail's scopes, the SDK's for others.
@@ -312,6 +327,7 @@ type agg[N int64 | float64] struct {
 	bounds []float64 // histograms only
 	start  time.Time
 	k      int // exemplars kept per sum series
+	cells  int // cells per series (cellCount)
 
 	mu       sync.RWMutex
 	byAttrs  map[attribute.Distinct]*series[N]
@@ -320,7 +336,7 @@ type agg[N int64 | float64] struct {
 }
 
 func newAgg[N int64 | float64](p *MeterProvider, id instID, bounds []float64) *agg[N] {
-	return &agg[N]{p: p, id: id, bounds: bounds, start: p.now(), k: runtime.GOMAXPROCS(0), byAttrs: map[attribute.Distinct]*series[N]{}}
+	return &agg[N]{p: p, id: id, bounds: bounds, start: p.now(), k: runtime.GOMAXPROCS(0), cells: cellCount, byAttrs: map[attribute.Distinct]*series[N]{}}
 }
 
 // overflowSet is the label set of the measurements past the cardinality limit, the SDK's.
@@ -356,34 +372,78 @@ func (a *agg[N]) series(set attribute.Set) *series[N] {
 }
 
 func (a *agg[N]) newSeries(set attribute.Set) *series[N] {
-	s := &series[N]{attrs: set}
-	if a.id.kind == kindHistogram {
-		s.counts = make([]uint64, len(a.bounds)+1)
-		s.exemplars = make([]exemplarSlot[N], len(a.bounds)+1)
-		s.trackers = make([]sampler, len(a.bounds)+1)
-		for i := range s.trackers {
-			s.trackers[i].reset(1)
-		}
-	} else {
-		s.exemplars = make([]exemplarSlot[N], a.k)
-		s.trackers = make([]sampler, 1)
-		s.trackers[0].reset(a.k)
-	}
-	return s
+	return &series[N]{attrs: set, cells: make([]atomic.Pointer[cell[N]], a.cells)}
 }
 
-// series is the running aggregate of one label set.
+// series is the running aggregate of one label set, kept in cells: each goroutine records into
+// the cell of the processor it runs on (most of the time; see cellIndex), so that the
+// measurements of goroutines on different cores do not take turns at one lock and one cache
+// line. Profiling BenchmarkPipelineTelemetry on two cores found the record of a single shared
+// aggregate spending nine tenths of its time waiting for its lock's and its counts' cache lines
+// to come over from the other core. Collection adds the cells up.
 type series[N int64 | float64] struct {
 	attrs attribute.Set
+	cells []atomic.Pointer[cell[N]] // a power of two of them, allocated at their first measurement
+}
 
+// cell is one part of a series: the aggregate of the measurements recorded into it.
+type cell[N int64 | float64] struct {
 	mu        sync.Mutex
 	recorded  bool // a measurement was made: a series bound but never recorded is not exported
 	sum       N
-	count     uint64   // histograms
-	counts    []uint64 // histograms: per bucket, the last one above every bound
+	count     uint64 // histograms
 	min, max  N
+	counts    []uint64 // histograms: per bucket, the last one above every bound
 	exemplars []exemplarSlot[N]
-	trackers  []sampler // per bucket (histograms) or one for the whole series (sums)
+	trackers  []sampler // per bucket (histograms) or one for the whole cell (sums)
+	rng       *rand.Rand
+}
+
+// cellCount is the number of cells of a series: the power of two at or above twice the
+// processors, so that two processors seldom share one, up to 32.
+var cellCount = min(1<<bits.Len(uint(2*runtime.GOMAXPROCS(0)-1)), 32)
+
+// cellTokens hands out cell tokens with an affinity to processors: a sync.Pool keeps one object
+// per processor, which the goroutines running there get back each time, without a lock. Tokens
+// are numbered in turn, and a series takes the cell its token selects. A processor gets a new
+// token only when the pool drops its object (after two collections without use) or when two
+// goroutines of one processor ask at once; a cell may then be shared for a while, which costs
+// time, never a measurement.
+var (
+	cellTokens = sync.Pool{New: func() any { i := uint(nextCell.Add(1) - 1); return &i }}
+	nextCell   atomic.Uint64
+)
+
+// cellToken returns the calling goroutine's processor's token.
+func cellToken() uint {
+	t := cellTokens.Get().(*uint)
+	i := *t
+	cellTokens.Put(t)
+	return i
+}
+
+// cell returns the cell of index i, making it at its first use.
+func (s *series[N]) cell(a *agg[N], i int) *cell[N] {
+	if c := s.cells[i].Load(); c != nil {
+		return c
+	}
+	c := &cell[N]{rng: a.p.newRand()}
+	if a.id.kind == kindHistogram {
+		c.counts = make([]uint64, len(a.bounds)+1)
+		c.exemplars = make([]exemplarSlot[N], len(a.bounds)+1)
+		c.trackers = make([]sampler, len(a.bounds)+1)
+		for i := range c.trackers {
+			c.trackers[i].reset(1, c.rng)
+		}
+	} else {
+		c.exemplars = make([]exemplarSlot[N], a.k)
+		c.trackers = make([]sampler, 1)
+		c.trackers[0].reset(a.k, c.rng)
+	}
+	if s.cells[i].CompareAndSwap(nil, c) {
+		return c
+	}
+	return s.cells[i].Load()
 }
 
 // exemplarSlot is one kept exemplar.
@@ -395,47 +455,50 @@ type exemplarSlot[N int64 | float64] struct {
 	spanID  trace.SpanID
 }
 
-// record adds v to s.
+// record adds v to s, in the cell of the calling goroutine's processor.
 func (s *series[N]) record(ctx context.Context, a *agg[N], v N) {
+	s.recordIn(ctx, a, v, int(cellToken()&uint(len(s.cells)-1)))
+}
+
+// recordIn adds v to s in its cell of index i.
+func (s *series[N]) recordIn(ctx context.Context, a *agg[N], v N, i int) {
 	offer := a.p.filter(ctx)
-	var at time.Time
-	if offer {
-		at = a.p.now()
-	}
-	s.mu.Lock()
-	s.recorded = true
-	s.sum += v
+	c := s.cell(a, i)
+	c.mu.Lock()
+	c.recorded = true
+	c.sum += v
 	slot := -1
 	if a.id.kind == kindHistogram {
 		i, _ := slices.BinarySearch(a.bounds, float64(v))
-		s.counts[i]++
-		if s.count == 0 || v < s.min {
-			s.min = v
+		c.counts[i]++
+		if c.count == 0 || v < c.min {
+			c.min = v
 		}
-		if s.count == 0 || v > s.max {
-			s.max = v
+		if c.count == 0 || v > c.max {
+			c.max = v
 		}
-		s.count++
+		c.count++
 		if offer {
-			if ok, _ := s.trackers[i].sample(); ok {
+			if ok, _ := c.trackers[i].sample(c.rng); ok {
 				slot = i
 			}
 		}
 	} else if offer {
-		if ok, i := s.trackers[0].sample(); ok {
+		if ok, i := c.trackers[0].sample(c.rng); ok {
 			slot = i
 		}
 	}
 	if slot >= 0 {
+		// The clock is read only for a measurement kept as an exemplar: most are not.
 		sc := trace.SpanContextFromContext(ctx)
-		s.exemplars[slot] = exemplarSlot[N]{set: true, at: at, value: v, traceID: sc.TraceID(), spanID: sc.SpanID()}
+		c.exemplars[slot] = exemplarSlot[N]{set: true, at: a.p.now(), value: v, traceID: sc.TraceID(), spanID: sc.SpanID()}
 	}
-	s.mu.Unlock()
+	c.mu.Unlock()
 }
 
 // collect returns the instrument's data, cumulative since its creation, and false when it has no
-// series with a measurement yet. Each series' exemplar samplers start afresh, as the SDK's reservoirs do on every
-// collection.
+// series with a measurement yet. The exemplar samplers start afresh, as the SDK's reservoirs do
+// on every collection.
 func (a *agg[N]) collect(now time.Time) (metricdata.Metrics, bool) {
 	a.mu.RLock()
 	list := slices.Clone(a.list)
@@ -446,21 +509,19 @@ func (a *agg[N]) collect(now time.Time) (metricdata.Metrics, bool) {
 		sum = metricdata.Sum[N]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: a.id.kind == kindCounter}
 	)
 	for _, s := range list {
-		s.mu.Lock()
+		t, ok := s.total(a)
 		switch {
-		case !s.recorded:
+		case !ok:
 		case a.id.kind == kindHistogram:
-			dp := metricdata.HistogramDataPoint[N]{
-				Attributes: s.attrs, StartTime: a.start, Time: now, Count: s.count,
-				Bounds: slices.Clone(a.bounds), BucketCounts: slices.Clone(s.counts), Sum: s.sum,
-				Min: metricdata.NewExtrema(s.min), Max: metricdata.NewExtrema(s.max),
-				Exemplars: s.collectExemplars(1),
-			}
-			h.DataPoints = append(h.DataPoints, dp)
+			h.DataPoints = append(h.DataPoints, metricdata.HistogramDataPoint[N]{
+				Attributes: s.attrs, StartTime: a.start, Time: now, Count: t.count,
+				Bounds: slices.Clone(a.bounds), BucketCounts: t.counts, Sum: t.sum,
+				Min: metricdata.NewExtrema(t.min), Max: metricdata.NewExtrema(t.max),
+				Exemplars: t.exemplars,
+			})
 		default:
-			sum.DataPoints = append(sum.DataPoints, metricdata.DataPoint[N]{Attributes: s.attrs, StartTime: a.start, Time: now, Value: s.sum, Exemplars: s.collectExemplars(a.k)})
+			sum.DataPoints = append(sum.DataPoints, metricdata.DataPoint[N]{Attributes: s.attrs, StartTime: a.start, Time: now, Value: t.sum, Exemplars: t.exemplars})
 		}
-		s.mu.Unlock()
 	}
 	switch {
 	case len(h.DataPoints) > 0:
@@ -473,25 +534,179 @@ func (a *agg[N]) collect(now time.Time) (metricdata.Metrics, bool) {
 	return m, true
 }
 
-// collectExemplars returns s's exemplars and resets its samplers to k; s.mu is held.
-func (s *series[N]) collectExemplars(k int) []metricdata.Exemplar[N] {
-	var out []metricdata.Exemplar[N]
-	for i := range s.exemplars {
-		e := &s.exemplars[i]
+// seriesTotal is a series' cells added up, as collect exports it.
+type seriesTotal[N int64 | float64] struct {
+	sum, min, max N
+	count         uint64
+	counts        []uint64
+	exemplars     []metricdata.Exemplar[N]
+}
+
+// total adds up s's cells, picks its exemplars from theirs (pickExemplars) and restarts their
+// samplers; false when no cell has a measurement.
+func (s *series[N]) total(a *agg[N]) (seriesTotal[N], bool) {
+	var (
+		t        seriesTotal[N]
+		recorded bool
+		shares   []exemplarShare[N]
+	)
+	if a.id.kind == kindHistogram {
+		t.counts = make([]uint64, len(a.bounds)+1)
+	}
+	for i := range s.cells {
+		c := s.cells[i].Load()
+		if c == nil {
+			continue
+		}
+		c.mu.Lock()
+		if c.recorded {
+			if !recorded || c.min < t.min {
+				t.min = c.min
+			}
+			if !recorded || c.max > t.max {
+				t.max = c.max
+			}
+			recorded = true
+			t.sum += c.sum
+			t.count += c.count
+			for b, n := range c.counts {
+				t.counts[b] += n
+			}
+		}
+		shares = append(shares, c.exemplarShare()...)
+		k := a.k
+		if a.id.kind == kindHistogram {
+			k = 1
+		}
+		for j := range c.trackers {
+			c.trackers[j].reset(k, c.rng)
+		}
+		c.mu.Unlock()
+	}
+	if !recorded {
+		return t, false
+	}
+	a.p.rngMu.Lock()
+	defer a.p.rngMu.Unlock()
+	if a.id.kind == kindHistogram {
+		for b := range len(a.bounds) + 1 {
+			t.exemplars = append(t.exemplars, pickExemplars(a.p.rng, shares, b, 1)...)
+		}
+	} else {
+		t.exemplars = pickExemplars(a.p.rng, shares, 0, a.k)
+	}
+	return t, true
+}
+
+// exemplarShare is what one cell holds for one exemplar reservoir (a histogram bucket's, or a
+// sum's): the exemplars kept since the last collection (fresh), a uniform sample of the offered
+// measurements, and those kept before it and not replaced since (stale), which are reported
+// again as long as nothing new is offered, as the SDK's reservoirs do.
+type exemplarShare[N int64 | float64] struct {
+	reservoir int   // the histogram bucket; 0 for a sum
+	offered   int64 // measurements offered since the last collection
+	fresh     []metricdata.Exemplar[N]
+	stale     []metricdata.Exemplar[N]
+}
+
+// exemplarShare returns c's shares, one per reservoir that holds an exemplar; c.mu is held.
+func (c *cell[N]) exemplarShare() []exemplarShare[N] {
+	var out []exemplarShare[N]
+	hist := c.counts != nil
+	for i := range c.exemplars {
+		e := &c.exemplars[i]
 		if !e.set {
 			continue
 		}
-		x := metricdata.Exemplar[N]{Time: e.at, Value: e.value}
-		if e.traceID.IsValid() {
-			x.TraceID = slices.Clone(e.traceID[:])
+		r, tr := 0, &c.trackers[0]
+		if hist {
+			r, tr = i, &c.trackers[i]
 		}
-		if e.spanID.IsValid() {
-			x.SpanID = slices.Clone(e.spanID[:])
+		if len(out) == 0 || out[len(out)-1].reservoir != r {
+			out = append(out, exemplarShare[N]{reservoir: r, offered: tr.count})
 		}
-		out = append(out, x)
+		sh := &out[len(out)-1]
+		x := e.exemplar()
+		// The sampler fills its slots in order from its reset on: the first min(offered, k)
+		// slots hold this collection's sample.
+		if int64(i-r) < min(tr.count, int64(tr.k)) {
+			sh.fresh = append(sh.fresh, x)
+		} else {
+			sh.stale = append(sh.stale, x)
+		}
 	}
-	for i := range s.trackers {
-		s.trackers[i].reset(k)
+	return out
+}
+
+func (e *exemplarSlot[N]) exemplar() metricdata.Exemplar[N] {
+	x := metricdata.Exemplar[N]{Time: e.at, Value: e.value}
+	if e.traceID.IsValid() {
+		x.TraceID = slices.Clone(e.traceID[:])
+	}
+	if e.spanID.IsValid() {
+		x.SpanID = slices.Clone(e.spanID[:])
+	}
+	return x
+}
+
+// pickExemplars returns up to k exemplars of reservoir r from the cells' shares: a uniform
+// sample of every measurement offered to r since the last collection, as one reservoir of k
+// slots would have kept, then stale ones while slots remain. Each cell holds a uniform sample of
+// min(k, offered) of its own measurements, so drawing k times without replacement, each draw
+// from a cell with a probability proportional to its measurements not yet drawn and then one of
+// its kept exemplars not yet drawn, gives every measurement the same chance (the draws per cell
+// follow the multivariate hypergeometric law, as from one reservoir). With one cell this returns
+// its fresh exemplars, then its stale ones, in slot order, as the SDK's reservoir does.
+func pickExemplars[N int64 | float64](rng *rand.Rand, shares []exemplarShare[N], r, k int) []metricdata.Exemplar[N] {
+	var (
+		mine  []*exemplarShare[N]
+		total int64
+	)
+	for i := range shares {
+		if sh := &shares[i]; sh.reservoir == r {
+			mine = append(mine, sh)
+			total += sh.offered
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	var out []metricdata.Exemplar[N]
+	if len(mine) == 1 {
+		out = append(out, mine[0].fresh...)
+	} else {
+		drawn := make([]int, len(mine))
+		left := make([]int64, len(mine))
+		for i, sh := range mine {
+			left[i] = sh.offered
+		}
+		for n := min(int64(k), total); n > 0; n-- {
+			x, i := rng.Int64N(total), 0
+			for x >= left[i] {
+				x -= left[i]
+				i++
+			}
+			left[i]--
+			total--
+			drawn[i]++
+		}
+		for i, sh := range mine {
+			// A uniform drawn[i]-subset of the cell's sample: the first drawn[i] of a
+			// partial shuffle.
+			for j := range drawn[i] {
+				e := j + rng.IntN(len(sh.fresh)-j)
+				sh.fresh[j], sh.fresh[e] = sh.fresh[e], sh.fresh[j]
+			}
+			out = append(out, sh.fresh[:drawn[i]]...)
+		}
+	}
+	for _, sh := range mine {
+		for _, x := range sh.stale {
+			if len(out) >= k {
+				return out
+			}
+			out = append(out, x)
+		}
 	}
 	return out
 }
@@ -506,23 +721,23 @@ type sampler struct {
 	w     float64 // the algorithm's running weight
 }
 
-func (t *sampler) reset(k int) {
+func (t *sampler) reset(k int, rng *rand.Rand) {
 	t.k, t.count = k, 0
 	if k <= 0 {
 		return
 	}
 	t.next = int64(k) - 1
-	t.w = math.Exp(math.Log(unitRand()) / float64(k))
-	t.advance()
+	t.w = math.Exp(math.Log(unitRand(rng)) / float64(k))
+	t.advance(rng)
 }
 
-func (t *sampler) advance() {
-	t.next += int64(math.Log(unitRand())/math.Log(1-t.w)) + 1
-	t.w *= math.Exp(math.Log(unitRand()) / float64(t.k))
+func (t *sampler) advance(rng *rand.Rand) {
+	t.next += int64(math.Log(unitRand(rng))/math.Log(1-t.w)) + 1
+	t.w *= math.Exp(math.Log(unitRand(rng)) / float64(t.k))
 }
 
 // sample reports whether to keep the next measurement, and in which slot.
-func (t *sampler) sample() (bool, int) {
+func (t *sampler) sample(rng *rand.Rand) (bool, int) {
 	if t.k <= 0 {
 		return false, 0
 	}
@@ -535,18 +750,18 @@ func (t *sampler) sample() (bool, int) {
 	i := 0
 	if keep {
 		if t.k > 1 {
-			i = rand.IntN(t.k)
+			i = rng.IntN(t.k)
 		}
-		t.advance()
+		t.advance(rng)
 	}
 	t.count++
 	return keep, i
 }
 
 // unitRand returns a random number in (0, 1).
-func unitRand() float64 {
+func unitRand(rng *rand.Rand) float64 {
 	for {
-		if f := rand.Float64(); f > 0 {
+		if f := rng.Float64(); f > 0 {
 			return f
 		}
 	}
