@@ -25,10 +25,12 @@ package profile
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,7 @@ import (
 	otelpyroscope "github.com/grafana/otel-profiling-go"
 	"github.com/grafana/pyroscope-go"
 	"github.com/grafana/pyroscope-go/upstream"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 )
@@ -308,7 +311,9 @@ func (p *Profiler) PushStats() PushStats {
 //
 // With the default root scope, a span whose parent is a local span is started on tp directly:
 // its context inherits the root's labels, which is all otel-profiling-go would set again, at the
-// price of a label merge and a few allocations per span.
+// price of a label merge and a few allocations per span. Around telemetry's tracer (a tracer
+// with StartAt), local roots are labelled here, as otel-profiling-go labels them (labelRoot), for
+// about half its allocations.
 func (p *Profiler) WrapTracerProvider(tp trace.TracerProvider) trace.TracerProvider {
 	if p == nil || tp == nil {
 		return tp
@@ -320,7 +325,8 @@ func (p *Profiler) WrapTracerProvider(tp trace.TracerProvider) trace.TracerProvi
 }
 
 // rootLabelProvider hands local root spans to otel-profiling-go and their descendants to the
-// SDK.
+// SDK; around a tracer with StartAt (telemetry's), it labels local roots itself
+// (instantRootLabelTracer).
 type rootLabelProvider struct {
 	embedded.TracerProvider
 	tp, labelled trace.TracerProvider
@@ -352,19 +358,100 @@ type instantTracer interface {
 	StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span)
 }
 
-// instantRootLabelTracer is a rootLabelTracer around a tracer with StartAt, which it passes on
+// instantEnder is a span that ends at an instant without an option (telemetry's spans are).
+type instantEnder interface{ EndAt(time.Time) }
+
+// instantRootLabelTracer is a rootLabelTracer around a tracer with StartAt (telemetry's). It
+// labels local roots itself, as otel-profiling-go does in its root scope (labelRoot), without
+// the options, context values and span allocations of going through it, and passes StartAt on
 // for descendants.
 type instantRootLabelTracer struct {
 	*rootLabelTracer
 	instant instantTracer
 }
 
+// Start starts a span as rootLabelTracer does, labelling a local root with labelRoot.
+func (t *instantRootLabelTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	parent := trace.SpanContextFromContext(ctx)
+	lctx, span := t.tr.Start(ctx, name, opts...)
+	if parent.IsValid() && !parent.IsRemote() {
+		return lctx, span
+	}
+	return labelRoot(lctx, name, span)
+}
+
 // StartAt starts a span at the instant at, as Start with trace.WithTimestamp(at) does.
 func (t *instantRootLabelTracer) StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span) {
-	if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsRemote() {
-		return t.instant.StartAt(ctx, name, at)
+	parent := trace.SpanContextFromContext(ctx)
+	lctx, span := t.instant.StartAt(ctx, name, at)
+	if parent.IsValid() && !parent.IsRemote() {
+		return lctx, span
 	}
-	return t.labelled.Start(ctx, name, trace.WithTimestamp(at))
+	return labelRoot(lctx, name, span)
+}
+
+// LabelSpanName is the pprof label of a local root's span name, as otel-profiling-go sets it.
+const LabelSpanName = "span_name"
+
+// profileIDKey is the span attribute otel-profiling-go links a span to its profile with.
+var profileIDKey = attribute.Key("pyroscope.profile.id")
+
+// labelRoot does for span, a local root named name started in ctx, what otel-profiling-go's
+// tracer does in its root scope: a sampled span gets the pyroscope.profile.id attribute (its
+// id) and the labels span_name, span_id and trace_id; an unsampled one span_name alone (none
+// when its name is empty). The labels go on the context returned and on the goroutine, until the
+// span ends, which restores ctx's. TestRootLabelsAsOtelProfilingGo holds it to otel-profiling-go.
+// The trace and span ids' hex share one allocation.
+func labelRoot(ctx context.Context, name string, span trace.Span) (context.Context, trace.Span) {
+	sc := span.SpanContext()
+	sampled := sc.IsSampled()
+	if !sampled && name == "" {
+		return ctx, span
+	}
+	var traceID, spanID string
+	if sampled || span.IsRecording() { // an unsampled span may record (sdktrace.RecordOnly)
+		var buf [2*len(trace.TraceID{}) + 2*len(trace.SpanID{})]byte
+		tid, sid := sc.TraceID(), sc.SpanID()
+		hex.Encode(buf[:], tid[:])
+		hex.Encode(buf[2*len(tid):], sid[:])
+		ids := string(buf[:])
+		traceID, spanID = ids[:2*len(tid)], ids[2*len(tid):]
+		span.SetAttributes(profileIDKey.String(spanID))
+	}
+	var labels pprof.LabelSet
+	switch {
+	case !sampled:
+		labels = pprof.Labels(LabelSpanName, name)
+	case name == "":
+		labels = pprof.Labels(LabelSpanID, spanID, LabelTraceID, traceID)
+	default:
+		labels = pprof.Labels(LabelSpanName, name, LabelSpanID, spanID, LabelTraceID, traceID)
+	}
+	lctx := pprof.WithLabels(ctx, labels)
+	pprof.SetGoroutineLabels(lctx)
+	if _, ok := span.(instantEnder); ok {
+		return lctx, &labelledInstantRoot{labelledRoot{Span: span, restore: ctx}}
+	}
+	return lctx, &labelledRoot{Span: span, restore: ctx}
+}
+
+// labelledRoot is a local root span whose end restores the goroutine's labels of before it.
+type labelledRoot struct {
+	trace.Span
+	restore context.Context
+}
+
+func (s *labelledRoot) End(opts ...trace.SpanEndOption) {
+	s.Span.End(opts...)
+	pprof.SetGoroutineLabels(s.restore)
+}
+
+// labelledInstantRoot is a labelledRoot that ends at an instant without an option.
+type labelledInstantRoot struct{ labelledRoot }
+
+func (s *labelledInstantRoot) EndAt(at time.Time) {
+	s.Span.(instantEnder).EndAt(at)
+	pprof.SetGoroutineLabels(s.restore)
 }
 
 // tee is the session's upstream: each window goes to the store, stamped on the shared clock,
