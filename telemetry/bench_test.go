@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -104,6 +105,16 @@ var telemetryArms = []benchArm{
 // machine's noise does to a ratio.
 var aaArm = benchArm{name: "aa"}
 
+// leaveOneOutArms are everything on but one component, run only when asked for: each one's
+// saving against all is what that component costs among the others (span_id labels, exemplars
+// and the profiler's root labels exist only together).
+var leaveOneOutArms = []benchArm{
+	{name: "all-spans", metrics: true, labels: true, profiler: true},
+	{name: "all-metrics", tracing: true, labels: true, profiler: true},
+	{name: "all-labels", tracing: true, metrics: true, profiler: true},
+	{name: "all-profiler", tracing: true, metrics: true, labels: true},
+}
+
 // BenchmarkPipelineTelemetry runs the pipeline with telemetry off (no-op providers, no pprof
 // labels, no profiler), with each telemetry component on its own (spans, metrics, pprof labels,
 // the continuous profiler), fully on (every trace sampled into the ring, every metric recorded,
@@ -148,6 +159,10 @@ func selectArms(list string) ([]benchArm, error) {
 			arms = append(arms, aaArm)
 			continue
 		}
+		if i := slices.IndexFunc(leaveOneOutArms, func(a benchArm) bool { return a.name == name }); i >= 0 {
+			arms = append(arms, leaveOneOutArms[i])
+			continue
+		}
 		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
 		if i < 1 {
 			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk or aa", name)
@@ -157,12 +172,24 @@ func selectArms(list string) ([]benchArm, error) {
 	return arms, nil
 }
 
+// phaseStats is what one phase, or the sum of an arm's phases, cost.
+type phaseStats struct {
+	wall, cpu time.Duration
+	allocs    uint64  // heap objects allocated
+	bytes     uint64  // heap bytes allocated
+	gcs       uint64  // garbage collections that ended
+	gcCPU     float64 // CPU seconds the runtime counted as the collector's (marking, assists, pauses)
+}
+
+func (s *phaseStats) add(o phaseStats) {
+	s.wall, s.cpu = s.wall+o.wall, s.cpu+o.cpu
+	s.allocs, s.bytes, s.gcs, s.gcCPU = s.allocs+o.allocs, s.bytes+o.bytes, s.gcs+o.gcs, s.gcCPU+o.gcCPU
+}
+
 // armResult sums one arm's phases.
 type armResult struct {
-	wall, cpu time.Duration
-	allocs    uint64
-	gcs       uint64    // garbage collections that ended during its phases
-	ratios    []float64 // per round: off's CPU time over this arm's, on the same request count
+	phaseStats
+	ratios []float64 // per round: off's CPU time over this arm's, on the same request count
 }
 
 func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
@@ -207,16 +234,15 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	// Under -cpuprofile, the requests of each arm carry the pprof label arm=NAME (their stages
 	// add theirs to it), so that the profile splits by arm: go tool pprof -tagfocus arm=spans.
 	profiling := flag.Lookup("test.cpuprofile") != nil && flag.Lookup("test.cpuprofile").Value.String() != ""
-	// phase runs n requests on p from workers goroutines and returns the wall and CPU time they
-	// took and the heap allocations they made.
-	phase := func(p *pipeline.Pipeline, arm string, n int) (wall, cpu time.Duration, allocs, gcs uint64) {
+	// phase runs n requests on p from workers goroutines and returns what they cost.
+	phase := func(p *pipeline.Pipeline, arm string, n int) phaseStats {
 		ctx := context.Background()
 		if profiling {
 			ctx = pprof.WithLabels(ctx, pprof.Labels("arm", arm))
 		}
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		startAllocs, startGCs := mallocs()
+		before := runtimeStats()
 		start, startCPU := time.Now(), processCPU()
 		for range workers {
 			wg.Go(func() {
@@ -236,9 +262,10 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			})
 		}
 		wg.Wait()
-		wall, cpu = time.Since(start), processCPU()-startCPU
-		endAllocs, endGCs := mallocs()
-		return wall, cpu, endAllocs - startAllocs, endGCs - startGCs
+		wall, cpu := time.Since(start), processCPU()-startCPU
+		after := runtimeStats()
+		return phaseStats{wall: wall, cpu: cpu, allocs: after.allocs - before.allocs, bytes: after.bytes - before.bytes,
+			gcs: after.gcs - before.gcs, gcCPU: after.gcCPU - before.gcCPU}
 	}
 	// timed reports whether an arm's phases count towards b.N (and so ns/op and allocs/op).
 	timed := func(a benchArm) bool { return a.name == "off" || a.name == "all" }
@@ -276,7 +303,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			if timed(a) {
 				b.StartTimer()
 			}
-			wall, cpu, allocs, gcs := phase(p, a.name, per)
+			st := phase(p, a.name, per)
 			if timed(a) {
 				b.StopTimer()
 			}
@@ -284,9 +311,8 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 				b.Fatal(err)
 			}
 			tel.Ring.Reset()
-			res := &results[ai]
-			res.wall, res.cpu, res.allocs, res.gcs = res.wall+wall, res.cpu+cpu, res.allocs+allocs, res.gcs+gcs
-			cpus[ai] = cpu
+			results[ai].add(st)
+			cpus[ai] = st.cpu
 		}
 		for ai := range arms {
 			if cpus[0] > 0 && cpus[ai] > 0 {
@@ -309,6 +335,9 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			b.ReportMetric(float64(res.allocs)/n, a.name+"_allocs/req")
 		}
 		b.ReportMetric(1000*float64(res.gcs)/n, a.name+"_gcs/kreq")
+		b.ReportMetric(float64(res.bytes)/n, a.name+"_B/req")
+		b.ReportMetric(1e6*res.cpu.Seconds()/n, a.name+"_cpu_us/req")
+		b.ReportMetric(1e6*res.gcCPU/n, a.name+"_gc_us/req")
 		if ai == 0 || len(res.ratios) == 0 {
 			continue
 		}
@@ -332,12 +361,19 @@ func median(xs []float64) float64 {
 	return m
 }
 
-// mallocs returns the number of heap objects the process has allocated so far, and the number of
-// garbage collections it has completed.
-func mallocs() (objects, gcs uint64) {
+// runtimeStats returns the heap objects and bytes the process has allocated so far, the garbage
+// collections it has completed and the CPU time the runtime has counted as the collector's, in
+// seconds (in phaseStats' fields).
+func runtimeStats() phaseStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.Mallocs, uint64(ms.NumGC)
+	st := phaseStats{allocs: ms.Mallocs, bytes: ms.TotalAlloc, gcs: uint64(ms.NumGC)}
+	gc := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(gc)
+	if gc[0].Value.Kind() == metrics.KindFloat64 {
+		st.gcCPU = gc[0].Value.Float64()
+	}
+	return st
 }
 
 // processCPU returns the CPU time the process has used, user and system.

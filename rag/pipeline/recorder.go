@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"reflect"
 	"runtime/pprof"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -50,6 +52,11 @@ type recorder struct {
 	// or ends then: building the option costs an allocation.
 	stamp   trace.SpanEventOption
 	stampAt time.Time
+
+	// ids holds the hex of the span ids the run's stages are labelled with, written one after
+	// another into one allocation per run rather than one each; the labels' strings are slices
+	// of it, which later writes leave as they are.
+	ids strings.Builder
 
 	attrs     [24]attribute.KeyValue
 	startOpts [1]trace.SpanStartOption
@@ -502,8 +509,25 @@ func (rec *recorder) withStageLabels(ctx context.Context, stage rag.Stage, span 
 	if span == nil || !span.SpanContext().IsSampled() {
 		return pprof.WithLabels(ctx, stageLabels[stageIndex(stage)]), ""
 	}
-	id := span.SpanContext().SpanID().String()
+	id := rec.hexID(span.SpanContext().SpanID())
 	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(stage), ProfileSpanIDLabel, id)), id
+}
+
+// stageIDs is how many span ids' hex one allocation of recorder.ids holds: a run labels five or
+// six stages.
+const stageIDs = 6
+
+// hexID returns id in hex, as id.String() does, from the run's buffer of ids.
+func (rec *recorder) hexID(id trace.SpanID) string {
+	var b [2 * len(trace.SpanID{})]byte
+	hex.Encode(b[:], id[:])
+	if rec.ids.Cap()-rec.ids.Len() < len(b) {
+		rec.ids = strings.Builder{}
+		rec.ids.Grow(stageIDs * len(b))
+	}
+	rec.ids.Write(b[:])
+	all := rec.ids.String()
+	return all[len(all)-len(b):]
 }
 
 // stageLabels are the rag_stage label sets, built once.
