@@ -460,9 +460,11 @@ func (s *localSpan) ChildSpanCount() int {
 
 // attrBuf holds a span's attributes encoded in one pointer-free byte slice, in the order they
 // were set (a key may come more than once; readers keep the last value). Each attribute is its
-// key (uvarint length, bytes), its type (one byte) and its value: one byte for a bool, eight for
-// an int64 or a float64's bits, uvarint length and bytes for a string. Other values (slices,
-// maps) go to vals, and the buffer holds their index there.
+// key, its type (one byte) and its value: one byte for a bool, eight for an int64 or a float64's
+// bits, uvarint length and bytes for a string. Other values (slices, maps) go to vals, and the
+// buffer holds their index there. A key is a uvarint: its number in the table of interned keys
+// (keyTable) times two plus one, or its length times two followed by its bytes when the table
+// has no room for it.
 type attrBuf struct {
 	b      []byte
 	n      int               // attributes encoded
@@ -486,9 +488,14 @@ func (ab *attrBuf) reset() {
 // append encodes kv, string values cut to valueLen characters (negative: whole), and returns
 // how many were invalid and dropped.
 func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
+	keys := keyTable.Load()
 	size := 0
 	for _, a := range kv {
-		size += uvarintLen(len(a.Key)) + len(a.Key) + 1
+		if num, ok := keys.number(a.Key); ok {
+			size += uvarintLen(int(num)<<1|1) + 1
+		} else {
+			size += uvarintLen(len(a.Key)<<1) + len(a.Key) + 1
+		}
 		switch a.Value.Type() {
 		case attribute.BOOL:
 			size++
@@ -512,8 +519,12 @@ func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 			dropped++
 			continue
 		}
-		ab.b = binary.AppendUvarint(ab.b, uint64(len(a.Key)))
-		ab.b = append(ab.b, a.Key...)
+		if num, ok := keys.number(a.Key); ok {
+			ab.b = binary.AppendUvarint(ab.b, uint64(num)<<1|1)
+		} else {
+			ab.b = binary.AppendUvarint(ab.b, uint64(len(a.Key))<<1)
+			ab.b = append(ab.b, a.Key...)
+		}
 		t := a.Value.Type()
 		ab.b = append(ab.b, byte(t))
 		switch t {
@@ -570,8 +581,17 @@ func (ab *attrBuf) decode() []attribute.KeyValue {
 		b = b[k+int(n):]
 		return s
 	}
+	keys := keyTable.Load()
 	for len(b) > 0 {
-		key := attribute.Key(str())
+		var key attribute.Key
+		x, k := binary.Uvarint(b)
+		b = b[k:]
+		if x&1 == 1 {
+			key = keys.name(uint32(x >> 1))
+		} else {
+			key = attribute.Key(b[:x>>1])
+			b = b[x>>1:]
+		}
 		t := attribute.Type(b[0])
 		b = b[1:]
 		var v attribute.Value

@@ -1,0 +1,113 @@
+package telemetry
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// Attribute keys are interned: a span's encoded attributes (attrBuf) hold a key seen before as
+// its number in a process-wide table, one or two bytes, instead of its bytes, which are most of
+// an attribute (rag.shards, gen_ai.request.max_tokens, db.response.returned_rows). The table is
+// bounded (maxInternedKeys); past it, new keys are encoded whole, as every key was before.
+// Instrumentation's keys are constants, so a table of a few hundred covers every one a service
+// sets, and a hostile or unbounded source of keys costs the table nothing beyond its bound.
+const (
+	maxInternedKeys = 1024
+	// keyCacheSlots is the size of the direct-mapped cache in front of the table, indexed by
+	// the address of a key's bytes: a constant key is found there with one load and two
+	// comparisons, without hashing its bytes.
+	keyCacheSlots = 1024
+)
+
+// keyTable is the process's table of interned attribute keys (a pointer, which tests replace).
+var keyTable atomic.Pointer[internedKeys]
+
+func init() { keyTable.Store(new(internedKeys)) }
+
+type internedKeys struct {
+	cache [keyCacheSlots]atomic.Pointer[keyCacheEntry]
+	// index maps each key to its number; it is replaced whole (copy on write) when a key is
+	// added, so that lookups take no lock.
+	index atomic.Pointer[map[attribute.Key]uint32]
+	// names holds the keys by number; its first n are set, and never change once n covers them.
+	names [maxInternedKeys]attribute.Key
+	n     atomic.Uint32
+	mu    sync.Mutex // serializes additions
+}
+
+// keyCacheEntry is a key's number, for keys whose bytes are at data. Holding data keeps the
+// key's bytes alive, so no other string can come to live at that address while the entry does.
+type keyCacheEntry struct {
+	data *byte
+	len  int
+	num  uint32
+}
+
+// number returns key's number in the table, adding it while there is room; false when the table
+// is full and key is not in it.
+func (t *internedKeys) number(key attribute.Key) (uint32, bool) {
+	if len(key) == 0 {
+		return 0, false
+	}
+	data := unsafe.StringData(string(key))
+	slot := &t.cache[(uintptr(unsafe.Pointer(data))>>3^uintptr(len(key)))%keyCacheSlots]
+	if e := slot.Load(); e != nil && e.data == data && e.len == len(key) {
+		return e.num, true
+	}
+	num, ok := t.lookup(key)
+	if !ok {
+		if num, ok = t.add(key); !ok {
+			return 0, false
+		}
+	}
+	if slot.Load() == nil {
+		slot.Store(&keyCacheEntry{data: data, len: len(key), num: num})
+	}
+	return num, true
+}
+
+func (t *internedKeys) lookup(key attribute.Key) (uint32, bool) {
+	m := t.index.Load()
+	if m == nil {
+		return 0, false
+	}
+	num, ok := (*m)[key]
+	return num, ok
+}
+
+// add adds key to the table, unless it is full.
+func (t *internedKeys) add(key attribute.Key) (uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if num, ok := t.lookup(key); ok {
+		return num, true
+	}
+	n := t.n.Load()
+	if n >= maxInternedKeys {
+		return 0, false
+	}
+	key = attribute.Key(strings.Clone(string(key))) // the table outlives the caller's string
+	t.names[n] = key
+	m := make(map[attribute.Key]uint32, n+1)
+	if old := t.index.Load(); old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[key] = n
+	t.index.Store(&m)
+	t.n.Store(n + 1)
+	return n, true
+}
+
+// name returns the key of number num.
+func (t *internedKeys) name(num uint32) attribute.Key {
+	if num >= t.n.Load() {
+		return "" // not a number the table handed out
+	}
+	return t.names[num]
+}
