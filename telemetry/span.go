@@ -133,9 +133,13 @@ func (s *localSpan) SetAttributes(kv ...attribute.KeyValue) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended {
-		return
+	if !s.ended {
+		s.setAttributesLocked(kv)
 	}
+}
+
+// setAttributesLocked is SetAttributes with s.mu held, before the end.
+func (s *localSpan) setAttributesLocked(kv []attribute.KeyValue) {
 	lim := s.tracer.p.limits
 	switch {
 	case lim.AttributeCountLimit == 0:
@@ -326,6 +330,20 @@ func (s *localSpan) EndAt(at time.Time) {
 	if s.ended {
 		s.mu.Unlock()
 		return
+	}
+	s.endLocked(at)
+}
+
+// EndAtWith sets kv and ends the span at the instant at, as SetAttributes(kv...) and then
+// EndAt(at) do, taking the span's lock once (the pipeline's recorder ends its spans so).
+func (s *localSpan) EndAtWith(at time.Time, kv []attribute.KeyValue) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	if len(kv) > 0 {
+		s.setAttributesLocked(kv)
 	}
 	s.endLocked(at)
 }

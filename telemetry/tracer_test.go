@@ -52,6 +52,19 @@ func newPair(tb testing.TB, limits sdktrace.SpanLimits, sampler sdktrace.Sampler
 // script is what a test does to one child span.
 type script func(ctx context.Context, tr trace.Tracer, at time.Time)
 
+// endWith ends s at at with kv set last: in one call on a span of ours (EndAtWith, as the
+// pipeline's recorder ends them), by SetAttributes and End on the SDK's.
+func endWith(s trace.Span, at time.Time, kv ...attribute.KeyValue) {
+	if e, ok := s.(interface {
+		EndAtWith(time.Time, []attribute.KeyValue)
+	}); ok {
+		e.EndAtWith(at, kv)
+		return
+	}
+	s.SetAttributes(kv...)
+	s.End(trace.WithTimestamp(at))
+}
+
 func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 123_456_789)
 	long := strings.Repeat("é", 20) // 20 characters, 40 bytes
@@ -90,6 +103,12 @@ func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 			s.SetAttributes(attribute.Int("a", 10), attribute.Int("d", 4), attribute.Int("e", 5), attribute.String("b", long))
 			s.SetAttributes(attribute.Int("f", 6))
 			s.End(trace.WithTimestamp(at.Add(time.Second)))
+		}},
+		{"attributes and the end in one call (EndAtWith)", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2))
+			endWith(s, at.Add(time.Second), attribute.Int("a", 10), attribute.String("c", long), attribute.Int("d", 4), attribute.Int("e", 5))
+			endWith(s, at.Add(2*time.Second), attribute.Int("late", 1))
 		}},
 		{"events, links and their limits", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
 			other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled})

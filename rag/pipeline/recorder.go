@@ -128,6 +128,10 @@ func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, attrs []
 	if span == nil {
 		return
 	}
+	if e, ok := span.(attrEnder); ok && err == nil {
+		e.EndAtWith(end, attrs)
+		return
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attrs...)
 		if err != nil {
@@ -287,19 +291,13 @@ func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) 
 }
 
 // endShard ends a shard's Query span at end with the rows it returned, and records the
-// operation's duration. The run's goroutine uses the recorder's scratch attributes; the async
-// collector, which ends late shards while the run goes on, passes own=false.
+// operation's duration. The run's goroutine passes own (shardAttrs); the async collector does not.
 func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error, own bool) {
 	t := rec.t
-	if ss.span != nil && ss.span.IsRecording() {
-		var a []attribute.KeyValue
-		if own {
-			a = rec.attrs[:0]
-		} else {
-			a = make([]attribute.KeyValue, 0, len(t.dbAttrs)+2)
-		}
-		a = append(append(a, t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
-		ss.span.SetAttributes(a...)
+	if e, ok := ss.span.(attrEnder); ok && err == nil {
+		e.EndAtWith(end, append(append(rec.shardAttrs(own), t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows)))
+	} else if ss.span != nil && ss.span.IsRecording() {
+		ss.span.SetAttributes(append(append(rec.shardAttrs(own), t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))...)
 		if err != nil {
 			recordError(ss.span, end, err)
 		}
@@ -316,6 +314,16 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 		ss.span.End()
 	}
 	recordDur(ss.ctx, t.inst.dbDur.Float64Histogram, t.dbDur, t.dbSet, seconds(end.Sub(ss.start)), err)
+}
+
+// shardAttrs returns an empty slice for a shard span's attributes: the recorder's scratch array
+// for the run's goroutine (own), a new one for the async collector, which ends late shards while
+// the run goes on.
+func (rec *recorder) shardAttrs(own bool) []attribute.KeyValue {
+	if own {
+		return rec.attrs[:0]
+	}
+	return make([]attribute.KeyValue, 0, len(rec.t.dbAttrs)+2)
 }
 
 // beginRetrieve starts the retrieve stage.

@@ -454,6 +454,19 @@ func (s *labelledInstantRoot) EndAt(at time.Time) {
 	pprof.SetGoroutineLabels(s.restore)
 }
 
+// EndAtWith sets kv and ends the span at at, in one call to a span that has it (telemetry's).
+func (s *labelledInstantRoot) EndAtWith(at time.Time, kv []attribute.KeyValue) {
+	if e, ok := s.Span.(interface {
+		EndAtWith(time.Time, []attribute.KeyValue)
+	}); ok {
+		e.EndAtWith(at, kv)
+	} else {
+		s.Span.SetAttributes(kv...)
+		s.Span.(instantEnder).EndAt(at)
+	}
+	pprof.SetGoroutineLabels(s.restore)
+}
+
 // tee is the session's upstream: each window goes to the store, stamped on the shared clock,
 // and to the pusher when there is one. Upload never blocks on anything but the store's mutex.
 type tee struct {
