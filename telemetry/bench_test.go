@@ -70,9 +70,10 @@ func (discardSink) Delta(rag.Delta) error            { return nil }
 
 // benchArms selects the arms BenchmarkPipelineTelemetry runs besides "off" (comma-separated;
 // empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
-// built-in profiler left out (-telemetry.arms=spans,metrics,labels): a process has one CPU
-// profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's noise.
-var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa; empty: all but aa)")
+// built-in profiler left out (-telemetry.arms=spans,metrics,labels,all-profiler): a process has
+// one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
+// noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms.
+var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler; empty: spans to sdk)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
 // components are on.
@@ -134,7 +135,10 @@ var leaveOneOutArms = []benchArm{
 //
 // b.N counts requests of the off and all arms (ns/op, allocs/op and B/op average those two, as
 // before the ablation arms existed); each ablation arm runs as many requests as off, with the
-// timer stopped.
+// timer stopped. Per arm, it also reports the allocations and bytes of a request
+// (<arm>_allocs/req, <arm>_B/req), its process CPU time in microseconds (<arm>_cpu_us/req), of
+// which the runtime counted gc_us/req as the garbage collector's, and the collections per
+// thousand requests (<arm>_gcs/kreq).
 func BenchmarkPipelineTelemetry(b *testing.B) {
 	arms, err := selectArms(*benchArms)
 	if err != nil {
@@ -165,7 +169,7 @@ func selectArms(list string) ([]benchArm, error) {
 		}
 		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
 		if i < 1 {
-			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk or aa", name)
+			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk, aa, all-spans, all-metrics, all-labels or all-profiler", name)
 		}
 		arms = append(arms, telemetryArms[i])
 	}

@@ -4,7 +4,8 @@
 # the tiny one, at most 120 allocations per request), the same run's figures with every span
 # through the OTel SDK's own tracer (the sdk arm: before telemetry.TracerProvider), then the
 # ablation: the loss and the allocations per request of each telemetry component on its own
-# (loss_spans_%, spans_allocs/req and so on).
+# (loss_spans_%, spans_allocs/req and so on), and, when the run had them (-telemetry.arms), the
+# leave-one-out arms: everything on but one component (loss_all-spans_% and so on).
 function median(a, n,    i, j, t) {
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
@@ -15,7 +16,7 @@ function median(a, n,    i, j, t) {
 	k = ++runs[name]
 	for (i = 3; i < NF; i += 2) {
 		unit = $(i+1)
-		if (unit == "loss_%" || unit == "allocs/op" || unit == "on_allocs/req" || unit ~ /^loss_.+_%$/ || unit ~ /^[a-z]+_allocs\/req$/) {
+		if (unit == "loss_%" || unit == "allocs/op" || unit == "on_allocs/req" || unit ~ /^loss_.+_%$/ || unit ~ /^[a-z-]+_allocs\/req$/ || unit ~ /^(off|all)_(B|cpu_us|gc_us)\/req$/) {
 			if (!((name, unit) in seen)) { seen[name, unit] = 1; units[name, ++nunits[name]] = unit }
 			v[name, unit, k] = $i; nv[name, unit]++
 		}
@@ -37,6 +38,12 @@ END {
 		stat(name, "allocs/op", "allocs/op", "  target <= 120")
 		stat(name, "on_allocs/req", "on_allocs/req", "")
 		stat(name, "off_allocs/req", "off_allocs/req", "")
+		stat(name, "all_B/req", "all_B/req", "")
+		stat(name, "off_B/req", "off_B/req", "")
+		stat(name, "all_cpu_us/req", "all_cpu_us/req", "")
+		stat(name, "off_cpu_us/req", "off_cpu_us/req", "")
+		stat(name, "all_gc_us/req", "all_gc_us/req", "")
+		stat(name, "off_gc_us/req", "off_gc_us/req", "")
 		if (nv[name, "loss_sdk_%"] > 0) {
 			print "  before: everything on, every span through the OTel SDK's tracer:"
 			stat(name, "loss_sdk_%", "loss_sdk_%", "")
@@ -48,6 +55,12 @@ END {
 			if (!header) { print "  ablation, each component on its own:"; header = 1 }
 			stat(name, "loss_" parts[p] "_%", "loss_" parts[p] "_%", "")
 			stat(name, parts[p] "_allocs/req", parts[p] "_allocs/req", "")
+		}
+		header = 0
+		for (p = 1; p <= 4; p++) {
+			if (nv[name, "loss_all-" parts[p] "_%"] == 0) continue
+			if (!header) { print "  leave one out, everything on but one component:"; header = 1 }
+			stat(name, "loss_all-" parts[p] "_%", "loss_all-" parts[p] "_%", "")
 		}
 	}
 }
