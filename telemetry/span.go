@@ -490,13 +490,11 @@ type attrBuf struct {
 	inline [inlineAttrBytes]byte
 }
 
-// inlineAttrBytes is the room for attributes inside the span: enough for most spans of the
-// pipeline, so that they need no second allocation, and small enough that the span (496 bytes)
-// stays within 512, where the allocator needs no header for it. In four interleaved runs of each
-// build on the tiny corpus, 320 inline bytes (every span fits, 576-byte spans) lost about five
-// points more in the spans arm than 256, 176 or none, which came out alike. The bytes hold no
-// pointers, so the collector does not scan them.
-const inlineAttrBytes = 256
+// inlineAttrBytes is the room for attributes inside the span: with keys interned, every span of
+// the pipeline's (up to about 140 bytes of attributes, the rag.pipeline span's) fits, so that it
+// needs no second allocation, and the span (416 bytes) stays in the allocator's 416-byte class.
+// The bytes hold no pointers, so the collector does not scan them.
+const inlineAttrBytes = 176
 
 // reset empties ab, its buffer in its inline room.
 func (ab *attrBuf) reset() {
