@@ -73,6 +73,7 @@ type localSpan struct {
 type spanExtra struct {
 	droppedAttrs  int
 	events        []sdktrace.Event
+	firstEvent    [1]sdktrace.Event // the room of events' first one: a span of the pipeline has one at most
 	droppedEvents int
 	links         []sdktrace.Link
 	droppedLinks  int
@@ -217,19 +218,40 @@ func (s *localSpan) AddEvent(name string, opts ...trace.EventOption) {
 	}
 }
 
+// AddEventAt adds an event with no attributes at the instant at, as AddEvent with
+// trace.WithTimestamp(at) does, without the option's allocation (the pipeline's recorder marks
+// the first token so).
+func (s *localSpan) AddEventAt(name string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.addEventAt(name, at, nil)
+	}
+}
+
 func (s *localSpan) addEvent(name string, c trace.EventConfig) {
+	s.addEventAt(name, c.Timestamp(), c.Attributes())
+}
+
+func (s *localSpan) addEventAt(name string, at time.Time, attrs []attribute.KeyValue) {
 	lim := s.tracer.p.limits
 	x := s.more()
 	if lim.EventCountLimit == 0 {
 		x.droppedEvents++
 		return
 	}
-	e := sdktrace.Event{Name: name, Time: c.Timestamp()}
-	e.Attributes, e.DroppedAttributeCount = limitAttrs(c.Attributes(), lim.AttributePerEventCountLimit, lim.AttributeValueLengthLimit)
+	if at.IsZero() {
+		at = s.tracer.p.now()
+	}
+	e := sdktrace.Event{Name: name, Time: at}
+	e.Attributes, e.DroppedAttributeCount = limitAttrs(attrs, lim.AttributePerEventCountLimit, lim.AttributeValueLengthLimit)
 	if lim.EventCountLimit > 0 && len(x.events) >= lim.EventCountLimit {
 		copy(x.events, x.events[1:])
 		x.events = x.events[:len(x.events)-1]
 		x.droppedEvents++
+	}
+	if x.events == nil {
+		x.events = x.firstEvent[:0]
 	}
 	x.events = append(x.events, e)
 }

@@ -140,7 +140,7 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	var s *localSpan
 	if cfg.NewRoot() || !t.records(psc) {
 		var span trace.Span
-		if ctx, span, s = t.sample(ctx, psc, name, &cfg); s == nil {
+		if ctx, span, s = t.sample(ctx, psc, name, &cfg, time.Time{}); s == nil {
 			return ctx, span
 		}
 	} else {
@@ -160,8 +160,9 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 // sample starts a span the sampler decides: a root (or a span started with trace.WithNewRoot),
 // a span with a remote parent, or one whose parent is not sampled. A dropped span is not
 // recorded (span is a non-recording one carrying its span context, s nil); otherwise s is the
-// span, sampled or only recorded, with the sampler's attributes.
-func (t *tracer) sample(ctx context.Context, psc trace.SpanContext, name string, cfg *trace.SpanConfig) (_ context.Context, span trace.Span, s *localSpan) {
+// span, sampled or only recorded, with the sampler's attributes. It starts at at, or else at the
+// configuration's timestamp, or now.
+func (t *tracer) sample(ctx context.Context, psc trace.SpanContext, name string, cfg *trace.SpanConfig, at time.Time) (_ context.Context, span trace.Span, s *localSpan) {
 	if cfg.NewRoot() {
 		psc = trace.SpanContext{}
 		ctx = trace.ContextWithSpanContext(ctx, psc)
@@ -184,7 +185,10 @@ func (t *tracer) sample(ctx context.Context, psc trace.SpanContext, name string,
 		ctx = trace.ContextWithSpanContext(ctx, sc)
 		return ctx, trace.SpanFromContext(ctx), nil
 	}
-	start := cfg.Timestamp()
+	start := at
+	if start.IsZero() {
+		start = cfg.Timestamp()
+	}
 	if start.IsZero() {
 		start = t.p.now()
 	}
@@ -204,7 +208,12 @@ func (t *tracer) StartAt(ctx context.Context, name string, at time.Time) (contex
 	}
 	psc := trace.SpanContextFromContext(ctx)
 	if !t.records(psc) {
-		return t.Start(ctx, name, trace.WithTimestamp(at))
+		var cfg trace.SpanConfig // no options: an internal span, no attributes, no links
+		ctx, span, s := t.sample(ctx, psc, name, &cfg, at)
+		if s == nil {
+			return ctx, span
+		}
+		return ctx, s
 	}
 	return t.start(ctx, psc, name, at, trace.SpanKindInternal)
 }

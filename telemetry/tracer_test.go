@@ -65,6 +65,16 @@ func endWith(s trace.Span, at time.Time, kv ...attribute.KeyValue) {
 	s.End(trace.WithTimestamp(at))
 }
 
+// eventAt adds an event without attributes to s at at: through AddEventAt on a span of ours, as
+// the pipeline's recorder marks the first token, through AddEvent on the SDK's.
+func eventAt(s trace.Span, name string, at time.Time) {
+	if e, ok := s.(interface{ AddEventAt(string, time.Time) }); ok {
+		e.AddEventAt(name, at)
+		return
+	}
+	s.AddEvent(name, trace.WithTimestamp(at))
+}
+
 func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 123_456_789)
 	long := strings.Repeat("é", 20) // 20 characters, 40 bytes
@@ -109,6 +119,14 @@ func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 			s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2))
 			endWith(s, at.Add(time.Second), attribute.Int("a", 10), attribute.String("c", long), attribute.Int("d", 4), attribute.Int("e", 5))
 			endWith(s, at.Add(2*time.Second), attribute.Int("late", 1))
+		}},
+		{"events at an instant (AddEventAt), over the limit", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			for i := range 3 {
+				eventAt(s, fmt.Sprintf("token%d", i), at.Add(time.Duration(i)*time.Millisecond))
+			}
+			s.End(trace.WithTimestamp(at.Add(time.Second)))
+			eventAt(s, "late", at.Add(2*time.Second))
 		}},
 		{"events, links and their limits", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
 			other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled})

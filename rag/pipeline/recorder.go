@@ -391,7 +391,9 @@ func (rec *recorder) beginGenerate(ctx context.Context) stageSpan {
 
 // firstToken marks the first delta carrying text on the chat span.
 func (rec *recorder) firstToken(st *stageSpan, at time.Time) {
-	if st.span != nil && st.span.IsRecording() {
+	if e, ok := st.span.(eventAdder); ok {
+		e.AddEventAt(EventFirstToken, at)
+	} else if st.span != nil && st.span.IsRecording() {
 		rec.eventOpts[0] = rec.at(at)
 		st.span.AddEvent(EventFirstToken, rec.eventOpts[:]...)
 	}

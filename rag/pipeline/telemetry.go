@@ -230,15 +230,19 @@ type telemetry struct {
 
 // instantTracer is a tracer that starts a span at a given instant without a trace.WithTimestamp
 // option, and instantEnder a span that ends at one: the option boxes a time.Time, an allocation
-// for each distinct instant, and a run has about fifteen. attrEnder sets a span's last
-// attributes and ends it in one call (one lock rather than three, with IsRecording). ragtail's
-// own tracer (telemetry's) does all three; with any other the recorder passes the options.
+// for each distinct instant, and a run has about fifteen; eventAdder adds an event at one.
+// attrEnder sets a span's last attributes and ends it in one call (one lock rather than three,
+// with IsRecording). ragtail's own tracer (telemetry's) does all four; with any other the
+// recorder passes the options.
 type (
 	instantTracer interface {
 		StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span)
 	}
 	instantEnder interface{ EndAt(at time.Time) }
-	attrEnder    interface {
+	eventAdder   interface {
+		AddEventAt(name string, at time.Time)
+	}
+	attrEnder interface {
 		EndAtWith(at time.Time, attrs []attribute.KeyValue)
 	}
 )
