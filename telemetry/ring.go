@@ -402,6 +402,7 @@ func (r *Ring) Reset() {
 	defer r.mu.Unlock()
 	clear(r.recent)
 	r.next = 0
+	clear(r.slow) // the array keeps what it points to, whatever the slice's length
 	r.slow = r.slow[:0]
 	clear(r.kept)
 	clear(r.pending)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -360,4 +361,38 @@ func BenchmarkRingOnEnd(b *testing.B) {
 			r.OnEnd(s)
 		}
 	}
+}
+
+// trackedSpan is an ended span whose collection a test can watch.
+type trackedSpan struct{ sdktrace.ReadOnlySpan }
+
+// TestRingResetReleasesTraces checks that Reset lets the collector have the traces the ring
+// held, the slowest ones included (their heap's array outlives its length).
+func TestRingResetReleasesTraces(t *testing.T) {
+	r := NewRing(4, 2, 16)
+	freed := make(chan struct{}, 16)
+	for i := range 6 {
+		s := &trackedSpan{tracetest.SpanStub{
+			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i + 1)}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled}),
+			StartTime:   epoch, EndTime: epoch.Add(time.Duration(i+1) * time.Millisecond),
+		}.Snapshot()}
+		runtime.AddCleanup(s, func(struct{}) { freed <- struct{}{} }, struct{}{})
+		r.OnEnd(s)
+	}
+	if len(r.Slowest(10)) != 2 {
+		t.Fatalf("slowest: %d traces, want 2", len(r.Slowest(10)))
+	}
+	r.Reset()
+	deadline := time.After(10 * time.Second)
+	for n := 0; n < 6; {
+		runtime.GC()
+		select {
+		case <-freed:
+			n++
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%d of 6 traces freed after Reset: the ring still holds the others", n)
+		}
+	}
+	runtime.KeepAlive(r)
 }
