@@ -68,7 +68,7 @@ func TestAttrBufKeys(t *testing.T) {
 					return
 				}
 				for j := range kv {
-					if got[j].Key != kv[j].Key || got[j].Value.Emit() != kv[j].Value.Emit() {
+					if got[j].Key != kv[j].Key || got[j].Value.String() != kv[j].Value.String() {
 						t.Errorf("attribute %d: %v, want %v", j, got[j], kv[j])
 						return
 					}
