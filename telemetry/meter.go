@@ -384,6 +384,12 @@ func (a *agg[N]) newSeries(set attribute.Set) *series[N] {
 type series[N int64 | float64] struct {
 	attrs attribute.Set
 	cells []atomic.Pointer[cell[N]] // a power of two of them, allocated at their first measurement
+
+	// kept is, per exemplar reservoir (a histogram bucket, or the sum's one), the exemplars the
+	// last collection reported, in the order of the slots of the one reservoir that the cells'
+	// reservoirs stand for; under collectMu.
+	collectMu sync.Mutex
+	kept      [][]metricdata.Exemplar[N]
 }
 
 // cell is one part of a series: the aggregate of the measurements recorded into it.
@@ -542,8 +548,8 @@ type seriesTotal[N int64 | float64] struct {
 	exemplars     []metricdata.Exemplar[N]
 }
 
-// total adds up s's cells, picks its exemplars from theirs (pickExemplars) and restarts their
-// samplers; false when no cell has a measurement.
+// total adds up s's cells, picks its exemplars (exemplars) and restarts the cells' samplers;
+// false when no cell has a measurement.
 func (s *series[N]) total(a *agg[N]) (seriesTotal[N], bool) {
 	var (
 		t        seriesTotal[N]
@@ -553,6 +559,8 @@ func (s *series[N]) total(a *agg[N]) (seriesTotal[N], bool) {
 	if a.id.kind == kindHistogram {
 		t.counts = make([]uint64, len(a.bounds)+1)
 	}
+	s.collectMu.Lock()
+	defer s.collectMu.Unlock()
 	for i := range s.cells {
 		c := s.cells[i].Load()
 		if c == nil {
@@ -573,7 +581,7 @@ func (s *series[N]) total(a *agg[N]) (seriesTotal[N], bool) {
 				t.counts[b] += n
 			}
 		}
-		shares = append(shares, c.exemplarShare()...)
+		shares = append(shares, c.exemplarShares()...)
 		k := a.k
 		if a.id.kind == kindHistogram {
 			k = 1
@@ -586,54 +594,45 @@ func (s *series[N]) total(a *agg[N]) (seriesTotal[N], bool) {
 	if !recorded {
 		return t, false
 	}
-	a.p.rngMu.Lock()
-	defer a.p.rngMu.Unlock()
 	if a.id.kind == kindHistogram {
 		for b := range len(a.bounds) + 1 {
-			t.exemplars = append(t.exemplars, pickExemplars(a.p.rng, shares, b, 1)...)
+			t.exemplars = append(t.exemplars, s.exemplars(a.p, shares, b, 1)...)
 		}
 	} else {
-		t.exemplars = pickExemplars(a.p.rng, shares, 0, a.k)
+		t.exemplars = s.exemplars(a.p, shares, 0, a.k)
 	}
 	return t, true
 }
 
-// exemplarShare is what one cell holds for one exemplar reservoir (a histogram bucket's, or a
-// sum's): the exemplars kept since the last collection (fresh), a uniform sample of the offered
-// measurements, and those kept before it and not replaced since (stale), which are reported
-// again as long as nothing new is offered, as the SDK's reservoirs do.
+// exemplarShare is what one cell kept for one exemplar reservoir (a histogram bucket's, or a
+// sum's) since the last collection: a uniform sample of min(k, offered) of the measurements
+// offered to it.
 type exemplarShare[N int64 | float64] struct {
 	reservoir int   // the histogram bucket; 0 for a sum
 	offered   int64 // measurements offered since the last collection
-	fresh     []metricdata.Exemplar[N]
-	stale     []metricdata.Exemplar[N]
+	sample    []metricdata.Exemplar[N]
 }
 
-// exemplarShare returns c's shares, one per reservoir that holds an exemplar; c.mu is held.
-func (c *cell[N]) exemplarShare() []exemplarShare[N] {
+// exemplarShares returns c's shares, one per reservoir offered a measurement since the last
+// collection; c.mu is held. The sampler fills its slots in order from its reset on, so the first
+// min(offered, k) slots hold this collection's sample, and any others an earlier one's.
+func (c *cell[N]) exemplarShares() []exemplarShare[N] {
 	var out []exemplarShare[N]
 	hist := c.counts != nil
 	for i := range c.exemplars {
 		e := &c.exemplars[i]
-		if !e.set {
-			continue
-		}
 		r, tr := 0, &c.trackers[0]
 		if hist {
 			r, tr = i, &c.trackers[i]
+		}
+		if !e.set || int64(i-r) >= min(tr.count, int64(tr.k)) {
+			continue
 		}
 		if len(out) == 0 || out[len(out)-1].reservoir != r {
 			out = append(out, exemplarShare[N]{reservoir: r, offered: tr.count})
 		}
 		sh := &out[len(out)-1]
-		x := e.exemplar()
-		// The sampler fills its slots in order from its reset on: the first min(offered, k)
-		// slots hold this collection's sample.
-		if int64(i-r) < min(tr.count, int64(tr.k)) {
-			sh.fresh = append(sh.fresh, x)
-		} else {
-			sh.stale = append(sh.stale, x)
-		}
+		sh.sample = append(sh.sample, e.exemplar())
 	}
 	return out
 }
@@ -649,15 +648,40 @@ func (e *exemplarSlot[N]) exemplar() metricdata.Exemplar[N] {
 	return x
 }
 
-// pickExemplars returns up to k exemplars of reservoir r from the cells' shares: a uniform
-// sample of every measurement offered to r since the last collection, as one reservoir of k
-// slots would have kept, then stale ones while slots remain. Each cell holds a uniform sample of
+// exemplars returns the exemplars of reservoir r for this collection, as the SDK's one reservoir
+// of k slots would report them: a uniform sample of the measurements offered to r since the last
+// collection in the first slots (drawSample), then what the last collection reported in the
+// slots after them, which survive until new measurements take their place; s.collectMu is held.
+func (s *series[N]) exemplars(p *MeterProvider, shares []exemplarShare[N], r, k int) []metricdata.Exemplar[N] {
+	if len(s.kept) <= r {
+		s.kept = append(s.kept, make([][]metricdata.Exemplar[N], r+1-len(s.kept))...)
+	}
+	p.rngMu.Lock()
+	out := drawSample(p.rng, shares, r, k)
+	p.rngMu.Unlock()
+	for _, x := range s.kept[r][min(len(out), len(s.kept[r])):] {
+		if len(out) >= k {
+			break
+		}
+		out = append(out, cloneExemplar(x))
+	}
+	s.kept[r] = out
+	return slices.Clone(out)
+}
+
+func cloneExemplar[N int64 | float64](x metricdata.Exemplar[N]) metricdata.Exemplar[N] {
+	x.TraceID, x.SpanID = slices.Clone(x.TraceID), slices.Clone(x.SpanID)
+	return x
+}
+
+// drawSample returns min(k, N) of the N measurements offered to reservoir r since the last
+// collection, a uniform sample, from the cells' shares. Each cell holds a uniform sample of
 // min(k, offered) of its own measurements, so drawing k times without replacement, each draw
 // from a cell with a probability proportional to its measurements not yet drawn and then one of
 // its kept exemplars not yet drawn, gives every measurement the same chance (the draws per cell
 // follow the multivariate hypergeometric law, as from one reservoir). With one cell this returns
-// its fresh exemplars, then its stale ones, in slot order, as the SDK's reservoir does.
-func pickExemplars[N int64 | float64](rng *rand.Rand, shares []exemplarShare[N], r, k int) []metricdata.Exemplar[N] {
+// its sample in slot order, as the SDK's reservoir holds it.
+func drawSample[N int64 | float64](rng *rand.Rand, shares []exemplarShare[N], r, k int) []metricdata.Exemplar[N] {
 	var (
 		mine  []*exemplarShare[N]
 		total int64
@@ -668,45 +692,36 @@ func pickExemplars[N int64 | float64](rng *rand.Rand, shares []exemplarShare[N],
 			total += sh.offered
 		}
 	}
-	if len(mine) == 0 {
+	switch len(mine) {
+	case 0:
 		return nil
+	case 1:
+		return mine[0].sample
+	}
+	drawn := make([]int, len(mine))
+	left := make([]int64, len(mine))
+	for i, sh := range mine {
+		left[i] = sh.offered
+	}
+	for n := min(int64(k), total); n > 0; n-- {
+		x, i := rng.Int64N(total), 0
+		for x >= left[i] {
+			x -= left[i]
+			i++
+		}
+		left[i]--
+		total--
+		drawn[i]++
 	}
 	var out []metricdata.Exemplar[N]
-	if len(mine) == 1 {
-		out = append(out, mine[0].fresh...)
-	} else {
-		drawn := make([]int, len(mine))
-		left := make([]int64, len(mine))
-		for i, sh := range mine {
-			left[i] = sh.offered
+	for i, sh := range mine {
+		// A uniform drawn[i]-subset of the cell's sample: the first drawn[i] of a partial
+		// shuffle.
+		for j := range drawn[i] {
+			e := j + rng.IntN(len(sh.sample)-j)
+			sh.sample[j], sh.sample[e] = sh.sample[e], sh.sample[j]
 		}
-		for n := min(int64(k), total); n > 0; n-- {
-			x, i := rng.Int64N(total), 0
-			for x >= left[i] {
-				x -= left[i]
-				i++
-			}
-			left[i]--
-			total--
-			drawn[i]++
-		}
-		for i, sh := range mine {
-			// A uniform drawn[i]-subset of the cell's sample: the first drawn[i] of a
-			// partial shuffle.
-			for j := range drawn[i] {
-				e := j + rng.IntN(len(sh.fresh)-j)
-				sh.fresh[j], sh.fresh[e] = sh.fresh[e], sh.fresh[j]
-			}
-			out = append(out, sh.fresh[:drawn[i]]...)
-		}
-	}
-	for _, sh := range mine {
-		for _, x := range sh.stale {
-			if len(out) >= k {
-				return out
-			}
-			out = append(out, x)
-		}
+		out = append(out, sh.sample[:drawn[i]]...)
 	}
 	return out
 }

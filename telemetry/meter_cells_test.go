@@ -155,3 +155,54 @@ func TestExemplarsUniformAcrossCells(t *testing.T) {
 		}
 	})
 }
+
+// TestExemplarsKeptAcrossCollections checks that a series' exemplars carry over from one
+// collection to the next as they do in the SDK's one reservoir, whichever cells the measurements
+// went to: the new ones take the first slots, the last collection's survive in the slots after
+// them, and with nothing new the last collection's are reported again.
+func TestExemplarsKeptAcrossCollections(t *testing.T) {
+	p := seededMeterProvider(4)
+	a := newAgg[int64](p, instID{name: "c", kind: kindCounter}, nil)
+	a.k, a.cells = 4, 4
+	s := a.series(*attribute.EmptySet())
+	values := func() []int64 {
+		t.Helper()
+		m, _ := a.collect(time.Now())
+		var out []int64
+		for _, e := range m.Data.(metricdata.Sum[int64]).DataPoints[0].Exemplars {
+			out = append(out, e.Value)
+		}
+		return out
+	}
+	for v := range int64(3) {
+		s.recordIn(context.Background(), a, 1+v, 0)
+	}
+	if got := values(); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("first collection: %v, want [1 2 3]", got)
+	}
+	s.recordIn(context.Background(), a, 10, 2) // another cell: it takes the first slot
+	if got := values(); !slices.Equal(got, []int64{10, 2, 3}) {
+		t.Errorf("second collection: %v, want [10 2 3]", got)
+	}
+	if got := values(); !slices.Equal(got, []int64{10, 2, 3}) {
+		t.Errorf("with nothing new: %v, want the last ones again, [10 2 3]", got)
+	}
+	h := newAgg[float64](p, instID{name: "h", kind: kindHistogram, float: true}, []float64{100})
+	h.cells = 4
+	hs := h.series(*attribute.EmptySet())
+	bucket := func() []float64 {
+		t.Helper()
+		m, _ := h.collect(time.Now())
+		var out []float64
+		for _, e := range m.Data.(metricdata.Histogram[float64]).DataPoints[0].Exemplars {
+			out = append(out, e.Value)
+		}
+		return out
+	}
+	hs.recordIn(context.Background(), h, 1, 0)
+	bucket()
+	hs.recordIn(context.Background(), h, 2, 1) // the same bucket, another cell
+	if got := bucket(); !slices.Equal(got, []float64{2}) {
+		t.Errorf("histogram bucket: %v, want the new measurement alone, [2]", got)
+	}
+}
