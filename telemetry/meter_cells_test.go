@@ -156,6 +156,22 @@ func TestExemplarsUniformAcrossCells(t *testing.T) {
 	})
 }
 
+// exemplarValues returns the values of the exemplars of m's first point, a sum's or a histogram's.
+func exemplarValues[N int64 | float64](m metricdata.Metrics) []N {
+	var ex []metricdata.Exemplar[N]
+	switch d := m.Data.(type) {
+	case metricdata.Sum[N]:
+		ex = d.DataPoints[0].Exemplars
+	case metricdata.Histogram[N]:
+		ex = d.DataPoints[0].Exemplars
+	}
+	out := make([]N, len(ex))
+	for i, e := range ex {
+		out[i] = e.Value
+	}
+	return out
+}
+
 // TestExemplarsKeptAcrossCollections checks that a series' exemplars carry over from one
 // collection to the next as they do in the SDK's one reservoir, whichever cells the measurements
 // went to: the new ones take the first slots, the last collection's survive in the slots after
@@ -165,15 +181,7 @@ func TestExemplarsKeptAcrossCollections(t *testing.T) {
 	a := newAgg[int64](p, instID{name: "c", kind: kindCounter}, nil)
 	a.k, a.cells = 4, 4
 	s := a.series(*attribute.EmptySet())
-	values := func() []int64 {
-		t.Helper()
-		m, _ := a.collect(time.Now())
-		var out []int64
-		for _, e := range m.Data.(metricdata.Sum[int64]).DataPoints[0].Exemplars {
-			out = append(out, e.Value)
-		}
-		return out
-	}
+	values := func() []int64 { m, _ := a.collect(time.Now()); return exemplarValues[int64](m) }
 	for v := range int64(3) {
 		s.recordIn(context.Background(), a, 1+v, 0)
 	}
@@ -190,15 +198,7 @@ func TestExemplarsKeptAcrossCollections(t *testing.T) {
 	h := newAgg[float64](p, instID{name: "h", kind: kindHistogram, float: true}, []float64{100})
 	h.cells = 4
 	hs := h.series(*attribute.EmptySet())
-	bucket := func() []float64 {
-		t.Helper()
-		m, _ := h.collect(time.Now())
-		var out []float64
-		for _, e := range m.Data.(metricdata.Histogram[float64]).DataPoints[0].Exemplars {
-			out = append(out, e.Value)
-		}
-		return out
-	}
+	bucket := func() []float64 { m, _ := h.collect(time.Now()); return exemplarValues[float64](m) }
 	hs.recordIn(context.Background(), h, 1, 0)
 	bucket()
 	hs.recordIn(context.Background(), h, 2, 1) // the same bucket, another cell
