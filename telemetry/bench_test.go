@@ -462,8 +462,10 @@ func BenchmarkSpanCost(b *testing.B) {
 // through the OTel SDK's meter provider (sdk: tel.MeterProvider.SDK(), the label set passed as a
 // ready-made option) and through ragtail's (ours, the same option; ours bound, through a recorder
 // bound to the set as the pipeline's are), side by side, within a sampled span (exemplars
-// offered) and outside any span. BenchmarkPipelineTelemetry's metrics arm makes about twenty a
-// request.
+// offered) and outside any span, from one goroutine, and from GOMAXPROCS goroutines at once on
+// the same series (parallel), where each measurement of one core would otherwise wait for the
+// series' lock and counts to come over from another's. BenchmarkPipelineTelemetry's metrics arm
+// makes about twenty a request.
 func BenchmarkMetricCost(b *testing.B) {
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -507,5 +509,15 @@ func BenchmarkMetricCost(b *testing.B) {
 				}
 			})
 		}
+		b.Run(bc.name+"/in_span/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				v := 0.0
+				for pb.Next() {
+					record(spanCtx, v)
+					v += 0.0001
+				}
+			})
+		})
 	}
 }

@@ -329,14 +329,17 @@ type agg[N int64 | float64] struct {
 	k      int // exemplars kept per sum series
 	cells  int // cells per series (cellCount)
 
+	// byAttrs finds a label set's series without a lock (attribute.Distinct -> *series[N]), so
+	// that measurements by options from several cores do not meet on a lock's cache line; mu
+	// serializes the creation of series.
+	byAttrs  sync.Map
 	mu       sync.RWMutex
-	byAttrs  map[attribute.Distinct]*series[N]
-	list     []*series[N] // in creation order
+	list     []*series[N] // in creation order; under mu
 	overflow *series[N]
 }
 
 func newAgg[N int64 | float64](p *MeterProvider, id instID, bounds []float64) *agg[N] {
-	return &agg[N]{p: p, id: id, bounds: bounds, start: p.now(), k: runtime.GOMAXPROCS(0), cells: cellCount, byAttrs: map[attribute.Distinct]*series[N]{}}
+	return &agg[N]{p: p, id: id, bounds: bounds, start: p.now(), k: runtime.GOMAXPROCS(0), cells: cellCount}
 }
 
 // overflowSet is the label set of the measurements past the cardinality limit, the SDK's.
@@ -346,27 +349,24 @@ var overflowSet = attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
 // limit, in which case it returns the overflow series.
 func (a *agg[N]) series(set attribute.Set) *series[N] {
 	key := set.Equivalent()
-	a.mu.RLock()
-	s := a.byAttrs[key]
-	a.mu.RUnlock()
-	if s != nil {
-		return s
+	if s, ok := a.byAttrs.Load(key); ok {
+		return s.(*series[N])
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if s := a.byAttrs[key]; s != nil {
-		return s
+	if s, ok := a.byAttrs.Load(key); ok {
+		return s.(*series[N])
 	}
 	if a.p.limit > 0 && len(a.list) >= a.p.limit-1 {
 		if a.overflow == nil {
 			a.overflow = a.newSeries(overflowSet)
-			a.byAttrs[overflowSet.Equivalent()] = a.overflow
+			a.byAttrs.Store(overflowSet.Equivalent(), a.overflow)
 			a.list = append(a.list, a.overflow)
 		}
 		return a.overflow
 	}
-	s = a.newSeries(set)
-	a.byAttrs[key] = s
+	s := a.newSeries(set)
+	a.byAttrs.Store(key, s)
 	a.list = append(a.list, s)
 	return s
 }
