@@ -39,10 +39,11 @@ type internedKeys struct {
 	mu    sync.Mutex // serializes additions
 }
 
-// keyCacheEntry is a key's number, for keys whose bytes are at data. Holding data keeps the
-// key's bytes alive, so no other string can come to live at that address while the entry does.
+// keyCacheEntry is a key's number, for keys whose bytes were at addr. It keeps no pointer, so it
+// pins nothing (a key cut from a large buffer does not keep the buffer alive); a hit is checked
+// against the table's key, since other bytes may come to live at that address later.
 type keyCacheEntry struct {
-	data *byte
+	addr uintptr
 	len  int
 	num  uint32
 }
@@ -53,9 +54,9 @@ func (t *internedKeys) number(key attribute.Key) (uint32, bool) {
 	if len(key) == 0 {
 		return 0, false
 	}
-	data := unsafe.StringData(string(key))
-	slot := &t.cache[(uintptr(unsafe.Pointer(data))>>3^uintptr(len(key)))%keyCacheSlots]
-	if e := slot.Load(); e != nil && e.data == data && e.len == len(key) {
+	addr := uintptr(unsafe.Pointer(unsafe.StringData(string(key))))
+	slot := &t.cache[(addr>>3^uintptr(len(key)))%keyCacheSlots]
+	if e := slot.Load(); e != nil && e.addr == addr && e.len == len(key) && t.names[e.num] == key {
 		return e.num, true
 	}
 	num, ok := t.lookup(key)
@@ -65,7 +66,7 @@ func (t *internedKeys) number(key attribute.Key) (uint32, bool) {
 		}
 	}
 	if slot.Load() == nil {
-		slot.Store(&keyCacheEntry{data: data, len: len(key), num: num})
+		slot.Store(&keyCacheEntry{addr: addr, len: len(key), num: num})
 	}
 	return num, true
 }

@@ -2,9 +2,12 @@ package telemetry
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 )
@@ -79,5 +82,34 @@ func TestAttrBufKeys(t *testing.T) {
 	wg.Wait()
 	if n := keyTable.Load().n.Load(); n != maxInternedKeys {
 		t.Errorf("%d keys interned, want the table full (%d): the keys past it were not encoded whole", n, maxInternedKeys)
+	}
+}
+
+// TestInternedKeysPinNothing checks that interning a key cut from a large buffer does not keep
+// the buffer alive: the table keeps a copy of the key, and its cache no pointer.
+func TestInternedKeysPinNothing(t *testing.T) {
+	var tab internedKeys
+	freed := make(chan struct{}, 1)
+	func() {
+		buf := new([1 << 20]byte)
+		n := copy(buf[:], "rag.pinned")
+		runtime.AddCleanup(buf, func(struct{}) { freed <- struct{}{} }, struct{}{})
+		if _, ok := tab.number(attribute.Key(unsafe.String(&buf[0], n))); !ok {
+			t.Fatal("not interned")
+		}
+	}()
+	deadline := time.After(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			if num, ok := tab.number("rag.pinned"); !ok || tab.name(num) != "rag.pinned" {
+				t.Errorf("the key after its buffer went: %d %v", num, ok)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the buffer a key was cut from is still alive: the table pins it")
+		}
 	}
 }

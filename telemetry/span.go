@@ -527,9 +527,25 @@ func (ab *attrBuf) reset() {
 // how many were invalid and dropped.
 func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 	keys := keyTable.Load()
+	// The keys' numbers, looked up once for both passes (-1: encoded whole), for the first
+	// len(nums) attributes; any further ones are looked up again.
+	var nums [32]int32
+	number := func(i int, key attribute.Key) (uint32, bool) {
+		if i < len(nums) {
+			return uint32(nums[i]), nums[i] >= 0
+		}
+		return keys.number(key)
+	}
 	size := 0
-	for _, a := range kv {
-		if num, ok := keys.number(a.Key); ok {
+	for i, a := range kv {
+		num, ok := keys.number(a.Key)
+		if i < len(nums) {
+			nums[i] = -1
+			if ok {
+				nums[i] = int32(num)
+			}
+		}
+		if ok {
 			size += uvarintLen(int(num)<<1|1) + 1
 		} else {
 			size += uvarintLen(len(a.Key)<<1) + len(a.Key) + 1
@@ -552,12 +568,12 @@ func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 	if cap(ab.b)-len(ab.b) < size {
 		ab.b = slices.Grow(ab.b, size)
 	}
-	for _, a := range kv {
+	for i, a := range kv {
 		if !a.Valid() {
 			dropped++
 			continue
 		}
-		if num, ok := keys.number(a.Key); ok {
+		if num, ok := number(i, a.Key); ok {
 			ab.b = binary.AppendUvarint(ab.b, uint64(num)<<1|1)
 		} else {
 			ab.b = binary.AppendUvarint(ab.b, uint64(len(a.Key))<<1)
