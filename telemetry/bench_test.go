@@ -185,6 +185,11 @@ type phaseStats struct {
 	gcCPU     float64 // CPU seconds the runtime counted as the collector's (marking, assists, pauses)
 }
 
+// since returns what the runtime counted between before and s.
+func (s phaseStats) since(before phaseStats) phaseStats {
+	return phaseStats{allocs: s.allocs - before.allocs, bytes: s.bytes - before.bytes, gcs: s.gcs - before.gcs, gcCPU: s.gcCPU - before.gcCPU}
+}
+
 func (s *phaseStats) add(o phaseStats) {
 	s.wall, s.cpu = s.wall+o.wall, s.cpu+o.cpu
 	s.allocs, s.bytes, s.gcs, s.gcCPU = s.allocs+o.allocs, s.bytes+o.bytes, s.gcs+o.gcs, s.gcCPU+o.gcCPU
@@ -267,9 +272,9 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 		}
 		wg.Wait()
 		wall, cpu := time.Since(start), processCPU()-startCPU
-		after := runtimeStats()
-		return phaseStats{wall: wall, cpu: cpu, allocs: after.allocs - before.allocs, bytes: after.bytes - before.bytes,
-			gcs: after.gcs - before.gcs, gcCPU: after.gcCPU - before.gcCPU}
+		st := runtimeStats().since(before)
+		st.wall, st.cpu = wall, cpu
+		return st
 	}
 	// timed reports whether an arm's phases count towards b.N (and so ns/op and allocs/op).
 	timed := func(a benchArm) bool { return a.name == "off" || a.name == "all" }

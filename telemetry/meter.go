@@ -376,7 +376,7 @@ func (a *agg[N]) newSeries(set attribute.Set) *series[N] {
 }
 
 // series is the running aggregate of one label set, kept in cells: each goroutine records into
-// the cell of the processor it runs on (most of the time; see cellIndex), so that the
+// the cell of the processor it runs on (most of the time; see cellTokens), so that the
 // measurements of goroutines on different cores do not take turns at one lock and one cache
 // line. Profiling BenchmarkPipelineTelemetry on two cores found the record of a single shared
 // aggregate spending nine tenths of its time waiting for its lock's and its counts' cache lines

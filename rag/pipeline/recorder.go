@@ -294,10 +294,11 @@ func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) 
 // operation's duration. The run's goroutine passes own (shardAttrs); the async collector does not.
 func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error, own bool) {
 	t := rec.t
-	if e, ok := ss.span.(attrEnder); ok && err == nil {
-		e.EndAtWith(end, append(append(rec.shardAttrs(own), t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows)))
-	} else if ss.span != nil && ss.span.IsRecording() {
-		ss.span.SetAttributes(append(append(rec.shardAttrs(own), t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))...)
+	switch e, ok := ss.span.(attrEnder); {
+	case ok && err == nil:
+		e.EndAtWith(end, rec.shardAttrs(ss, rows, own))
+	case ss.span != nil && ss.span.IsRecording():
+		ss.span.SetAttributes(rec.shardAttrs(ss, rows, own)...)
 		if err != nil {
 			recordError(ss.span, end, err)
 		}
@@ -310,20 +311,23 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 		default:
 			ss.span.End(trace.WithTimestamp(end))
 		}
-	} else if ss.span != nil {
+	case ss.span != nil:
 		ss.span.End()
 	}
 	recordDur(ss.ctx, t.inst.dbDur.Float64Histogram, t.dbDur, t.dbSet, seconds(end.Sub(ss.start)), err)
 }
 
-// shardAttrs returns an empty slice for a shard span's attributes: the recorder's scratch array
-// for the run's goroutine (own), a new one for the async collector, which ends late shards while
-// the run goes on.
-func (rec *recorder) shardAttrs(own bool) []attribute.KeyValue {
+// shardAttrs returns a shard span's attributes, in the recorder's scratch array for the run's
+// goroutine (own), in a new one for the async collector, which ends late shards while the run
+// goes on.
+func (rec *recorder) shardAttrs(ss *shardSpan, rows int, own bool) []attribute.KeyValue {
+	var a []attribute.KeyValue
 	if own {
-		return rec.attrs[:0]
+		a = rec.attrs[:0]
+	} else {
+		a = make([]attribute.KeyValue, 0, len(rec.t.dbAttrs)+2)
 	}
-	return make([]attribute.KeyValue, 0, len(rec.t.dbAttrs)+2)
+	return append(append(a, rec.t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
 }
 
 // beginRetrieve starts the retrieve stage.
