@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -251,20 +252,43 @@ func TestBenchUsageErrors(t *testing.T) {
 
 func TestBenchInterrupted(t *testing.T) {
 	t.Parallel()
-	// Ctrl-C in the middle of a run: the results so far are still written.
-	srv := startLLMSim(t, tinyProfile(t))
+	// Ctrl-C in the middle of a run: the results so far are still written. The interrupt comes
+	// once the server has answered the preflight request and two of the run's, whatever the
+	// machine's speed (a fixed delay could land in the preflight under the race detector, where
+	// there is nothing to write yet).
+	engine, err := llmsim.New(tinyProfile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan struct{}, 1024)
+	handler := llmsim.NewHandler(engine)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/chat/completions" {
+			answered <- struct{}{}
+		}
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		engine.Close()
+	})
 	out := filepath.Join(t.TempDir(), "partial.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		select {
-		case <-stop:
-		case <-time.After(400 * time.Millisecond):
-			cancel()
+		defer cancel()
+		for range 3 {
+			select {
+			case <-stop:
+				return
+			case <-answered:
+			case <-time.After(30 * time.Second):
+				return
+			}
 		}
 	}()
-	err := run(ctx, []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--request-rate", "50", "--duration", "30s",
+	err = run(ctx, []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--request-rate", "50", "--duration", "30s",
 		"--max-tokens", "16", "--json", out, "--quiet"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "interrupted") {
 		t.Fatalf("err = %v, want interrupted", err)
