@@ -521,10 +521,44 @@ func (rec *recorder) withStageLabels(ctx context.Context, stage rag.Stage, span 
 		return ctx, ""
 	}
 	if span == nil || !span.SpanContext().IsSampled() {
-		return pprof.WithLabels(ctx, stageLabels[stageIndex(stage)]), ""
+		return withLabels(ctx, &stageLabels[stageIndex(stage)], ProfileLabel, string(stage)), ""
 	}
 	id := rec.hexID(span.SpanContext().SpanID())
-	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(stage), ProfileSpanIDLabel, id)), id
+	return withLabels(ctx, nil, ProfileLabel, string(stage), ProfileSpanIDLabel, id), id
+}
+
+// maxMergedLabels is how many labels withLabels merges on its stack: a run's ctx carries the
+// profiler's three root labels (span_id, span_name, trace_id), a stage adds two.
+const maxMergedLabels = 8
+
+// withLabels returns pprof.WithLabels(ctx, pprof.Labels(own...)), own's keys sorted and each
+// once (pre, when not nil, is that set built beforehand). It passes pprof.WithLabels every label
+// of the result, ctx's merged with own, since pprof's merge sizes the merged list for the
+// labels passed and grows it for each of ctx's they leave out: one allocation rather than two
+// or three.
+func withLabels(ctx context.Context, pre *pprof.LabelSet, own ...string) context.Context {
+	var buf [2 * maxMergedLabels]string
+	merged := buf[:0]
+	n := 0 // own's labels merged so far
+	pprof.ForLabels(ctx, func(k, v string) bool {
+		for ; 2*n < len(own) && own[2*n] < k; n++ {
+			merged = append(merged, own[2*n], own[2*n+1])
+		}
+		if 2*n < len(own) && own[2*n] == k {
+			return true // own's value overrides ctx's
+		}
+		merged = append(merged, k, v)
+		return true
+	})
+	if len(merged) == 0 {
+		// ctx's labels, if any, are all overridden: own is every label of the result.
+		if pre != nil {
+			return pprof.WithLabels(ctx, *pre)
+		}
+		return pprof.WithLabels(ctx, pprof.Labels(own...))
+	}
+	merged = append(merged, own[2*n:]...)
+	return pprof.WithLabels(ctx, pprof.Labels(merged...))
 }
 
 // stageIDs is how many span ids' hex one allocation of recorder.ids holds: a run labels five or
