@@ -425,7 +425,8 @@ func labelRoot(ctx context.Context, name string, span trace.Span) (context.Conte
 	case name == "":
 		labels = pprof.Labels(LabelSpanID, spanID, LabelTraceID, traceID)
 	default:
-		labels = pprof.Labels(LabelSpanName, name, LabelSpanID, spanID, LabelTraceID, traceID)
+		// Keys in order, which spares pprof.Labels a sort and a copy.
+		labels = pprof.Labels(LabelSpanID, spanID, LabelSpanName, name, LabelTraceID, traceID)
 	}
 	lctx := pprof.WithLabels(ctx, labels)
 	pprof.SetGoroutineLabels(lctx)
