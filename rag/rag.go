@@ -97,8 +97,7 @@ func AtStage(stage Stage, err error) error {
 
 // StageOf returns the stage an error happened in, or "" if it carries none.
 func StageOf(err error) Stage {
-	var se *StageError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*StageError](err); ok {
 		return se.Stage
 	}
 	return ""
