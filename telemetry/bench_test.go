@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/pyroscope-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -72,8 +73,9 @@ func (discardSink) Delta(rag.Delta) error            { return nil }
 // empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
 // built-in profiler left out (-telemetry.arms=spans,metrics,labels,all-profiler): a process has
 // one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
-// noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms.
-var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler; empty: spans to sdk)")
+// noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms;
+// profiler-cpu, profiler-nowall, profiler-wall50 and all-wall50 split the profiler's cost.
+var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
 // components are on.
@@ -84,6 +86,10 @@ type benchArm struct {
 	metrics  bool // every metric, recorded through the SDK
 	labels   bool // the rag_stage (and, with spans, span_id) pprof labels
 	profiler bool // the continuous profiler, CPU and wall sampler, linking spans when tracing
+	// wallRate is the profiler's wall sampler rate (0: profile.DefaultWallRate, negative: off);
+	// cpuOnly leaves pyroscope-go's CPU profile alone, without its memory and goroutine ones.
+	wallRate float64
+	cpuOnly  bool
 }
 
 // telemetryArms are the arms of BenchmarkPipelineTelemetry: off, each component on its own (the
@@ -100,6 +106,16 @@ var telemetryArms = []benchArm{
 	{name: "profiler", profiler: true},
 	{name: "all", tracing: true, metrics: true, labels: true, profiler: true},
 	{name: "sdk", tracing: true, sdk: true, metrics: true, labels: true, profiler: true},
+}
+
+// profilerArms split the profiler's cost, run only when asked for: pyroscope-go's CPU profile
+// alone, pyroscope-go's profiles without the wall sampler, the profiler with the wall sampler at
+// 50 Hz (its default before 20 Hz), and everything on with it.
+var profilerArms = []benchArm{
+	{name: "profiler-cpu", profiler: true, cpuOnly: true, wallRate: -1},
+	{name: "profiler-nowall", profiler: true, wallRate: -1},
+	{name: "profiler-wall50", profiler: true, wallRate: 50},
+	{name: "all-wall50", tracing: true, metrics: true, labels: true, profiler: true, wallRate: 50},
 }
 
 // aaArm is off again, run only when asked for: the spread of its loss around zero is what the
@@ -167,9 +183,13 @@ func selectArms(list string) ([]benchArm, error) {
 			arms = append(arms, leaveOneOutArms[i])
 			continue
 		}
+		if i := slices.IndexFunc(profilerArms, func(a benchArm) bool { return a.name == name }); i >= 0 {
+			arms = append(arms, profilerArms[i])
+			continue
+		}
 		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
 		if i < 1 {
-			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk, aa, all-spans, all-metrics, all-labels or all-profiler", name)
+			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk, aa, all-spans, all-metrics, all-labels, all-profiler, profiler-cpu, profiler-nowall, profiler-wall50 or all-wall50", name)
 		}
 		arms = append(arms, telemetryArms[i])
 	}
@@ -301,7 +321,11 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			a := arms[ai]
 			var prof *profile.Profiler
 			if a.profiler {
-				if prof, err = profile.Start(profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+				cfg := profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler), WallRate: a.wallRate}
+				if a.cpuOnly {
+					cfg.ProfileTypes = []pyroscope.ProfileType{pyroscope.ProfileCPU}
+				}
+				if prof, err = profile.Start(cfg); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -5,7 +5,8 @@
 # through the OTel SDK's own tracer (the sdk arm: before telemetry.TracerProvider), then the
 # ablation: the loss and the allocations per request of each telemetry component on its own
 # (loss_spans_%, spans_allocs/req and so on), and, when the run had them (-telemetry.arms), the
-# leave-one-out arms: everything on but one component (loss_all-spans_% and so on).
+# leave-one-out arms: everything on but one component (loss_all-spans_% and so on), and the arms
+# that split the profiler's cost (loss_profiler-cpu_% and so on).
 function median(a, n,    i, j, t) {
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
@@ -26,11 +27,12 @@ function stat(name, unit, label, target,    n, i, a, lo, hi) {
 	n = nv[name, unit]; if (n == 0) return
 	lo = hi = v[name, unit, 1]
 	for (i = 1; i <= n; i++) { a[i] = v[name, unit, i]; if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-	printf "  %-20s median %8.2f  min %8.2f  max %8.2f  (%d runs)%s\n", label, median(a, n), lo, hi, n, target
+	printf "  %-22s median %8.2f  min %8.2f  max %8.2f  (%d runs)%s\n", label, median(a, n), lo, hi, n, target
 }
 END {
 	if (names == 0) { print "telsum: no BenchmarkPipelineTelemetry lines" > "/dev/stderr"; exit 1 }
 	split("spans metrics labels profiler aa", parts, " ")
+	split("profiler-cpu profiler-nowall profiler-wall50 all-wall50", split_arms, " ")
 	for (j = 1; j <= names; j++) {
 		name = order[j]
 		print "telemetry cost, " name ":"
@@ -61,6 +63,12 @@ END {
 			if (nv[name, "loss_all-" parts[p] "_%"] == 0) continue
 			if (!header) { print "  leave one out, everything on but one component:"; header = 1 }
 			stat(name, "loss_all-" parts[p] "_%", "loss_all-" parts[p] "_%", "")
+		}
+		header = 0
+		for (p = 1; p <= 4; p++) {
+			if (nv[name, "loss_" split_arms[p] "_%"] == 0) continue
+			if (!header) { print "  the profiler's cost, split:"; header = 1 }
+			stat(name, "loss_" split_arms[p] "_%", "loss_" split_arms[p] "_%", "")
 		}
 	}
 }

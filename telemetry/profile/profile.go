@@ -12,11 +12,11 @@
 //
 // Two views answer a trace. The CPU view (pyroscope-go, 100 Hz) shows what the request computed
 // and nothing of its waiting. The wall-clock view comes from the package's own sampler: at
-// Config.WallRate (default 50 Hz) it takes the runtime's goroutine profile, whose text form
+// Config.WallRate (default 20 Hz) it takes the runtime's goroutine profile, whose text form
 // carries each goroutine's pprof labels, and keeps the stacks of labelled goroutines, running or
 // parked, so it shows where a request waited (shards, the engine, the client). Its resolution is
-// one snapshot interval (20 ms at 50 Hz); a snapshot costs about 0.35 ms with 10 labelled
-// goroutines, 1.2 ms with 100 and 25 ms with 1000 (BenchmarkWallSnapshot), so past 5% of a core
+// one snapshot interval (50 ms at 20 Hz); a snapshot costs about 0.2 ms with 10 labelled
+// goroutines, 0.7 ms with 100 and 5 ms with 1000 (BenchmarkWallSnapshot), so past 5% of a core
 // the sampler skips ticks, down to one snapshot per 100 ms, weighting each snapshot by the
 // interval it stands for. Queries of the wall view include its window still open.
 //
