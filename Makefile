@@ -36,13 +36,19 @@ bench:
 ## bench-telemetry: BenchmarkPipelineTelemetry TELCOUNT times, then per corpus the median, min and
 ## max of loss_%, allocs/op and on_allocs/req beside their targets, and the ablation (the loss of
 ## each telemetry component on its own) (tools/telsum.awk). The tiny corpus runs ten times the
-## requests, so that its phases last about as long as the default corpus's.
+## requests, so that its phases last about as long as the default corpus's. TELREQS_DEFAULT and
+## TELREQS_TINY set the requests of a run (a phase runs a twentieth of them); TELARMS the arms
+## besides the usual ones (-telemetry.arms, e.g. all,aa or the leave-one-out arms).
 TELCOUNT ?= 6
+TELREQS_DEFAULT ?= 4000
+TELREQS_TINY ?= 40000
+TELARMS ?=
 TELFLAGS = -run '^$$' -benchmem -count $(TELCOUNT)
+TELARGS = $(if $(TELARMS),-args -telemetry.arms=$(TELARMS))
 bench-telemetry:
 	@mkdir -p bin
-	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=default' -benchtime 4000x ./telemetry/ > bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
-	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=tiny' -benchtime 40000x ./telemetry/ >> bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
+	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=default' -benchtime $(TELREQS_DEFAULT)x ./telemetry/ $(TELARGS) > bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
+	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=tiny' -benchtime $(TELREQS_TINY)x ./telemetry/ $(TELARGS) >> bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
 	@cat bin/bench-telemetry.txt
 	awk -f tools/telsum.awk bin/bench-telemetry.txt
 
