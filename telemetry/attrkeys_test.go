@@ -65,7 +65,7 @@ func TestAttrBufKeys(t *testing.T) {
 					t.Errorf("dropped %d", dropped)
 					return
 				}
-				got := ab.decode(-1)
+				got := ab.decode()
 				if len(got) != len(kv) {
 					t.Errorf("decoded %d attributes, want %d", len(got), len(kv))
 					return

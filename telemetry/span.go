@@ -157,7 +157,7 @@ func (s *localSpan) setAttributesLocked(kv []attribute.KeyValue) {
 // addOverLimit adds kv to attributes that would outgrow the count limit: keys already there
 // take their new values, new keys fill what room is left, and the rest are dropped.
 func (s *localSpan) addOverLimit(lim sdktrace.SpanLimits, kv []attribute.KeyValue) {
-	all := dedupe(s.attrs.decode(lim.AttributeValueLengthLimit))
+	all := dedupe(s.attrs.decode())
 	dropped := 0
 	for _, a := range kv {
 		if !a.Valid() {
@@ -450,7 +450,7 @@ func (s *localSpan) EndTime() time.Time {
 func (s *localSpan) Attributes() []attribute.KeyValue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return dedupe(s.attrs.decode(s.tracer.p.limits.AttributeValueLengthLimit))
+	return dedupe(s.attrs.decode())
 }
 
 func (s *localSpan) Links() []sdktrace.Link {
@@ -501,8 +501,8 @@ func (s *localSpan) ChildSpanCount() int {
 // attrBuf holds a span's attributes encoded in one pointer-free byte slice, in the order they
 // were set (a key may come more than once; readers keep the last value). Each attribute is its
 // key, its type (one byte) and its value: one byte for a bool, eight for an int64 or a float64's
-// bits, uvarint length and bytes for a string. Other values (slices) go to vals, whole, and the
-// buffer holds their index there; they are cut to the value length limit when read. A key is a uvarint: its number in the table of interned keys
+// bits, uvarint length and bytes for a string. Other values (slices, maps) go to vals, and the
+// buffer holds their index there. A key is a uvarint: its number in the table of interned keys
 // (keyTable) times two plus one, or its length times two followed by its bytes when the table
 // has no room for it.
 type attrBuf struct {
@@ -600,10 +600,12 @@ func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 			ab.b = binary.AppendUvarint(ab.b, uint64(len(v)))
 			ab.b = append(ab.b, v...)
 		default:
-			// A composite value is kept as it is, and cut when it is read (decode): it is
-			// immutable, and its elements cannot be looked at without copying them.
+			v := a.Value
+			if valueLen >= 0 {
+				v = truncateValue(v, valueLen)
+			}
 			ab.b = binary.AppendUvarint(ab.b, uint64(len(ab.vals)))
-			ab.vals = append(ab.vals, a.Value)
+			ab.vals = append(ab.vals, v)
 		}
 		ab.n++
 	}
@@ -620,8 +622,8 @@ func uvarintLen(n int) int {
 }
 
 // decode returns the attributes in the order they were set, duplicates included, in a new
-// slice, composite values cut to valueLen (negative: whole) as append cut strings.
-func (ab *attrBuf) decode(valueLen int) []attribute.KeyValue {
+// slice.
+func (ab *attrBuf) decode() []attribute.KeyValue {
 	if ab.n == 0 {
 		return nil
 	}
@@ -663,9 +665,6 @@ func (ab *attrBuf) decode(valueLen int) []attribute.KeyValue {
 			i, k := binary.Uvarint(b)
 			b = b[k:]
 			v = ab.vals[i]
-			if valueLen >= 0 {
-				v = truncateValue(v, valueLen)
-			}
 		}
 		out = append(out, attribute.KeyValue{Key: key, Value: v})
 	}
