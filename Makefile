@@ -37,11 +37,12 @@ bench:
 ## max of loss_%, allocs/op and on_allocs/req beside their targets, and the ablation (the loss of
 ## each telemetry component on its own) (tools/telsum.awk). The tiny corpus runs ten times the
 ## requests, so that its phases last about as long as the default corpus's. TELREQS_DEFAULT and
-## TELREQS_TINY set the requests of a run (a phase runs a twentieth of them); TELARMS the arms
-## besides the usual ones (-telemetry.arms, e.g. all,aa or the leave-one-out arms).
+## TELREQS_TINY set the requests of a run (30 rounds, so a phase runs a sixtieth of them: 200
+## and 2,000); TELARMS the arms besides the usual ones (-telemetry.arms, e.g. all,aa or the
+## leave-one-out arms).
 TELCOUNT ?= 6
-TELREQS_DEFAULT ?= 4000
-TELREQS_TINY ?= 40000
+TELREQS_DEFAULT ?= 12000
+TELREQS_TINY ?= 120000
 TELARMS ?=
 TELFLAGS = -run '^$$' -benchmem -count $(TELCOUNT)
 TELARGS = $(if $(TELARMS),-args -telemetry.arms=$(TELARMS))

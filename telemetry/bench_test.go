@@ -75,6 +75,11 @@ func (discardSink) Delta(rag.Delta) error            { return nil }
 // one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
 // noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms;
 // profiler-cpu, profiler-nowall, profiler-wall50 and all-wall50 split the profiler's cost.
+// benchRounds is the number of rounds BenchmarkPipelineTelemetry runs: the median of more
+// rounds' ratios moves less with the machine's noise (each round's phases are b.N/(2*rounds)
+// requests, so more rounds at the same phase length take a larger b.N).
+var benchRounds = flag.Int("telemetry.rounds", 30, "BenchmarkPipelineTelemetry: rounds of phases, every arm once a round on b.N/(2*rounds) requests (even: they run in forward and backward pairs)")
+
 var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
@@ -140,8 +145,9 @@ var leaveOneOutArms = []benchArm{
 // percent (loss_% for all, loss_spans_%, loss_sdk_% and so on for the others). Throughput is counted per second of the process's
 // CPU time (req/cpu_s), which other processes on a shared machine do not disturb the way they
 // disturb wall-clock rates (reported too, as req/s, for off and all); each arm's ratio to off is
-// the median over ten rounds, each round running every arm once on the same number of requests
-// in an order that rotates and reverses from round to round, so that neither a burst of outside
+// the median over the rounds (30 by default, -telemetry.rounds), each round running every arm once
+// on the same number of requests in an order that rotates and reverses from round to round, after
+// a warm-up round that is not counted, so that neither a burst of outside
 // load in one phase nor the position in a round decides it; each phase starts from a collected
 // heap, so that it pays for the collections its own garbage causes. The backends answer at once (no
 // simulated latency), so every microsecond telemetry costs shows. Two corpora: the service's
@@ -299,13 +305,53 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	// timed reports whether an arm's phases count towards b.N (and so ns/op and allocs/op).
 	timed := func(a benchArm) bool { return a.name == "off" || a.name == "all" }
 
-	const rounds = 10
+	rounds := *benchRounds
+	if rounds < 2 || rounds%2 != 0 {
+		b.Fatalf("-telemetry.rounds=%d: want an even number of rounds, at least 2", rounds)
+	}
 	per := max(1, b.N/(2*rounds))
+	// runArm runs one phase of arm a and returns what it cost, on the timer when count is set
+	// and the arm is timed.
+	runArm := func(a benchArm, count bool) phaseStats {
+		var prof *profile.Profiler
+		if a.profiler {
+			cfg := profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler), WallRate: a.wallRate}
+			if a.cpuOnly {
+				cfg.ProfileTypes = []pyroscope.ProfileType{pyroscope.ProfileCPU}
+			}
+			if prof, err = profile.Start(cfg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		p := build(a, prof)
+		// Each phase starts from a collected heap, so that it pays for the collections its
+		// own garbage causes, not for the debt of the phase before it.
+		runtime.GC()
+		count = count && timed(a)
+		if count {
+			b.StartTimer()
+		}
+		st := phase(p, a.name, per)
+		if count {
+			b.StopTimer()
+		}
+		if err := prof.Stop(); err != nil {
+			b.Fatal(err)
+		}
+		tel.Ring.Reset()
+		return st
+	}
 	results := make([]armResult, len(arms))
 	order := make([]int, len(arms))
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.StopTimer()
+	// A warm-up round, not counted: the first phases of a process run on a heap, page tables
+	// and caches the backends have only just filled, and would otherwise make the arms that run
+	// first (off, in the first round) look slower.
+	for _, a := range arms {
+		runArm(a, false)
+	}
 	for r := range rounds {
 		// Rounds come in pairs, one forwards and one backwards (ABBA), and the order rotates by
 		// one arm from pair to pair, so that every arm runs early and late, after each of the
@@ -318,32 +364,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 		}
 		cpus := make([]time.Duration, len(arms))
 		for _, ai := range order {
-			a := arms[ai]
-			var prof *profile.Profiler
-			if a.profiler {
-				cfg := profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler), WallRate: a.wallRate}
-				if a.cpuOnly {
-					cfg.ProfileTypes = []pyroscope.ProfileType{pyroscope.ProfileCPU}
-				}
-				if prof, err = profile.Start(cfg); err != nil {
-					b.Fatal(err)
-				}
-			}
-			p := build(a, prof)
-			// Each phase starts from a collected heap, so that it pays for the collections its
-			// own garbage causes, not for the debt of the phase before it.
-			runtime.GC()
-			if timed(a) {
-				b.StartTimer()
-			}
-			st := phase(p, a.name, per)
-			if timed(a) {
-				b.StopTimer()
-			}
-			if err := prof.Stop(); err != nil {
-				b.Fatal(err)
-			}
-			tel.Ring.Reset()
+			st := runArm(arms[ai], true)
 			results[ai].add(st)
 			cpus[ai] = st.cpu
 		}
