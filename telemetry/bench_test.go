@@ -80,6 +80,14 @@ func (discardSink) Delta(rag.Delta) error            { return nil }
 // requests, so more rounds at the same phase length take a larger b.N).
 var benchRounds = flag.Int("telemetry.rounds", 30, "BenchmarkPipelineTelemetry: rounds of phases, every arm once a round on b.N/(2*rounds) requests (even: they run in forward and backward pairs)")
 
+// benchRingRecent and benchRingSlowest size the trace ring of BenchmarkPipelineTelemetry's arms
+// with spans (0: the service's defaults, telemetry.DefaultRingRecent and DefaultRingSlowest), to
+// see what keeping traces costs.
+var (
+	benchRingRecent  = flag.Int("telemetry.ring-recent", 0, "BenchmarkPipelineTelemetry: recent traces the ring keeps (0: telemetry.DefaultRingRecent)")
+	benchRingSlowest = flag.Int("telemetry.ring-slowest", 0, "BenchmarkPipelineTelemetry: slowest traces the ring keeps (0: telemetry.DefaultRingSlowest)")
+)
+
 var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
@@ -235,7 +243,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	}
 	questions := corpus.Questions(chunks, 256, 1)
 
-	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{RingRecent: *benchRingRecent, RingSlowest: *benchRingSlowest, Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
