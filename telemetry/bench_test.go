@@ -69,12 +69,6 @@ type discardSink struct{}
 func (discardSink) Progress(pipeline.Progress) error { return nil }
 func (discardSink) Delta(rag.Delta) error            { return nil }
 
-// benchArms selects the arms BenchmarkPipelineTelemetry runs besides "off" (comma-separated;
-// empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
-// built-in profiler left out (-telemetry.arms=spans,metrics,labels,all-profiler): a process has
-// one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
-// noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms;
-// profiler-cpu, profiler-nowall, profiler-wall50 and all-wall50 split the profiler's cost.
 // benchRounds is the number of rounds BenchmarkPipelineTelemetry runs: the median of more
 // rounds' ratios moves less with the machine's noise (each round's phases are b.N/(2*rounds)
 // requests, so more rounds at the same phase length take a larger b.N).
@@ -88,6 +82,12 @@ var (
 	benchRingSlowest = flag.Int("telemetry.ring-slowest", 0, "BenchmarkPipelineTelemetry: slowest traces the ring keeps (0: telemetry.DefaultRingSlowest)")
 )
 
+// benchArms selects the arms BenchmarkPipelineTelemetry runs besides "off" (comma-separated;
+// empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
+// built-in profiler left out (-telemetry.arms=spans,metrics,labels,all-profiler): a process has
+// one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
+// noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms;
+// profiler-cpu, profiler-nowall, profiler-wall50 and all-wall50 split the profiler's cost.
 var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
@@ -327,6 +327,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			if a.cpuOnly {
 				cfg.ProfileTypes = []pyroscope.ProfileType{pyroscope.ProfileCPU}
 			}
+			var err error
 			if prof, err = profile.Start(cfg); err != nil {
 				b.Fatal(err)
 			}
