@@ -29,7 +29,7 @@ var keyTable atomic.Pointer[internedKeys]
 func init() { keyTable.Store(new(internedKeys)) }
 
 type internedKeys struct {
-	cache [keyCacheSlots]atomic.Pointer[keyCacheEntry]
+	cache [keyCacheSlots]keyCacheSlot
 	// index maps each key to its number; it is replaced whole (copy on write) when a key is
 	// added, so that lookups take no lock.
 	index atomic.Pointer[map[attribute.Key]uint32]
@@ -39,14 +39,24 @@ type internedKeys struct {
 	mu    sync.Mutex // serializes additions
 }
 
-// keyCacheEntry is a key's number, for keys whose bytes were at addr. It keeps no pointer, so it
+// keyCacheSlot is a key's number, for keys whose bytes were at addr. It keeps no pointer, so it
 // pins nothing (a key cut from a large buffer does not keep the buffer alive); a hit is checked
-// against the table's key, since other bytes may come to live at that address later.
-type keyCacheEntry struct {
-	addr uintptr
-	len  int
-	num  uint32
+// against the table's key, since other bytes may come to live at that address later. A slot is
+// filled once and never changes: state goes from empty to filling to filled, and a reader that
+// sees it filled reads the rest without a lock. The slots live in the cache itself, so that a
+// lookup follows no pointer to reach one.
+type keyCacheSlot struct {
+	state atomic.Uint32 // slotEmpty, slotFilling or slotFilled
+	num   uint32
+	len   int
+	addr  uintptr
 }
+
+const (
+	slotEmpty = iota
+	slotFilling
+	slotFilled
+)
 
 // number returns key's number in the table, adding it while there is room; false when the table
 // is full and key is not in it.
@@ -56,8 +66,8 @@ func (t *internedKeys) number(key attribute.Key) (uint32, bool) {
 	}
 	addr := uintptr(unsafe.Pointer(unsafe.StringData(string(key))))
 	slot := &t.cache[(addr>>3^uintptr(len(key)))%keyCacheSlots]
-	if e := slot.Load(); e != nil && e.addr == addr && e.len == len(key) && t.names[e.num] == key {
-		return e.num, true
+	if slot.state.Load() == slotFilled && slot.addr == addr && slot.len == len(key) && t.names[slot.num] == key {
+		return slot.num, true
 	}
 	num, ok := t.lookup(key)
 	if !ok {
@@ -65,8 +75,9 @@ func (t *internedKeys) number(key attribute.Key) (uint32, bool) {
 			return 0, false
 		}
 	}
-	if slot.Load() == nil {
-		slot.Store(&keyCacheEntry{addr: addr, len: len(key), num: num})
+	if slot.state.CompareAndSwap(slotEmpty, slotFilling) {
+		slot.num, slot.len, slot.addr = num, len(key), addr
+		slot.state.Store(slotFilled)
 	}
 	return num, true
 }

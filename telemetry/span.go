@@ -524,101 +524,59 @@ func (ab *attrBuf) reset() {
 }
 
 // append encodes kv, string values cut to valueLen characters (negative: whole), and returns
-// how many were invalid and dropped.
+// how many were invalid and dropped. It encodes in one pass, into a local slice (so that the
+// compiler keeps it in registers rather than reloading ab.b after each append), growing the
+// buffer past its inline room only for spans whose attributes outgrow it.
 func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 	keys := keyTable.Load()
-	// The keys' numbers, looked up once for both passes (-1: encoded whole), for the first
-	// len(nums) attributes; any further ones are looked up again.
-	var nums [32]int32
-	number := func(i int, key attribute.Key) (uint32, bool) {
-		if i < len(nums) {
-			return uint32(nums[i]), nums[i] >= 0
-		}
-		return keys.number(key)
+	b := ab.b
+	if b == nil {
+		b = ab.inline[:0]
 	}
-	size := 0
-	for i, a := range kv {
-		num, ok := keys.number(a.Key)
-		if i < len(nums) {
-			nums[i] = -1
-			if ok {
-				nums[i] = int32(num)
-			}
-		}
-		if ok {
-			size += uvarintLen(int(num)<<1|1) + 1
-		} else {
-			size += uvarintLen(len(a.Key)<<1) + len(a.Key) + 1
-		}
-		switch a.Value.Type() {
-		case attribute.BOOL:
-			size++
-		case attribute.INT64, attribute.FLOAT64:
-			size += 8
-		case attribute.STRING:
-			n := len(a.Value.AsString())
-			size += uvarintLen(n) + n
-		default:
-			size += binary.MaxVarintLen32
-		}
-	}
-	if ab.b == nil {
-		ab.b = ab.inline[:0]
-	}
-	if cap(ab.b)-len(ab.b) < size {
-		ab.b = slices.Grow(ab.b, size)
-	}
-	for i, a := range kv {
-		if !a.Valid() {
+	for i := range kv {
+		a := &kv[i]     // not a copy: a KeyValue is 64 bytes
+		if !a.Valid() { // a key; an empty value is valid
 			dropped++
 			continue
 		}
-		if num, ok := number(i, a.Key); ok {
-			ab.b = binary.AppendUvarint(ab.b, uint64(num)<<1|1)
+		if num, ok := keys.number(a.Key); ok {
+			b = binary.AppendUvarint(b, uint64(num)<<1|1)
 		} else {
-			ab.b = binary.AppendUvarint(ab.b, uint64(len(a.Key))<<1)
-			ab.b = append(ab.b, a.Key...)
+			b = binary.AppendUvarint(b, uint64(len(a.Key))<<1)
+			b = append(b, a.Key...)
 		}
 		t := a.Value.Type()
-		ab.b = append(ab.b, byte(t))
+		b = append(b, byte(t))
 		switch t {
 		case attribute.BOOL:
 			v := byte(0)
 			if a.Value.AsBool() {
 				v = 1
 			}
-			ab.b = append(ab.b, v)
+			b = append(b, v)
 		case attribute.INT64:
-			ab.b = binary.LittleEndian.AppendUint64(ab.b, uint64(a.Value.AsInt64()))
+			b = binary.LittleEndian.AppendUint64(b, uint64(a.Value.AsInt64()))
 		case attribute.FLOAT64:
-			ab.b = binary.LittleEndian.AppendUint64(ab.b, math.Float64bits(a.Value.AsFloat64()))
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(a.Value.AsFloat64()))
 		case attribute.STRING:
 			v := a.Value.AsString()
 			if valueLen >= 0 {
 				v = truncateString(v, valueLen)
 			}
-			ab.b = binary.AppendUvarint(ab.b, uint64(len(v)))
-			ab.b = append(ab.b, v...)
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
 		default:
 			v := a.Value
 			if valueLen >= 0 {
 				v = truncateValue(v, valueLen)
 			}
-			ab.b = binary.AppendUvarint(ab.b, uint64(len(ab.vals)))
+			b = binary.AppendUvarint(b, uint64(len(ab.vals)))
 			ab.vals = append(ab.vals, v)
 		}
 		ab.n++
 	}
+	ab.b = b
 	return dropped
-}
-
-// uvarintLen is the length of n's uvarint encoding.
-func uvarintLen(n int) int {
-	l := 1
-	for ; n >= 0x80; n >>= 7 {
-		l++
-	}
-	return l
 }
 
 // decode returns the attributes in the order they were set, duplicates included, in a new

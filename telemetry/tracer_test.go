@@ -96,13 +96,14 @@ func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
 			s.End(trace.WithTimestamp(at.Add(time.Millisecond)))
 		}},
-		{"attributes of every type, duplicates, invalid and long values", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+		{"attributes of every type, an empty one, duplicates, invalid and long values", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
 			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindClient),
 				trace.WithAttributes(attribute.String("start", "yes")))
 			s.SetAttributes(attribute.Bool("b", true), attribute.Int("i", -7), attribute.Float64("f", 2.5),
 				attribute.String("s", long), attribute.StringSlice("ss", []string{"short", long}),
 				attribute.Int64Slice("is", []int64{1, 2}), attribute.BoolSlice("bs", []bool{true}),
-				attribute.Float64Slice("fs", []float64{0.5}), attribute.KeyValue{}, attribute.String("", "no key"))
+				attribute.Float64Slice("fs", []float64{0.5}), attribute.KeyValue{Key: "empty"}, attribute.KeyValue{},
+				attribute.String("", "no key"))
 			s.SetAttributes(attribute.Int("i", 8), attribute.String("start", "again"))
 			s.SetName("renamed")
 			s.End(trace.WithTimestamp(at.Add(time.Second)))
