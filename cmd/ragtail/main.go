@@ -84,8 +84,13 @@ Usage:
 
 Commands:
 `)
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	cmds := commands()
+	width := 0
+	for _, c := range cmds {
+		width = max(width, len(c.name))
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Run "ragtail COMMAND --help" for the flags of a command.

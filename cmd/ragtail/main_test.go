@@ -39,10 +39,29 @@ func TestHelp(t *testing.T) {
 	if err := run(context.Background(), nil, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
+	// Every command's summary starts in one column, two spaces or more after the longest name.
+	column := -1
 	for _, c := range commands() {
-		if !strings.Contains(out.String(), c.name) {
-			t.Errorf("usage does not list %s", c.name)
+		line := ""
+		for l := range strings.Lines(out.String()) {
+			if strings.HasPrefix(l, "  "+c.name+" ") {
+				line = l
+			}
 		}
+		if line == "" {
+			t.Errorf("usage does not list %s:\n%s", c.name, out.String())
+			continue
+		}
+		at := strings.Index(line, c.summary)
+		if at < 0 || strings.TrimSpace(line[2+len(c.name):at]) != "" || at-2-len(c.name) < 2 {
+			t.Errorf("usage line of %s: %q, want the name, two spaces or more, the summary", c.name, line)
+		}
+		if column >= 0 && at != column {
+			t.Errorf("summary of %s starts at column %d, others at %d:\n%s", c.name, at, column, out.String())
+		}
+		column = at
+	}
+	for _, c := range commands() {
 		if c.name == "version" {
 			continue
 		}
