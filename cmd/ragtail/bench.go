@@ -22,9 +22,9 @@ percentile with its 95% confidence interval, goodput, per-stage server timings, 
 Latency is measured from each request's intended send time, so a server that stalls cannot hide
 its queueing (no coordinated omission). With --request-rate the arrivals follow --shape and are
 sent on time up to a cap on requests in flight (--concurrency, by default 1024 or fewer under
-the open-file limit; the wait for a slot counts as latency). Without a rate, --concurrency N runs a closed loop of N users (vLLM's default
-behaviour). The run stops after --num-prompts requests or --duration; Ctrl-C stops it early and
-still writes everything measured.
+the open-file limit; the wait for a slot counts as latency). Without a rate, --concurrency N
+runs a closed loop of N users (vLLM's default behaviour). The run stops after --num-prompts
+requests or --duration; Ctrl-C stops it early and still writes everything measured.
 
 Example (the article's command, against ragtail llm-sim):
   ragtail bench --url http://127.0.0.1:8000/v1/chat/completions \
