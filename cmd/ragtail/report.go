@@ -14,13 +14,13 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 	var o bench.ReportOptions
 	fs := newFlagSet("report", "FILE... [flags]", `Renders a result file written by "ragtail bench --json", "ragtail sweep --json" or
 "ragtail lab --json": as a terminal table (printed unless --quiet), as one self-contained HTML
-page that needs no network (--html), or as JSON again (--json). Given several bench files, for example from load generators
-on several hosts, it merges them exactly: the HDR histograms are added and every percentile,
-confidence interval and tail fit is recomputed from them; counts add up and throughputs are taken
-over the union of the runs' windows. The segments of a multi-host run (bench --segment i/n)
-merge into the run they are parts of; report checks that all n are there, once each, and says
-so. Sweep files render alone, except the segments of a multi-host sweep (sweep --segment i/n),
-which merge point by point with the same check.
+page that needs no network (--html), or as JSON again (--json). Given several bench files, for
+example from load generators on several hosts, it merges them exactly: the HDR histograms are
+added and every percentile, confidence interval and tail fit is recomputed from them; counts add
+up and throughputs are taken over the union of the runs' windows. The segments of a multi-host
+run (bench --segment i/n) merge into the run they are parts of; report checks that all n are
+there, once each, and says so. Sweep files render alone, except the segments of a multi-host
+sweep (sweep --segment i/n), which merge point by point with the same check.
 Flags may come before or after the files; "-" as an output writes it to standard output.
 
 Examples:
