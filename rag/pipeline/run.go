@@ -362,7 +362,7 @@ type shardAnswer struct {
 }
 
 // search searches one shard under its Query span, started by the run's goroutine; it touches no
-// telemetry, so that it can run on a goroutine of its own with a small stack.
+// telemetry, so that the fan-out worker running it needs little stack.
 func (r *run) search(a *shardAnswer, vec []float32) {
 	a.hits, a.err = r.p.ret.Search(a.span.ctx, a.span.shard, vec, r.req.TopK)
 	a.end = r.p.now()
@@ -402,7 +402,7 @@ func (r *run) retrieveFanout(st *stageSpan, vec []float32, ret *retrieval) error
 	// fewer.
 	fan.wg.Add(max(n-1, 0))
 	for i := range n - 1 {
-		go fan.search(i)
+		fanout.goBranch(st.ctx, fan, i)
 	}
 	if n > 0 {
 		r.searchFirstFails(&answers[n-1], vec, &fan.first)
@@ -433,8 +433,8 @@ type searchFan struct {
 	buf     [8]shardAnswer
 }
 
-// search searches shard i, on a goroutine of its own.
-func (f *searchFan) search(i int) {
+// branch searches shard i, on a fan-out worker.
+func (f *searchFan) branch(i int) {
 	defer f.wg.Done()
 	f.r.searchFirstFails(&f.answers[i], f.vec, &f.first)
 }
@@ -673,7 +673,7 @@ func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) e
 	last := len(lookups) - 1
 	fan.wg.Add(max(last, 0))
 	for i := range last {
-		go fan.lookup(i)
+		fanout.goBranch(ctx, fan, i)
 	}
 	if last >= 0 {
 		r.lookupFirstFails(ctx, hits, lookups, last, f, &fan.first)
@@ -707,8 +707,8 @@ type fetchFan struct {
 	buf     [8]chunkLookup
 }
 
-// lookup fetches the chunk of hit i, on a goroutine of its own.
-func (f *fetchFan) lookup(i int) {
+// branch fetches the chunk of hit i, on a fan-out worker.
+func (f *fetchFan) branch(i int) {
 	defer f.wg.Done()
 	f.r.lookupFirstFails(f.ctx, f.hits, f.lookups, i, f.f, &f.first)
 }
