@@ -456,11 +456,10 @@ func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error 
 	results := make(chan *shardAnswer, n)
 	answers := make([]shardAnswer, n)
 	r.rec.beginShards(searchCtx, answers)
+	async := &asyncSearch{r: r, vec: vec, answers: answers, results: results}
+	r.bg.Add(n)
 	for i := range answers {
-		r.bg.Go(func() {
-			r.search(&answers[i], vec)
-			results <- &answers[i]
-		})
+		fanout.goBranch(searchCtx, async, i)
 	}
 
 	var (
@@ -532,6 +531,22 @@ func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error 
 	}
 	ret.hits = mergeTopK(perShard, r.req.TopK)
 	return nil
+}
+
+// asyncSearch is the state of one async retrieval's searches, shared by every shard's branch.
+type asyncSearch struct {
+	r       *run
+	vec     []float32
+	answers []shardAnswer
+	results chan<- *shardAnswer
+}
+
+// branch searches shard i, on a fan-out worker, and delivers its answer; the run awaits it in
+// r.bg, answered in time or late.
+func (a *asyncSearch) branch(i int) {
+	defer a.r.bg.Done()
+	a.r.search(&a.answers[i], a.vec)
+	a.results <- &a.answers[i]
 }
 
 // progressShard tells the client, in async coupling, that a shard answered or failed.
