@@ -334,7 +334,7 @@ func query(coupling rag.Coupling, topK int) rag.Query {
 // checkNoLeak records the goroutine count and returns a func that fails the test unless the
 // count comes back down to it. Goroutines that have returned may take a moment to be reaped,
 // hence the short poll. Fan-out workers waiting for a branch are not counted: they outlive the
-// requests they served by design, bounded in number, and exit when idle (TestFanWorkersReuse);
+// requests they served by design, bounded in number, and exit when idle (TestFanWorkersExitWhenIdle);
 // a worker still running a branch is. Tests using it must not run in parallel with others.
 func checkNoLeak(tb testing.TB) func() {
 	tb.Helper()

@@ -67,17 +67,16 @@ func TestFanWorkersNeverQueue(t *testing.T) {
 	close(p.release)
 }
 
-// TestFanWorkersReuse checks that a branch goes to a waiting worker rather than a new goroutine,
-// and that a worker exits once it has waited its idle time.
+// TestFanWorkersReuse checks that a branch goes to a waiting worker rather than a new goroutine.
 func TestFanWorkersReuse(t *testing.T) {
-	w := newFanWorkers(8, 100*time.Millisecond)
+	w := newFanWorkers(8, time.Minute)
 	p := newProbe()
 	close(p.release)
 	goroutines := map[string]bool{}
 	p.during = func(int) { goroutines[goroutineID()] = true }
 	for i := range 20 {
-		// The worker is waiting again once the count shows it and it sits in its select;
-		// until then a branch may rightly start a second worker.
+		// The worker is waiting again once it sits in its select; until then a branch may
+		// rightly start a second worker.
 		w.goBranch(context.Background(), p, i)
 		<-p.started
 		waitFor(t, "the worker to wait for a branch", func() bool { return w.waiting() == 1 })
@@ -85,7 +84,21 @@ func TestFanWorkersReuse(t *testing.T) {
 	if len(goroutines) != 1 {
 		t.Errorf("20 branches one after another ran on %d goroutines, want 1 worker", len(goroutines))
 	}
-	waitFor(t, "the idle worker to exit", func() bool { return w.workers.Load() == 0 && w.waiting() == 0 })
+}
+
+// TestFanWorkersExitWhenIdle checks that a worker exits once it has waited its idle time for a
+// branch.
+func TestFanWorkersExitWhenIdle(t *testing.T) {
+	w := newFanWorkers(8, 20*time.Millisecond)
+	p := newProbe()
+	close(p.release)
+	for i := range 3 {
+		w.goBranch(context.Background(), p, i)
+	}
+	for range 3 {
+		<-p.started
+	}
+	waitFor(t, "the idle workers to exit", func() bool { return w.workers.Load() == 0 && w.waiting() == 0 })
 }
 
 // TestFanWorkersLabels checks that a branch runs under its context's pprof labels and that the
