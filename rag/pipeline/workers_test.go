@@ -171,13 +171,6 @@ func AllStacks() string {
 	}
 }
 
-// IdleFanWorkers counts the fan-out workers waiting for a branch in stacks (AllStacks): a
-// goroutine in a select whose innermost frame is the worker's loop.
-func IdleFanWorkers(stacks string) int {
-	_, idle := countGoroutines(stacks, "")
-	return idle
-}
-
 // BusyGoroutines counts the goroutines in stacks (AllStacks) but the fan-out workers waiting for
 // a branch. Leak checks count these: the workers kept are bounded and exit when idle, and one
 // still running a branch counts.
@@ -187,7 +180,8 @@ func BusyGoroutines(stacks string) int {
 }
 
 // countGoroutines counts the goroutines in stacks, and the fan-out workers among them waiting
-// for a branch: those of the fanWorkers at address w, or of any when w is empty.
+// for a branch (in a select, the worker's loop their innermost frame): those of the fanWorkers
+// at address w, or of any when w is empty.
 func countGoroutines(stacks, w string) (all, idle int) {
 	for rec := range strings.SplitSeq(stacks, "\n\n") {
 		header, frames, _ := strings.Cut(rec, "\n")
