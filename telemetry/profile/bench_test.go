@@ -89,14 +89,42 @@ func parkLabelled(tb testing.TB, n int) (release func()) {
 	return func() { close(ch); wg.Wait() }
 }
 
+// parkUnlabelled starts n goroutines parked in a select without labels, as the pipeline's idle
+// fan-out workers are; the returned func releases them.
+func parkUnlabelled(n int) (release func()) {
+	ch := make(chan struct{})
+	var wg, parked sync.WaitGroup
+	parked.Add(n)
+	for range n {
+		wg.Go(func() {
+			t := time.NewTimer(time.Hour)
+			defer t.Stop()
+			parked.Done()
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+		})
+	}
+	parked.Wait()
+	return func() { close(ch); wg.Wait() }
+}
+
 // BenchmarkWallSnapshot measures one wall-sampler tick (goroutine profile, parse, filter,
-// merge into the open window) with n labelled goroutines parked, and reports the share of one
-// core it costs at DefaultWallRate (%core@default) and at 50 Hz, the default before.
+// merge into the open window) with n labelled goroutines parked, and idle unlabelled ones
+// beside them (the goroutine profile records every goroutine; the sampler keeps the labelled),
+// and reports the share of one core it costs at DefaultWallRate (%core@default) and at 50 Hz,
+// the default before.
 func BenchmarkWallSnapshot(b *testing.B) {
-	for _, n := range []int{10, 100, 1000} {
-		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			release := parkLabelled(b, n)
+	for _, c := range []struct{ labelled, idle int }{{10, 0}, {100, 0}, {1000, 0}, {10, 256}} {
+		name := fmt.Sprintf("goroutines=%d", c.labelled)
+		if c.idle > 0 {
+			name += fmt.Sprintf(",idle=%d", c.idle)
+		}
+		b.Run(name, func(b *testing.B) {
+			release := parkLabelled(b, c.labelled)
 			defer release()
+			defer parkUnlabelled(c.idle)()
 			w := newWallSampler(NewStore(0, 0), time.Now, DefaultWallRate, DefaultStoreWindow)
 			w.open = w.newWindow(time.Now())
 			var buf bytes.Buffer
