@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test e2e bench bench-telemetry bench-loadgen lint fmt tidy deps demo clean jaeger
+.PHONY: all build test e2e bench bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -52,6 +52,21 @@ bench-telemetry:
 	$(GO) test $(TELFLAGS) -bench 'PipelineTelemetry/corpus=tiny' -benchtime $(TELREQS_TINY)x ./telemetry/ $(TELARGS) >> bin/bench-telemetry.txt || { cat bin/bench-telemetry.txt; exit 1; }
 	@cat bin/bench-telemetry.txt
 	awk -f tools/telsum.awk bin/bench-telemetry.txt
+
+## bench-telemetry-ab: telemetry's cost at BASE (a commit, default HEAD) against the working
+## tree's, side by side: both telemetry test binaries, PAIRS pairs of runs taking turns, the order
+## reversed every other pair (ABBA), on AB_CORPUS (tiny or default) with the arms AB_ARMS, then
+## tools/telab's figures, paired differences and sign test (verdict at p < 0.05).
+BASE ?= HEAD
+PAIRS ?= 8
+AB_CORPUS ?= tiny
+AB_ARMS ?= all
+bench-telemetry-ab:
+	@mkdir -p bin
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && git archive $(BASE) | tar -x -C "$$tmp" && \
+		cd "$$tmp" && $(GO) test -c -o "$(CURDIR)/bin/telemetry-base.test" ./telemetry/
+	$(GO) test -c -o bin/telemetry-head.test ./telemetry/
+	$(GO) run ./tools/telab -a bin/telemetry-base.test -b bin/telemetry-head.test -pairs $(PAIRS) -corpus $(AB_CORPUS) -arms $(AB_ARMS)
 
 ## bench-loadgen: ragtail bench against vegeta v12.13.0 on one trivial loopback endpoint
 bench-loadgen: build
