@@ -1,12 +1,10 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"runtime/pprof"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -50,95 +48,19 @@ func TestWithLabelsAsPprof(t *testing.T) {
 				ctx = pprof.WithLabels(ctx, pprof.Labels(tc.parent...))
 			}
 			want := labelsOf(pprof.WithLabels(ctx, pprof.Labels(tc.own...)))
-			hidden := hideLabels(ctx)
-			pre := pprof.Labels(tc.own...)
-			var merging float64 // allocations onto ctx itself
-			for _, onto := range []struct {
-				name string
-				ctx  context.Context
-			}{{"onto ctx", ctx}, {"onto ctx with its labels hidden", hidden}} {
-				if got := labelsOf(withLabels(ctx, onto.ctx, nil, tc.own...)); !slices.Equal(got, want) {
-					t.Errorf("withLabels %s: %q\nwant %q", onto.name, got, want)
-				}
-				if got := labelsOf(withLabels(ctx, onto.ctx, &pre, tc.own...)); !slices.Equal(got, want) {
-					t.Errorf("withLabels %s, with the set built: %q\nwant %q", onto.name, got, want)
-				}
-				ours := testing.AllocsPerRun(100, func() { _ = withLabels(ctx, onto.ctx, nil, tc.own...) })
-				theirs := testing.AllocsPerRun(100, func() { _ = pprof.WithLabels(ctx, pprof.Labels(tc.own...)) })
-				if ours > theirs {
-					t.Errorf("withLabels %s: %.0f allocations, pprof.WithLabels %.0f", onto.name, ours, theirs)
-				}
-				if onto.ctx == ctx {
-					merging = ours
-				} else if tc.parent != nil && ours >= merging {
-					// With ctx's labels hidden, pprof.WithLabels has nothing to merge and copy.
-					t.Errorf("withLabels %s: %.0f allocations, as many as onto ctx itself", onto.name, ours)
-				}
-				t.Logf("withLabels %s: %.0f allocations, pprof.WithLabels %.0f", onto.name, ours, theirs)
+			if got := labelsOf(withLabels(ctx, nil, tc.own...)); !slices.Equal(got, want) {
+				t.Errorf("withLabels: %q\nwant %q", got, want)
 			}
+			pre := pprof.Labels(tc.own...)
+			if got := labelsOf(withLabels(ctx, &pre, tc.own...)); !slices.Equal(got, want) {
+				t.Errorf("withLabels with the set built: %q\nwant %q", got, want)
+			}
+			ours := testing.AllocsPerRun(100, func() { _ = withLabels(ctx, nil, tc.own...) })
+			theirs := testing.AllocsPerRun(100, func() { _ = pprof.WithLabels(ctx, pprof.Labels(tc.own...)) })
+			if ours > theirs {
+				t.Errorf("withLabels: %.0f allocations, pprof.WithLabels %.0f", ours, theirs)
+			}
+			t.Logf("%.0f allocations, pprof.WithLabels %.0f", ours, theirs)
 		})
 	}
-}
-
-// TestHideLabels checks that the pipeline learnt runtime/pprof's label key, so that a stage's
-// labels go on a context without the run's (no merge, no copy of the list), and that a context
-// with its labels hidden shows pprof none while keeping every other value, its deadline and its
-// cancellation; and that labels put over it, made the goroutine's, are all the goroutine has.
-func TestHideLabels(t *testing.T) {
-	if labelKey == nil {
-		t.Fatal("runtime/pprof's label key was not learnt: every stage's labels are merged with the run's again (learnLabelKey)")
-	}
-	type key struct{}
-	parent, cancel := context.WithCancel(context.WithValue(
-		pprof.WithLabels(context.Background(), pprof.Labels("span_id", "53995c3f42cd8ad8", "trace_id", "4bf9")), key{}, "v"))
-	hidden := hideLabels(parent)
-	if got := labelsOf(hidden); len(got) != 0 {
-		t.Errorf("hidden context's labels: %q, want none", got)
-	}
-	if _, ok := pprof.Label(hidden, "trace_id"); ok {
-		t.Error("pprof.Label finds trace_id on the hidden context")
-	}
-	if hidden.Value(key{}) != "v" {
-		t.Errorf("hidden context's value: %v, want v", hidden.Value(key{}))
-	}
-	cancel()
-	if hidden.Err() == nil {
-		t.Error("the hidden context is not cancelled with its parent")
-	}
-
-	// Made the goroutine's, a stage's labels over the hidden context are exactly its own.
-	stage := withLabels(parent, hidden, nil, ProfileLabel, "embed", ProfileSpanIDLabel, "00f067aa0ba902b7")
-	want := []string{ProfileLabel, "embed", ProfileSpanIDLabel, "00f067aa0ba902b7", "trace_id", "4bf9"}
-	if got := labelsOf(stage); !slices.Equal(got, want) {
-		t.Fatalf("stage labels: %q, want %q", got, want)
-	}
-	done := make(chan []string)
-	go func() {
-		pprof.SetGoroutineLabels(stage)
-		var buf bytes.Buffer
-		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-		done <- goroutineLabels(buf.String(), "TestHideLabels.func")
-	}()
-	got := <-done
-	slices.Sort(got)
-	wantSorted := []string{`"rag_stage":"embed"`, `"span_id":"00f067aa0ba902b7"`, `"trace_id":"4bf9"`}
-	if !slices.Equal(got, wantSorted) {
-		t.Errorf("the goroutine's labels: %q, want %q", got, wantSorted)
-	}
-}
-
-// goroutineLabels returns the labels of the first goroutine in a debug=1 goroutine profile whose
-// stack has a frame containing fn, as pprof prints them ("key":"value").
-func goroutineLabels(profile, fn string) []string {
-	for _, rec := range strings.Split(profile, "\n\n") {
-		if !strings.Contains(rec, fn) {
-			continue
-		}
-		for _, line := range strings.Split(rec, "\n") {
-			if rest, ok := strings.CutPrefix(line, "# labels: {"); ok {
-				return strings.Split(strings.TrimSuffix(rest, "}"), ", ")
-			}
-		}
-	}
-	return nil
 }

@@ -45,13 +45,6 @@ type recorder struct {
 	rootCtx    context.Context // parent with the rag.pipeline span
 	faultDelay time.Duration   // latency injected by fault rules so far
 
-	// runCtx is the context the stages run under (rootCtx, cancellable), and stageParent the
-	// one their spans and labels go on: runCtx with its pprof labels hidden when stage labels
-	// are on (hideLabels), so that a stage's label set, built from runCtx's labels and its own,
-	// is put on a context that has none to merge it with; runCtx itself otherwise.
-	runCtx      context.Context
-	stageParent context.Context
-
 	// mark is the instant the last stage ended, at which the next one begins, so that stages
 	// tile the run and one clock reading serves both; zero when none is pending.
 	mark time.Time
@@ -201,21 +194,13 @@ func (rec *recorder) finishRun(req *Request, res *Result, gen generation, err er
 	rec.setLabels(rec.parent)
 }
 
-// runUnder makes ctx, the run's context with the rag.pipeline span, the one the stages run under.
-func (rec *recorder) runUnder(ctx context.Context) {
-	rec.runCtx, rec.stageParent = ctx, ctx
-	if rec.t.labels {
-		rec.stageParent = hideLabels(ctx)
-	}
-}
-
 // begin starts timing stage, starts its span (named name, child of the rag.pipeline span) at the
 // same instant, and labels the goroutine with the stage.
-func (rec *recorder) begin(stage rag.Stage, name string) stageSpan {
+func (rec *recorder) begin(ctx context.Context, stage rag.Stage, name string) stageSpan {
 	now := rec.instant()
 	rec.timings = append(rec.timings, rag.StageTiming{Stage: stage, Start: now})
 	st := stageSpan{stage: stage, i: len(rec.timings) - 1}
-	st.ctx, st.span = rec.spanStart(rec.stageParent, name, now)
+	st.ctx, st.span = rec.spanStart(ctx, name, now)
 	st.ctx, st.profileID = rec.withStageLabels(st.ctx, stage, st.span)
 	rec.setLabels(st.ctx)
 	return st
@@ -346,8 +331,8 @@ func (rec *recorder) shardAttrs(ss *shardSpan, rows int, own bool) []attribute.K
 }
 
 // beginRetrieve starts the retrieve stage.
-func (rec *recorder) beginRetrieve() stageSpan {
-	return rec.begin(rag.StageRetrieve, rec.t.retrievalName)
+func (rec *recorder) beginRetrieve(ctx context.Context) stageSpan {
+	return rec.begin(ctx, rag.StageRetrieve, rec.t.retrievalName)
 }
 
 // endRetrieve ends the retrieve stage with what it found; the late shards become span events and
@@ -404,8 +389,8 @@ func (rec *recorder) endFetch(st *stageSpan, err error, hits int, f fetched) tim
 }
 
 // beginGenerate starts the generate stage under the "chat {model}" span.
-func (rec *recorder) beginGenerate() stageSpan {
-	return rec.begin(rag.StageGenerate, rec.chat.spanName)
+func (rec *recorder) beginGenerate(ctx context.Context) stageSpan {
+	return rec.begin(ctx, rag.StageGenerate, rec.chat.spanName)
 }
 
 // firstToken marks the first delta carrying text on the chat span.
@@ -491,7 +476,7 @@ func (rec *recorder) handOver(gen *stageSpan, ss *streamStage, deliver func() er
 	if ss.i < 0 {
 		ss.i = len(rec.timings)
 		rec.timings = append(rec.timings, rag.StageTiming{Stage: rag.StageStream, Start: start})
-		ss.ctx, ss.span = rec.spanStart(rec.stageParent, SpanStream, start)
+		ss.ctx, ss.span = rec.spanStart(rec.rootCtx, SpanStream, start)
 		ss.ctx, ss.profileID = rec.withStageLabels(ss.ctx, rag.StageStream, ss.span)
 	}
 	rec.setLabels(ss.ctx)
@@ -526,107 +511,54 @@ func (rec *recorder) setLabels(ctx context.Context) {
 	}
 }
 
-// withStageLabels returns ctx (the stage's span's, over stageParent) carrying the run's pprof
-// labels with the rag_stage label and, when span is sampled, the span_id label with span's id
-// (returned too, for the span's pyroscope.profile.id), when stage labels are on. Samples taken
-// during a stage then name the stage's span, as otel-profiling-go's all-spans scope does, at the
-// price of one label set per stage, which the rag_stage label costs anyway.
+// withStageLabels returns ctx carrying the rag_stage pprof label and, when span is sampled, the
+// span_id label with span's id (returned too, for the span's pyroscope.profile.id), when stage
+// labels are on. Samples taken during a stage then name the stage's span, as otel-profiling-go's
+// all-spans scope does, at the price of one label merge per stage, which the rag_stage label
+// costs anyway.
 func (rec *recorder) withStageLabels(ctx context.Context, stage rag.Stage, span trace.Span) (context.Context, string) {
 	if !rec.t.labels {
 		return ctx, ""
 	}
 	if span == nil || !span.SpanContext().IsSampled() {
-		return withLabels(rec.runCtx, ctx, &stageLabels[stageIndex(stage)], ProfileLabel, string(stage)), ""
+		return withLabels(ctx, &stageLabels[stageIndex(stage)], ProfileLabel, string(stage)), ""
 	}
 	id := rec.hexID(span.SpanContext().SpanID())
-	return withLabels(rec.runCtx, ctx, nil, ProfileLabel, string(stage), ProfileSpanIDLabel, id), id
+	return withLabels(ctx, nil, ProfileLabel, string(stage), ProfileSpanIDLabel, id), id
 }
 
 // maxMergedLabels is how many labels withLabels merges on its stack: a run's ctx carries the
 // profiler's three root labels (span_id, span_name, trace_id), a stage adds two.
 const maxMergedLabels = 8
 
-// withLabels returns onto carrying from's pprof labels with own's (own's keys sorted and each
-// once; pre, when not nil, is that set built beforehand), as pprof.WithLabels(from,
-// pprof.Labels(own...)) carries them. It passes pprof.WithLabels every label of the result,
-// from's merged with own, so that onto's own labels, if it shows any, are all overridden: onto
-// is from, or a context over from, or from with its labels hidden (hideLabels), which spares
-// pprof.WithLabels its merge and the merge's copy of the list. pprof's merge sizes the merged
-// list for the labels passed and grows it for each of the context's they leave out, so passing
-// them all costs one allocation rather than two or three even where nothing is hidden.
-func withLabels(from, onto context.Context, pre *pprof.LabelSet, own ...string) context.Context {
+// withLabels returns pprof.WithLabels(ctx, pprof.Labels(own...)), own's keys sorted and each
+// once (pre, when not nil, is that set built beforehand). It passes pprof.WithLabels every label
+// of the result, ctx's merged with own, since pprof's merge sizes the merged list for the
+// labels passed and grows it for each of ctx's they leave out: one allocation rather than two
+// or three.
+func withLabels(ctx context.Context, pre *pprof.LabelSet, own ...string) context.Context {
 	var buf [2 * maxMergedLabels]string
 	merged := buf[:0]
 	n := 0 // own's labels merged so far
-	pprof.ForLabels(from, func(k, v string) bool {
+	pprof.ForLabels(ctx, func(k, v string) bool {
 		for ; 2*n < len(own) && own[2*n] < k; n++ {
 			merged = append(merged, own[2*n], own[2*n+1])
 		}
 		if 2*n < len(own) && own[2*n] == k {
-			return true // own's value overrides from's
+			return true // own's value overrides ctx's
 		}
 		merged = append(merged, k, v)
 		return true
 	})
 	if len(merged) == 0 {
-		// from's labels, if any, are all overridden: own is every label of the result.
+		// ctx's labels, if any, are all overridden: own is every label of the result.
 		if pre != nil {
-			return pprof.WithLabels(onto, *pre)
+			return pprof.WithLabels(ctx, *pre)
 		}
-		return pprof.WithLabels(onto, pprof.Labels(own...))
+		return pprof.WithLabels(ctx, pprof.Labels(own...))
 	}
 	merged = append(merged, own[2*n:]...)
-	return pprof.WithLabels(onto, pprof.Labels(merged...))
-}
-
-// labelKey is the key runtime/pprof files a context's labels under (a value of an unexported
-// type), nil when learnLabelKey could not learn it.
-var labelKey = learnLabelKey()
-
-// learnLabelKey returns the key pprof.Label asks a context for, noted by a context that records
-// the keys it is asked, after checking that a context mapping that key to nil hides its
-// parent's labels from pprof: pprof.ForLabels finds none, and labels put over it are all that
-// pprof finds. When any of that fails (a runtime/pprof that keeps labels otherwise), it returns
-// nil, and hideLabels hides nothing.
-func learnLabelKey() any {
-	asked := &keyNoter{Context: context.Background()}
-	pprof.Label(asked, ProfileLabel)
-	if len(asked.keys) != 1 || asked.keys[0] == nil || !reflect.TypeOf(asked.keys[0]).Comparable() {
-		return nil
-	}
-	key := asked.keys[0]
-	parent := pprof.WithLabels(context.Background(), pprof.Labels("a", "1", "c", "3"))
-	hidden := context.WithValue(parent, key, nil)
-	n := 0
-	pprof.ForLabels(hidden, func(string, string) bool { n++; return true })
-	over := pprof.WithLabels(hidden, pprof.Labels("b", "2"))
-	var got []string
-	pprof.ForLabels(over, func(k, v string) bool { got = append(got, k, v); return true })
-	if n != 0 || len(got) != 2 || got[0] != "b" || got[1] != "2" {
-		return nil
-	}
-	return key
-}
-
-// keyNoter is a context that notes the keys it is asked for.
-type keyNoter struct {
-	context.Context
-	keys []any
-}
-
-func (c *keyNoter) Value(key any) any {
-	c.keys = append(c.keys, key)
-	return c.Context.Value(key)
-}
-
-// hideLabels returns ctx with its pprof labels hidden from runtime/pprof (pprof.Label,
-// ForLabels, WithLabels and SetGoroutineLabels see none), everything else it carries as it is;
-// ctx itself when labelKey is not known.
-func hideLabels(ctx context.Context) context.Context {
-	if labelKey == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, labelKey, nil)
+	return pprof.WithLabels(ctx, pprof.Labels(merged...))
 }
 
 // stageIDs is how many span ids' hex one allocation of recorder.ids holds: a run labels five or

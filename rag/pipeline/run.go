@@ -118,7 +118,6 @@ func (p *Pipeline) Do(ctx context.Context, req *Request, sink Sink) (res *Result
 	}
 	p.countCoupling(req.Coupling)
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
-	r.rec.runUnder(r.ctx)
 	defer r.cleanup()
 	gen, err = r.execute(res)
 	return res, err
@@ -213,7 +212,7 @@ func (r *run) admit() error {
 	if a == nil {
 		return nil
 	}
-	st := r.rec.begin(rag.StageAdmission, SpanAdmission)
+	st := r.rec.begin(r.ctx, rag.StageAdmission, SpanAdmission)
 	var (
 		release func()
 		wait    time.Duration
@@ -237,7 +236,7 @@ func (r *run) admit() error {
 
 // embed turns the question into a vector.
 func (r *run) embed(question string) ([]float32, error) {
-	st := r.rec.begin(rag.StageEmbed, r.p.tel.embedName)
+	st := r.rec.begin(r.ctx, rag.StageEmbed, r.p.tel.embedName)
 	dec, err := r.inject(&st)
 	var vec []float32
 	if err == nil {
@@ -270,7 +269,7 @@ type retrieval struct {
 
 // retrieve searches the shards as the coupling mode says.
 func (r *run) retrieve(question string, vec []float32) (retrieval, error) {
-	st := r.rec.beginRetrieve()
+	st := r.rec.beginRetrieve(r.ctx)
 	ret := retrieval{shards: r.p.ret.Shards()}
 	dec, err := r.inject(&st)
 	if err == nil {
@@ -299,7 +298,7 @@ type fetched struct {
 
 // fetch fetches the chunks of hits, in rank order.
 func (r *run) fetch(hits []rag.Hit) (fetched, error) {
-	st := r.rec.begin(rag.StageFetch, SpanFetch)
+	st := r.rec.begin(r.ctx, rag.StageFetch, SpanFetch)
 	var f fetched
 	dec, err := r.inject(&st)
 	switch {
@@ -785,7 +784,7 @@ type generation struct {
 func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err error) {
 	gen.msgs = msgs
 	gen.stream.i = -1
-	st := r.rec.beginGenerate()
+	st := r.rec.beginGenerate(r.ctx)
 	start := r.rec.timings[st.i].Start
 	gen.end = start
 	dec, err := r.inject(&st)
