@@ -65,7 +65,7 @@ func TestAttrBufKeys(t *testing.T) {
 					t.Errorf("dropped %d", dropped)
 					return
 				}
-				got := ab.decode()
+				got := ab.decode(-1)
 				if len(got) != len(kv) {
 					t.Errorf("decoded %d attributes, want %d", len(got), len(kv))
 					return

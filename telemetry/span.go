@@ -157,7 +157,7 @@ func (s *localSpan) setAttributesLocked(kv []attribute.KeyValue) {
 // addOverLimit adds kv to attributes that would outgrow the count limit: keys already there
 // take their new values, new keys fill what room is left, and the rest are dropped.
 func (s *localSpan) addOverLimit(lim sdktrace.SpanLimits, kv []attribute.KeyValue) {
-	all := dedupe(s.attrs.decode())
+	all := dedupe(s.attrs.decode(lim.AttributeValueLengthLimit))
 	dropped := 0
 	for _, a := range kv {
 		if !a.Valid() {
@@ -450,7 +450,7 @@ func (s *localSpan) EndTime() time.Time {
 func (s *localSpan) Attributes() []attribute.KeyValue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return dedupe(s.attrs.decode())
+	return dedupe(s.attrs.decode(s.tracer.p.limits.AttributeValueLengthLimit))
 }
 
 func (s *localSpan) Links() []sdktrace.Link {
@@ -501,8 +501,8 @@ func (s *localSpan) ChildSpanCount() int {
 // attrBuf holds a span's attributes encoded in one pointer-free byte slice, in the order they
 // were set (a key may come more than once; readers keep the last value). Each attribute is its
 // key, its type (one byte) and its value: one byte for a bool, eight for an int64 or a float64's
-// bits, uvarint length and bytes for a string. Other values (slices, maps) go to vals, and the
-// buffer holds their index there. A key is a uvarint: its number in the table of interned keys
+// bits, uvarint length and bytes for a string. Other values (slices) go to vals, whole (decode
+// cuts them to the span's value length limit), and the buffer holds their index there. A key is a uvarint: its number in the table of interned keys
 // (keyTable) times two plus one, or its length times two followed by its bytes when the table
 // has no room for it.
 type attrBuf struct {
@@ -523,7 +523,8 @@ func (ab *attrBuf) reset() {
 	ab.b, ab.n, ab.vals = ab.inline[:0], 0, nil
 }
 
-// append encodes kv, string values cut to valueLen characters (negative: whole), and returns
+// append encodes kv, string values cut to valueLen characters (negative: whole; composite values
+// are cut when decoded), and returns
 // how many were invalid and dropped. It encodes in one pass, into a local slice (so that the
 // compiler keeps it in registers rather than reloading ab.b after each append), growing the
 // buffer past its inline room only for spans whose attributes outgrow it.
@@ -566,12 +567,11 @@ func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 			b = binary.AppendUvarint(b, uint64(len(v)))
 			b = append(b, v...)
 		default:
-			v := a.Value
-			if valueLen >= 0 {
-				v = truncateValue(v, valueLen)
-			}
+			// Kept whole: decode cuts it to the span's limit when it is read. A slice value
+			// cannot be measured without copying it out through reflection, which most spans
+			// would pay for nothing: the pipeline's slices are chunk ids and finish reasons.
 			b = binary.AppendUvarint(b, uint64(len(ab.vals)))
-			ab.vals = append(ab.vals, v)
+			ab.vals = append(ab.vals, a.Value)
 		}
 		ab.n++
 	}
@@ -580,8 +580,8 @@ func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 }
 
 // decode returns the attributes in the order they were set, duplicates included, in a new
-// slice.
-func (ab *attrBuf) decode() []attribute.KeyValue {
+// slice, composite values cut to valueLen characters (negative: whole), as append cut strings.
+func (ab *attrBuf) decode(valueLen int) []attribute.KeyValue {
 	if ab.n == 0 {
 		return nil
 	}
@@ -623,6 +623,9 @@ func (ab *attrBuf) decode() []attribute.KeyValue {
 			i, k := binary.Uvarint(b)
 			b = b[k:]
 			v = ab.vals[i]
+			if valueLen >= 0 {
+				v = truncateValue(v, valueLen)
+			}
 		}
 		out = append(out, attribute.KeyValue{Key: key, Value: v})
 	}
