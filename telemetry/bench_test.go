@@ -4,10 +4,12 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -21,9 +23,11 @@ import (
 
 	"github.com/grafana/pyroscope-go"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
@@ -88,7 +92,7 @@ var (
 // one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
 // noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms;
 // profiler-cpu, profiler-nowall, profiler-wall50 and all-wall50 split the profiler's cost.
-var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
+var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,spans-floor,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
 // components are on.
@@ -103,6 +107,9 @@ type benchArm struct {
 	// cpuOnly leaves pyroscope-go's CPU profile alone, without its memory and goroutine ones.
 	wallRate float64
 	cpuOnly  bool
+	// floor runs the spans through floorTracerProvider instead: an object and a context each,
+	// nothing recorded.
+	floor bool
 }
 
 // telemetryArms are the arms of BenchmarkPipelineTelemetry: off, each component on its own (the
@@ -130,6 +137,11 @@ var profilerArms = []benchArm{
 	{name: "profiler-wall50", profiler: true, wallRate: 50},
 	{name: "all-wall50", tracing: true, metrics: true, labels: true, profiler: true, wallRate: 50},
 }
+
+// floorArm is spans through floorTracerProvider, run only when asked for: what a span costs the
+// pipeline through the OpenTelemetry API before anything is recorded (the span and its context,
+// the recorder's attributes built and handed over), the floor under the spans arm.
+var floorArm = benchArm{name: "spans-floor", tracing: true, floor: true}
 
 // aaArm is off again, run only when asked for: the spread of its loss around zero is what the
 // machine's noise does to a ratio.
@@ -193,6 +205,10 @@ func selectArms(list string) ([]benchArm, error) {
 			arms = append(arms, aaArm)
 			continue
 		}
+		if name == floorArm.name {
+			arms = append(arms, floorArm)
+			continue
+		}
 		if i := slices.IndexFunc(leaveOneOutArms, func(a benchArm) bool { return a.name == name }); i >= 0 {
 			arms = append(arms, leaveOneOutArms[i])
 			continue
@@ -203,7 +219,7 @@ func selectArms(list string) ([]benchArm, error) {
 		}
 		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
 		if i < 1 {
-			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk, aa, all-spans, all-metrics, all-labels, all-profiler, profiler-cpu, profiler-nowall, profiler-wall50 or all-wall50", name)
+			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk, aa, spans-floor, all-spans, all-metrics, all-labels, all-profiler, profiler-cpu, profiler-nowall, profiler-wall50 or all-wall50", name)
 		}
 		arms = append(arms, telemetryArms[i])
 	}
@@ -256,6 +272,9 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 			var tp trace.TracerProvider = tel.TracerProvider
 			if a.sdk {
 				tp = tel.TracerProvider.SDK()
+			}
+			if a.floor {
+				tp = floorTracerProvider{}
 			}
 			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tp)))
 		}
@@ -580,3 +599,57 @@ func BenchmarkMetricCost(b *testing.B) {
 		})
 	}
 }
+
+// floorTracerProvider hands out the least a recording span can be through the OpenTelemetry
+// API: an object carrying its span context (sampled, with random ids), in a context of its own,
+// every method a no-op, the instants and attributes the pipeline's recorder passes dropped. The
+// spans-floor arm runs the pipeline with it, so that what the spans arm costs beyond it is what
+// recording costs (telemetry.TracerProvider's attributes, the ring), and the floor itself is
+// what any recording tracer would cost at least.
+type floorTracerProvider struct{ embedded.TracerProvider }
+
+func (floorTracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return floorTracer{} }
+
+type floorTracer struct{ embedded.Tracer }
+
+func (floorTracer) Start(ctx context.Context, _ string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
+	return floorStart(ctx)
+}
+
+// StartAt is the pipeline recorder's start at an instant (its instantTracer).
+func (floorTracer) StartAt(ctx context.Context, _ string, _ time.Time) (context.Context, trace.Span) {
+	return floorStart(ctx)
+}
+
+func floorStart(ctx context.Context) (context.Context, trace.Span) {
+	tid := trace.SpanContextFromContext(ctx).TraceID()
+	for !tid.IsValid() {
+		binary.BigEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(tid[8:], rand.Uint64())
+	}
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.BigEndian.PutUint64(sid[:], rand.Uint64())
+	}
+	s := &floorSpan{sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})}
+	return trace.ContextWithSpan(ctx, s), s
+}
+
+type floorSpan struct {
+	embedded.Span
+	sc trace.SpanContext
+}
+
+func (*floorSpan) End(...trace.SpanEndOption)                {}
+func (*floorSpan) EndAt(time.Time)                           {}
+func (*floorSpan) EndAtWith(time.Time, []attribute.KeyValue) {}
+func (*floorSpan) AddEvent(string, ...trace.EventOption)     {}
+func (*floorSpan) AddEventAt(string, time.Time)              {}
+func (*floorSpan) AddLink(trace.Link)                        {}
+func (*floorSpan) IsRecording() bool                         { return true }
+func (*floorSpan) RecordError(error, ...trace.EventOption)   {}
+func (s *floorSpan) SpanContext() trace.SpanContext          { return s.sc }
+func (*floorSpan) SetStatus(codes.Code, string)              {}
+func (*floorSpan) SetName(string)                            {}
+func (*floorSpan) SetAttributes(...attribute.KeyValue)       {}
+func (*floorSpan) TracerProvider() trace.TracerProvider      { return floorTracerProvider{} }

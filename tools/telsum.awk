@@ -4,9 +4,10 @@
 # the tiny one, at most 120 allocations per request), the same run's figures with every span
 # through the OTel SDK's own tracer (the sdk arm: before telemetry.TracerProvider), then the
 # ablation: the loss and the allocations per request of each telemetry component on its own
-# (loss_spans_%, spans_allocs/req and so on), and, when the run had them (-telemetry.arms), the
-# leave-one-out arms: everything on but one component (loss_all-spans_% and so on), and the arms
-# that split the profiler's cost (loss_profiler-cpu_% and so on).
+# (loss_spans_%, spans_allocs/req and so on, and the spans-floor arm when the run had it), and,
+# when the run had them (-telemetry.arms), the leave-one-out arms: everything on but one
+# component (loss_all-spans_% and so on), and the arms that split the profiler's cost
+# (loss_profiler-cpu_% and so on).
 function median(a, n,    i, j, t) {
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
@@ -31,7 +32,7 @@ function stat(name, unit, label, target,    n, i, a, lo, hi) {
 }
 END {
 	if (names == 0) { print "telsum: no BenchmarkPipelineTelemetry lines" > "/dev/stderr"; exit 1 }
-	split("spans metrics labels profiler aa", parts, " ")
+	split("spans metrics labels profiler aa spans-floor", parts, " ")
 	split("profiler-cpu profiler-nowall profiler-wall50 all-wall50", split_arms, " ")
 	for (j = 1; j <= names; j++) {
 		name = order[j]
@@ -52,7 +53,7 @@ END {
 			stat(name, "sdk_allocs/req", "sdk_allocs/req", "")
 		}
 		header = 0
-		for (p = 1; p <= 5; p++) {
+		for (p = 1; p <= 6; p++) {
 			if (nv[name, "loss_" parts[p] "_%"] == 0) continue
 			if (!header) { print "  ablation, each component on its own:"; header = 1 }
 			stat(name, "loss_" parts[p] "_%", "loss_" parts[p] "_%", "")
