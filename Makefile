@@ -56,17 +56,19 @@ bench-telemetry:
 ## bench-telemetry-ab: telemetry's cost at BASE (a commit, default HEAD) against the working
 ## tree's, side by side: both telemetry test binaries, PAIRS pairs of runs taking turns, the order
 ## reversed every other pair (ABBA), on AB_CORPUS (tiny or default) with the arms AB_ARMS, then
-## tools/telab's figures, paired differences and sign test (verdict at p < 0.05).
+## tools/telab's figures, paired differences and sign test (verdict at p < 0.05) of AB_METRIC
+## (default: loss_% when AB_ARMS has all, else the first arm's loss, e.g. loss_spans_%).
 BASE ?= HEAD
 PAIRS ?= 8
 AB_CORPUS ?= tiny
 AB_ARMS ?= all
+AB_METRIC ?=
 bench-telemetry-ab:
 	@mkdir -p bin
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && git archive $(BASE) | tar -x -C "$$tmp" && \
 		cd "$$tmp" && $(GO) test -c -o "$(CURDIR)/bin/telemetry-base.test" ./telemetry/
 	$(GO) test -c -o bin/telemetry-head.test ./telemetry/
-	$(GO) run ./tools/telab -a bin/telemetry-base.test -b bin/telemetry-head.test -pairs $(PAIRS) -corpus $(AB_CORPUS) -arms $(AB_ARMS)
+	$(GO) run ./tools/telab -a bin/telemetry-base.test -b bin/telemetry-head.test -pairs $(PAIRS) -corpus $(AB_CORPUS) -arms $(AB_ARMS) $(if $(AB_METRIC),-metric '$(AB_METRIC)')
 
 ## bench-loadgen: ragtail bench against vegeta v12.13.0 on one trivial loopback endpoint
 bench-loadgen: build

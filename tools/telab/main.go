@@ -41,7 +41,7 @@ func main() {
 	corpus := flag.String("corpus", "tiny", "the benchmark's corpus: tiny or default")
 	requests := flag.Int("requests", 0, "requests a run (-test.benchtime Nx; 0: 120000 on the tiny corpus, 12000 on the default, as make bench-telemetry)")
 	arms := flag.String("arms", "all", "-telemetry.arms of each run (off always runs)")
-	metric := flag.String("metric", "loss_%", "the figure compared (a unit of the benchmark's output line)")
+	metric := flag.String("metric", "", "the figure compared, a unit of the benchmark's output line (default: loss_% when -arms has all, else the loss of its first arm, loss_<arm>_%)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: telab -a A.test -b B.test [flags]\n\n"+
 			"Runs BenchmarkPipelineTelemetry from two telemetry test binaries in fresh processes taking\n"+
@@ -61,6 +61,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "telab: -corpus must be tiny or default (or -requests set), and -pairs at least 1")
 		os.Exit(2)
 	}
+	if *metric == "" {
+		*metric = defaultMetric(*arms)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	args := []string{"-test.run", "^$", "-test.bench", "PipelineTelemetry/corpus=" + *corpus + "$",
@@ -73,6 +76,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "telab:", err)
 		os.Exit(1)
 	}
+}
+
+// defaultMetric is the figure compared when -metric is not given: everything on's loss (loss_%)
+// when arms has the all arm, otherwise the loss of its first arm, which the benchmark reports as
+// loss_<arm>_%.
+func defaultMetric(arms string) string {
+	names := strings.Split(arms, ",")
+	if slices.Contains(names, "all") || names[0] == "" {
+		return "loss_%"
+	}
+	return "loss_" + names[0] + "_%"
 }
 
 // run is one pair's figures: A's and B's, and whether A ran first.

@@ -52,6 +52,22 @@ func TestOrder(t *testing.T) {
 	}
 }
 
+// TestDefaultMetric: everything on's loss when the arms have all, else the first arm's.
+func TestDefaultMetric(t *testing.T) {
+	for arms, want := range map[string]string{
+		"all":               "loss_%",
+		"":                  "loss_%",
+		"spans,all,aa":      "loss_%",
+		"spans":             "loss_spans_%",
+		"spans-floor,spans": "loss_spans-floor_%",
+		"all-labels,aa":     "loss_all-labels_%",
+	} {
+		if got := defaultMetric(arms); got != want {
+			t.Errorf("defaultMetric(%q) = %q, want %q", arms, got, want)
+		}
+	}
+}
+
 // TestParseResult reads a result line as the telemetry test binary prints it.
 func TestParseResult(t *testing.T) {
 	out := "goos: linux\ngoarch: amd64\npkg: github.com/ragtail/ragtail/telemetry\n" +
