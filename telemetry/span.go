@@ -502,9 +502,9 @@ func (s *localSpan) ChildSpanCount() int {
 // were set (a key may come more than once; readers keep the last value). Each attribute is its
 // key, its type (one byte) and its value: one byte for a bool, eight for an int64 or a float64's
 // bits, uvarint length and bytes for a string. Other values (slices) go to vals, whole (decode
-// cuts them to the span's value length limit), and the buffer holds their index there. A key is a uvarint: its number in the table of interned keys
-// (keyTable) times two plus one, or its length times two followed by its bytes when the table
-// has no room for it.
+// cuts them to the span's value length limit), and the buffer holds their index there. A key is
+// a uvarint: its number in the table of interned keys (keyTable) times two plus one, or its
+// length times two followed by its bytes when the table has no room for it.
 type attrBuf struct {
 	b      []byte
 	n      int               // attributes encoded
@@ -524,10 +524,10 @@ func (ab *attrBuf) reset() {
 }
 
 // append encodes kv, string values cut to valueLen characters (negative: whole; composite values
-// are cut when decoded), and returns
-// how many were invalid and dropped. It encodes in one pass, into a local slice (so that the
-// compiler keeps it in registers rather than reloading ab.b after each append), growing the
-// buffer past its inline room only for spans whose attributes outgrow it.
+// are cut when decoded), and returns how many were invalid and dropped. It encodes in one pass,
+// into a local slice (so that the compiler keeps it in registers rather than reloading ab.b
+// after each append), growing the buffer past its inline room only for spans whose attributes
+// outgrow it.
 func (ab *attrBuf) append(kv []attribute.KeyValue, valueLen int) (dropped int) {
 	keys := keyTable.Load()
 	b := ab.b
