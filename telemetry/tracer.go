@@ -136,7 +136,8 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 		ctx = context.Background()
 	}
 	cfg := trace.NewSpanStartConfig(opts...)
-	psc := trace.SpanContextFromContext(ctx)
+	parent := trace.SpanFromContext(ctx)
+	psc := parent.SpanContext()
 	var s *localSpan
 	if cfg.NewRoot() || !t.records(psc) {
 		var span trace.Span
@@ -148,7 +149,7 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 		if start.IsZero() {
 			start = t.p.now()
 		}
-		ctx, s = t.start(ctx, psc, name, start, cfg.SpanKind())
+		ctx, s = t.start(ctx, parent, psc, name, start, cfg.SpanKind())
 	}
 	for _, l := range cfg.Links() {
 		s.AddLink(l)
@@ -206,7 +207,8 @@ func (t *tracer) StartAt(ctx context.Context, name string, at time.Time) (contex
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	psc := trace.SpanContextFromContext(ctx)
+	parent := trace.SpanFromContext(ctx)
+	psc := parent.SpanContext()
 	if !t.records(psc) {
 		var cfg trace.SpanConfig // no options: an internal span, no attributes, no links
 		ctx, span, s := t.sample(ctx, psc, name, &cfg, at)
@@ -215,7 +217,7 @@ func (t *tracer) StartAt(ctx context.Context, name string, at time.Time) (contex
 		}
 		return ctx, s
 	}
-	return t.start(ctx, psc, name, at, trace.SpanKindInternal)
+	return t.start(ctx, parent, psc, name, at, trace.SpanKindInternal)
 }
 
 // records reports whether a child of the span context psc is recorded here: psc is a sampled
@@ -224,14 +226,16 @@ func (t *tracer) records(psc trace.SpanContext) bool {
 	return psc.IsValid() && psc.IsSampled() && !psc.IsRemote() && !t.p.stopped.Load()
 }
 
-// start starts a span under psc, the sampled span of this process in ctx.
-func (t *tracer) start(ctx context.Context, psc trace.SpanContext, name string, at time.Time, kind trace.SpanKind) (context.Context, *localSpan) {
+// start starts a span under parent, the span in ctx, whose span context psc is a sampled span
+// of this process. The caller has looked parent up once, for both: a lookup walks ctx's chain
+// of values, which grows by two with each stage (its span's and its labels').
+func (t *tracer) start(ctx context.Context, parent trace.Span, psc trace.SpanContext, name string, at time.Time, kind trace.SpanKind) (context.Context, *localSpan) {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: psc.TraceID(), SpanID: newSpanID(),
 		TraceFlags: psc.TraceFlags() | trace.FlagsSampled, TraceState: psc.TraceState()})
 	s := t.newSpan(psc, sc, name, at, kind)
-	if parent, ok := trace.SpanFromContext(ctx).(*localSpan); ok {
-		parent.addChild()
-		s.local = parent.local
+	if p, ok := parent.(*localSpan); ok {
+		p.addChild()
+		s.local = p.local
 	}
 	return trace.ContextWithSpan(ctx, s), s
 }
