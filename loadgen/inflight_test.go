@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/internal/testwait"
 )
 
 func TestMaxInFlightFor(t *testing.T) {
@@ -66,16 +68,6 @@ func (g *gate) Do(ctx context.Context, _ *Request, origin time.Time, rec *Record
 	rec.End = time.Since(origin)
 }
 
-// waitFor polls cond until it holds, failing the test after a long while.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s", what)
-		}
-	}
-}
-
 func TestCapBoundsTheBacklog(t *testing.T) {
 	t.Parallel()
 	// 200 requests all due at once against a target that answers nothing until the gate
@@ -86,7 +78,7 @@ func TestCapBoundsTheBacklog(t *testing.T) {
 	w := &pulls{w: &evenly{n: 200}}
 	done := make(chan *Result)
 	go func() { done <- run(t, context.Background(), Config{Workload: w, Client: g, Concurrency: 3}) }()
-	waitFor(t, "3 requests in flight", func() bool { return g.inflight.Load() == 3 })
+	testwait.For(t, "3 requests in flight", func() bool { return g.inflight.Load() == 3 })
 	time.Sleep(20 * time.Millisecond) // room for the pacer to overshoot, which it must not
 	if n := w.n.Load(); n > 7 {
 		t.Errorf("%d items taken from the workload with 3 in flight and 3 waiting, want at most 7", n)
@@ -130,7 +122,7 @@ func TestStopWithAFullBacklog(t *testing.T) {
 		done <- run(t, context.Background(), Config{Workload: &evenly{n: 20}, Client: g, Concurrency: 1, Stop: stop,
 			DrainTimeout: 50 * time.Millisecond})
 	}()
-	waitFor(t, "a request in flight", func() bool { return g.inflight.Load() == 1 })
+	testwait.For(t, "a request in flight", func() bool { return g.inflight.Load() == 1 })
 	close(stop)
 	res := <-done
 	if len(res.Records) != 20 || !res.Config.Interrupted {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testwait"
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/admission"
 	"github.com/ragtail/ragtail/rag/pipeline"
@@ -35,20 +36,6 @@ func mustAcquire(tb testing.TB, p *admission.Pool) func() {
 		tb.Fatalf("Acquire: %v", err)
 	}
 	return release
-}
-
-// waitFor polls cond until it holds or a second has passed. Queue state changes in other
-// goroutines, so tests wait for the state they need instead of sleeping a guessed time.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting until %s", what)
-		}
-		runtime.Gosched()
-		time.Sleep(100 * time.Microsecond)
-	}
 }
 
 func queued(p *admission.Pool, n int) func() bool {
@@ -169,7 +156,7 @@ func TestFIFO(t *testing.T) {
 			release()
 		})
 		// Enqueue strictly one after another so that arrival order is known.
-		waitFor(t, fmt.Sprintf("%d waiters are queued", i+1), queued(p, i+1))
+		testwait.For(t, fmt.Sprintf("%d waiters are queued", i+1), queued(p, i+1))
 	}
 	hold()
 	wg.Wait()
@@ -214,7 +201,7 @@ func TestCapacityAndRejection(t *testing.T) {
 			var waiting []<-chan acquired
 			for i := range tt.queueable {
 				waiting = append(waiting, acquireAsync(ctx, p))
-				waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+				testwait.For(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
 			}
 			if tt.rejectNext {
 				start := time.Now()
@@ -281,9 +268,9 @@ func TestCancelWhileQueuedRemovesWaiter(t *testing.T) {
 
 	ctxA, cancelA := context.WithCancel(context.Background())
 	a := acquireAsync(ctxA, p)
-	waitFor(t, "A is queued", queued(p, 1))
+	testwait.For(t, "A is queued", queued(p, 1))
 	b := acquireAsync(context.Background(), p)
-	waitFor(t, "B is queued", queued(p, 2))
+	testwait.For(t, "B is queued", queued(p, 2))
 
 	cancelA()
 	got := <-a
@@ -295,7 +282,7 @@ func TestCancelWhileQueuedRemovesWaiter(t *testing.T) {
 	}
 	// A's place is gone: a newcomer can take it, so the queue of 2 is not full.
 	c := acquireAsync(context.Background(), p)
-	waitFor(t, "C is queued", queued(p, 2))
+	testwait.For(t, "C is queued", queued(p, 2))
 
 	hold()
 	gotB := <-b
@@ -336,7 +323,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 	p := newPool(t, admission.Config{Workers: 1, QueueCapacity: 1})
 	first := mustAcquire(t, p)
 	w := acquireAsync(context.Background(), p)
-	waitFor(t, "second request is queued", queued(p, 1))
+	testwait.For(t, "second request is queued", queued(p, 1))
 
 	first()
 	second := <-w
@@ -348,7 +335,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 		t.Fatalf("InFlight after double release = %d; want 1", s.InFlight)
 	}
 	third := acquireAsync(context.Background(), p)
-	waitFor(t, "third request is queued", queued(p, 1))
+	testwait.For(t, "third request is queued", queued(p, 1))
 	second.release()
 	second.release()
 	got := <-third
@@ -368,7 +355,7 @@ func TestResizeWhileWaiting(t *testing.T) {
 	var waiting []<-chan acquired
 	for i := range 3 {
 		waiting = append(waiting, acquireAsync(context.Background(), p))
-		waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+		testwait.For(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
 	}
 
 	// Growing to 3 workers admits the two oldest waiters at once; the youngest keeps waiting.
@@ -432,7 +419,7 @@ func TestAcquireWaitReportsWait(t *testing.T) {
 		wait = w
 		release()
 	}()
-	waitFor(t, "the waiter is queued", queued(p, 1))
+	testwait.For(t, "the waiter is queued", queued(p, 1))
 	time.Sleep(holdFor)
 	hold()
 	<-done
@@ -588,7 +575,7 @@ func TestQueueTargetShedsOnArrival(t *testing.T) {
 			var waiting []<-chan acquired
 			for i := range tt.queueable {
 				waiting = append(waiting, acquireAsync(ctx, p))
-				waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+				testwait.For(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
 			}
 			_, err = p.Acquire(ctx)
 			if !errors.Is(err, rag.ErrOverloaded) || !strings.Contains(err.Error(), "queue target") {
@@ -635,7 +622,7 @@ func TestQueueTargetOffAndCold(t *testing.T) {
 			var waiting []<-chan acquired
 			for i := range 5 {
 				waiting = append(waiting, acquireAsync(ctx, p))
-				waitFor(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
+				testwait.For(t, fmt.Sprintf("%d queued", i+1), queued(p, i+1))
 			}
 			if _, err := p.Acquire(ctx); !errors.Is(err, rag.ErrOverloaded) || !strings.Contains(err.Error(), "is full") {
 				t.Fatalf("sixth waiter: %v; want the full-queue rejection", err)
@@ -770,7 +757,7 @@ func simulate(tb testing.TB, cfg admission.Config, service time.Duration, rate f
 		}
 		before := p.Stats()
 		ch := acquireAsync(context.Background(), p)
-		waitFor(tb, "the arrival is queued or shed", func() bool {
+		testwait.For(tb, "the arrival is queued or shed", func() bool {
 			s := p.Stats()
 			return s.Queued == before.Queued+1 || s.Rejected == before.Rejected+1
 		})

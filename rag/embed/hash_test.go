@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testwait"
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/embed"
 	"github.com/ragtail/ragtail/rag/latency"
@@ -306,17 +307,6 @@ func TestHashServiceTime(t *testing.T) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after a generous time.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestHashEmbedContext(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -340,7 +330,7 @@ func TestHashEmbedContext(t *testing.T) {
 					t.Errorf("holder: error = %v, want context.Canceled", err)
 				}
 			}()
-			waitFor(t, "the holder to take the slot", func() bool { return h.Busy() == 1 })
+			testwait.For(t, "the holder to take the slot", func() bool { return h.Busy() == 1 })
 
 			ctx, cancel := context.WithCancel(context.Background())
 			if tt.deadline {
@@ -350,7 +340,7 @@ func TestHashEmbedContext(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() { _, err := h.Embed(ctx, "waits"); errc <- err }()
 			if !tt.deadline {
-				waitFor(t, "the second call to queue", func() bool { return h.Waiting() == 1 })
+				testwait.For(t, "the second call to queue", func() bool { return h.Waiting() == 1 })
 				cancel()
 			}
 			var err error

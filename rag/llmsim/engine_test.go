@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testwait"
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/openai"
@@ -301,7 +302,7 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 				t.Fatal("no blocks held by a running sequence")
 			}
 			tt.stop(cancel, st)
-			waitFor(t, time.Second, "blocks freed", func() bool { s := e.Stats(); return s.BlocksUsed == 0 && s.Running == 0 })
+			testwait.For(t, "blocks freed", func() bool { s := e.Stats(); return s.BlocksUsed == 0 && s.Running == 0 })
 			if _, err := st.Recv(); err == nil || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
 				t.Errorf("recv after stop: %v, want an error (%v)", err, tt.wantErr)
 			}

@@ -12,8 +12,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/ragtail/ragtail/internal/testwait"
 	wire "github.com/ragtail/ragtail/rag/openai"
 
 	"github.com/openai/openai-go/v3"
@@ -341,7 +341,7 @@ func TestHandlerClientDisconnectFreesBlocks(t *testing.T) {
 		t.Fatal("no blocks held mid-stream")
 	}
 	cancel()
-	waitFor(t, 2*time.Second, "blocks freed after disconnect", func() bool {
+	testwait.For(t, "blocks freed after disconnect", func() bool {
 		s := e.Stats()
 		return s.BlocksUsed == 0 && s.Running == 0 && s.Aborted == 1
 	})

@@ -129,18 +129,6 @@ func read(st rag.TokenStream) (result, error) {
 	}
 }
 
-// waitFor polls cond every millisecond until it holds or the timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // decodeTime is the modelled time of the decode steps of a batch of `batch` identical
 // sequences with prompts of promptTokens, from the first token to the last of maxTokens: in
 // decode step k (k = 1..maxTokens-1) each sequence has promptTokens+k tokens of context.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testwait"
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/llmsim"
 )
@@ -278,7 +279,7 @@ func TestPrefixCacheBookkeepingUnderAbortsAndPreemption(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "every block released", func() bool {
+	testwait.For(t, "every block released", func() bool {
 		st := e.Stats()
 		return st.Running == 0 && st.Waiting == 0 && st.BlocksUsed == 0
 	})

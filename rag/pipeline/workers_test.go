@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/internal/testwait"
 )
 
 // probe is a fan-out task whose branches report that they started, then wait to be released.
@@ -29,16 +31,6 @@ func (p *probe) branch(i int) {
 	}
 	p.started <- i
 	<-p.release
-}
-
-// waitFor polls cond for up to two seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // TestFanWorkersNeverQueue checks that every branch runs at once, past the workers kept too:
@@ -79,7 +71,7 @@ func TestFanWorkersReuse(t *testing.T) {
 		// rightly start a second worker.
 		w.goBranch(context.Background(), p, i)
 		<-p.started
-		waitFor(t, "the worker to wait for a branch", func() bool { return w.waiting() == 1 })
+		testwait.For(t, "the worker to wait for a branch", func() bool { return w.waiting() == 1 })
 	}
 	if len(goroutines) != 1 {
 		t.Errorf("20 branches one after another ran on %d goroutines, want 1 worker", len(goroutines))
@@ -98,7 +90,7 @@ func TestFanWorkersExitWhenIdle(t *testing.T) {
 	for range 3 {
 		<-p.started
 	}
-	waitFor(t, "the idle workers to exit", func() bool { return w.workers.Load() == 0 && w.waiting() == 0 })
+	testwait.For(t, "the idle workers to exit", func() bool { return w.workers.Load() == 0 && w.waiting() == 0 })
 }
 
 // TestFanWorkersLabels checks that a branch runs under its context's pprof labels and that the
@@ -117,7 +109,7 @@ func TestFanWorkersLabels(t *testing.T) {
 		t.Errorf("the branch's goroutine does not carry its context's labels:\n%s", during)
 	}
 	close(p.release)
-	waitFor(t, "the worker to wait for a branch", func() bool { return w.waiting() == 1 })
+	testwait.For(t, "the worker to wait for a branch", func() bool { return w.waiting() == 1 })
 	after := goroutineProfile(t)
 	for rec := range strings.SplitSeq(after, "\n\n") {
 		if strings.Contains(rec, "(*fanWorkers).work") && strings.Contains(rec, "# labels:") {

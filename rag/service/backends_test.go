@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testwait"
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
 	"github.com/ragtail/ragtail/rag/embed"
@@ -110,17 +111,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func waitFor(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestQdrantReadiness: Qdrant unreachable at start does not stop the service: readiness says
 // why, one log line says so, searches fail fast with 503; when Qdrant comes up with the
 // collections, the payloads are loaded and the service becomes ready; when Qdrant dies and
@@ -163,7 +153,7 @@ func TestQdrantReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	waitFor(t, "the missing collection to be the reason", func() bool {
+	testwait.For(t, "the missing collection to be the reason", func() bool {
 		err := b.Ready(ctx)
 		return errors.Is(err, retrieve.ErrCollectionMissing) && strings.Contains(err.Error(), "ragtail ingest")
 	})
@@ -182,7 +172,7 @@ func TestQdrantReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The watch may see the collections mid-ingest; it reloads until it has every payload.
-	waitFor(t, "ready with every payload loaded", func() bool {
+	testwait.For(t, "ready with every payload loaded", func() bool {
 		mu.Lock()
 		n := len(loaded)
 		mu.Unlock()
@@ -193,11 +183,11 @@ func TestQdrantReadiness(t *testing.T) {
 	}
 
 	srv.Stop()
-	waitFor(t, "not ready after Qdrant died", func() bool { return errors.Is(b.Ready(ctx), rag.ErrUnavailable) })
+	testwait.For(t, "not ready after Qdrant died", func() bool { return errors.Is(b.Ready(ctx), rag.ErrUnavailable) })
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ready after Qdrant returned", func() bool { return b.Ready(ctx) == nil })
+	testwait.For(t, "ready after Qdrant returned", func() bool { return b.Ready(ctx) == nil })
 	if _, err := b.Search(ctx, 0, make8(), 3); err != nil {
 		t.Errorf("Search after Qdrant returned: %v", err)
 	}
