@@ -370,6 +370,33 @@ func (s *localSpan) EndAtWith(at time.Time, kv []attribute.KeyValue) {
 	s.endLocked(at)
 }
 
+// EndAtWithSet sets the attributes of set, then kv, and ends the span at the instant at, as
+// SetAttributes(set.ToSlice()...), SetAttributes(kv...) and EndAt(at) do, taking the span's lock
+// once. The set's attributes are copied in as this process encoded them the first time it saw
+// the set (the pipeline's recorder passes each span's fixed attributes so).
+func (s *localSpan) EndAtWithSet(at time.Time, set *attribute.Set, kv []attribute.KeyValue) {
+	e := encoded(set)
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	lim := s.tracer.p.limits
+	switch {
+	case set.Len() == 0:
+	case e == nil,
+		lim.AttributeCountLimit >= 0 && s.attrs.n+e.n > lim.AttributeCountLimit,
+		lim.AttributeValueLengthLimit >= 0 && e.longest > lim.AttributeValueLengthLimit:
+		s.setAttributesLocked(set.ToSlice())
+	default:
+		s.attrs.appendEncoded(e)
+	}
+	if len(kv) > 0 {
+		s.setAttributesLocked(kv)
+	}
+	s.endLocked(at)
+}
+
 // endLocked ends the span at at, unlocks it, and hands it to the ring and the other span
 // processors.
 func (s *localSpan) endLocked(at time.Time) {

@@ -65,6 +65,21 @@ func endWith(s trace.Span, at time.Time, kv ...attribute.KeyValue) {
 	s.End(trace.WithTimestamp(at))
 }
 
+// endWithSet sets set's attributes and kv on s and ends it at at: in one call (EndAtWithSet) on a
+// span of ours, as the pipeline's recorder ends a span with fixed attributes, in three on the
+// SDK's.
+func endWithSet(s trace.Span, at time.Time, set *attribute.Set, kv ...attribute.KeyValue) {
+	if e, ok := s.(interface {
+		EndAtWithSet(time.Time, *attribute.Set, []attribute.KeyValue)
+	}); ok {
+		e.EndAtWithSet(at, set, kv)
+		return
+	}
+	s.SetAttributes(set.ToSlice()...)
+	s.SetAttributes(kv...)
+	s.End(trace.WithTimestamp(at))
+}
+
 // eventAt adds an event without attributes to s at at: through AddEventAt on a span of ours, as
 // the pipeline's recorder marks the first token, through AddEvent on the SDK's.
 func eventAt(s trace.Span, name string, at time.Time) {
@@ -120,6 +135,30 @@ func TestTracerProviderRecordsAsTheSDK(t *testing.T) {
 			s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2))
 			endWith(s, at.Add(time.Second), attribute.Int("a", 10), attribute.String("c", long), attribute.Int("d", 4), attribute.Int("e", 5))
 			endWith(s, at.Add(2*time.Second), attribute.Int("late", 1))
+		}},
+		{"a fixed set, attributes and the end in one call (EndAtWithSet)", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			set := attribute.NewSet(attribute.String("db", "memory"), attribute.Int("shard", 3), attribute.Bool("ok", true),
+				attribute.Float64("w", 0.5), attribute.String("empty", ""))
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.SetAttributes(attribute.Int("before", 1))
+			endWithSet(s, at.Add(time.Second), &set, attribute.Int("shard", 4), attribute.String("s", long))
+			endWithSet(s, at.Add(2*time.Second), &set, attribute.Int("late", 1))
+		}},
+		{"a fixed set with a value longer than the limit", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			set := attribute.NewSet(attribute.String("db", long), attribute.Int("shard", 3))
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			endWithSet(s, at.Add(time.Second), &set, attribute.Int("rows", 5))
+		}},
+		{"a fixed set over the attribute count limit", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			set := attribute.NewSet(attribute.String("db", "memory"), attribute.Int("shard", 3), attribute.Int("a", 7))
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			s.SetAttributes(attribute.Int("a", 1), attribute.Int("b", 2))
+			endWithSet(s, at.Add(time.Second), &set, attribute.Int("rows", 5))
+		}},
+		{"a fixed set holding a slice and no attributes besides", limits, func(ctx context.Context, tr trace.Tracer, at time.Time) {
+			set := attribute.NewSet(attribute.StringSlice("ids", []string{"a", long}), attribute.Int("shard", 3))
+			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))
+			endWithSet(s, at.Add(time.Second), &set)
 		}},
 		{"events at an instant (AddEventAt), over the limit", small, func(ctx context.Context, tr trace.Tracer, at time.Time) {
 			_, s := tr.Start(ctx, "child", trace.WithTimestamp(at))

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
-	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
@@ -123,16 +122,29 @@ func (rec *recorder) endAt(span trace.Span, end time.Time) {
 	span.End(rec.endOpts[:]...)
 }
 
-// spanEnd sets attrs on span in one call, records err, and ends it at end.
-func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, attrs []attribute.KeyValue) {
+// spanEnd sets fixed's attributes (when not nil) and attrs on span, records err, and ends it at
+// end.
+func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, fixed *fixedAttrs, attrs []attribute.KeyValue) {
 	if span == nil {
 		return
 	}
-	if e, ok := span.(attrEnder); ok && err == nil {
-		e.EndAtWith(end, attrs)
-		return
+	if err == nil {
+		if e, ok := span.(setEnder); ok && fixed != nil {
+			e.EndAtWithSet(end, &fixed.set, attrs)
+			return
+		}
+		if e, ok := span.(attrEnder); ok {
+			if fixed != nil {
+				span.SetAttributes(fixed.kv...)
+			}
+			e.EndAtWith(end, attrs)
+			return
+		}
 	}
 	if span.IsRecording() {
+		if fixed != nil {
+			span.SetAttributes(fixed.kv...)
+		}
 		span.SetAttributes(attrs...)
 		if err != nil {
 			recordError(span, end, err)
@@ -181,7 +193,7 @@ func (rec *recorder) finishRun(req *Request, res *Result, gen generation, err er
 			a = append(a, AttrCoupling.String(string(req.Coupling)), AttrTopK.Int(req.TopK))
 		}
 		a = append(a, AttrChunkIDs.StringSlice(res.ChunkIDs))
-		rec.spanEnd(rec.root, end, err, a)
+		rec.spanEnd(rec.root, end, err, nil, a)
 	}
 	rec.t.inflight(ctx, -1)
 	recordDur(ctx, rec.t.inst.serverDur.Float64Histogram, rec.chat.serverDur, rec.chat.base, seconds(end.Sub(rec.start)), err)
@@ -206,16 +218,16 @@ func (rec *recorder) begin(ctx context.Context, stage rag.Stage, name string) st
 	return st
 }
 
-// end stops timing st at the end instant, ends its span there with attrs (rag.stage added) and
-// err, records the stage's duration in rag_stage_duration_seconds, restores the run's pprof
-// labels, and returns the stage's duration.
-func (rec *recorder) end(st *stageSpan, end time.Time, err error, attrs []attribute.KeyValue) time.Duration {
+// end stops timing st at the end instant, ends its span there with fixed's attributes (when not
+// nil), attrs and err, records the stage's duration in rag_stage_duration_seconds, restores the
+// run's pprof labels, and returns the stage's duration.
+func (rec *recorder) end(st *stageSpan, end time.Time, err error, fixed *fixedAttrs, attrs []attribute.KeyValue) time.Duration {
 	d := end.Sub(rec.timings[st.i].Start)
 	rec.timings[st.i].Duration = d
 	if st.profileID != "" {
 		attrs = append(attrs, AttrProfileID.String(st.profileID))
 	}
-	rec.spanEnd(st.span, end, err, attrs)
+	rec.spanEnd(st.span, end, err, fixed, attrs)
 	rec.t.stageRec(st.stage, rec.coupling)(st.ctx, seconds(d))
 	rec.setLabels(rec.rootCtx)
 	rec.mark = end
@@ -234,7 +246,7 @@ func (rec *recorder) endAdmission(st *stageSpan, err error, wait time.Duration, 
 	if reported {
 		a = append(a, AttrAdmissionWaitMS.Float64(ms(wait)))
 	}
-	d := rec.end(st, rec.now(), err, a)
+	d := rec.end(st, rec.now(), err, nil, a)
 	switch {
 	case errors.Is(err, rag.ErrOverloaded):
 		rec.t.inst.rejected.Add(st.ctx, 1)
@@ -252,9 +264,9 @@ func (rec *recorder) endEmbed(st *stageSpan, err error, tokens int) time.Duratio
 	t := rec.t
 	a := rec.attrs[:0]
 	if rec.tracing() {
-		a = append(append(a, t.embedAttrs...), semconv.GenAIUsageInputTokens(tokens))
+		a = append(a, semconv.GenAIUsageInputTokens(tokens))
 	}
-	d := rec.end(st, rec.now(), err, a)
+	d := rec.end(st, rec.now(), err, t.embedSpan, a)
 	recordDur(st.ctx, t.inst.clientDur.Float64Histogram, t.embedDur, t.embedSet, seconds(d), err)
 	if err == nil {
 		t.embedInput(st.ctx, int64(tokens))
@@ -294,10 +306,11 @@ func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) 
 // operation's duration. The run's goroutine passes own (shardAttrs); the async collector does not.
 func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error, own bool) {
 	t := rec.t
-	switch e, ok := ss.span.(attrEnder); {
+	switch e, ok := ss.span.(setEnder); {
 	case ok && err == nil:
-		e.EndAtWith(end, rec.shardAttrs(ss, rows, own))
+		e.EndAtWithSet(end, &t.querySpan.set, rec.shardAttrs(ss, rows, own))
 	case ss.span != nil && ss.span.IsRecording():
+		ss.span.SetAttributes(t.querySpan.kv...)
 		ss.span.SetAttributes(rec.shardAttrs(ss, rows, own)...)
 		if err != nil {
 			recordError(ss.span, end, err)
@@ -317,17 +330,17 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 	recordDur(ss.ctx, t.inst.dbDur.Float64Histogram, t.dbDur, t.dbSet, seconds(end.Sub(ss.start)), err)
 }
 
-// shardAttrs returns a shard span's attributes, in the recorder's scratch array for the run's
-// goroutine (own), in a new one for the async collector, which ends late shards while the run
-// goes on.
+// shardAttrs returns a shard span's attributes besides the fixed ones (telemetry.querySpan), in
+// the recorder's scratch array for the run's goroutine (own), in a new one for the async
+// collector, which ends late shards while the run goes on.
 func (rec *recorder) shardAttrs(ss *shardSpan, rows int, own bool) []attribute.KeyValue {
 	var a []attribute.KeyValue
 	if own {
 		a = rec.attrs[:0]
 	} else {
-		a = make([]attribute.KeyValue, 0, len(rec.t.dbAttrs)+2)
+		a = make([]attribute.KeyValue, 0, 2)
 	}
-	return append(append(a, rec.t.dbAttrs...), AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
+	return append(a, AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
 }
 
 // beginRetrieve starts the retrieve stage.
@@ -349,9 +362,7 @@ func (rec *recorder) endRetrieve(st *stageSpan, err error, req *Request, questio
 	}
 	a := rec.attrs[:0]
 	if rec.tracing() {
-		a = append(a, AttrStage.String(string(rag.StageRetrieve)),
-			semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameRetrieval)),
-			semconv.GenAIDataSourceID(t.collection),
+		a = append(a,
 			AttrCoupling.String(string(req.Coupling)), AttrTopK.Int(req.TopK), AttrShards.Int(r.shards),
 			AttrHits.Int(len(r.hits)), AttrShardsAnswered.Int(r.answered),
 			AttrShardsLate.Int(r.lateCount), AttrShardsFailed.Int(r.failed))
@@ -359,7 +370,7 @@ func (rec *recorder) endRetrieve(st *stageSpan, err error, req *Request, questio
 			a = append(a, semconv.GenAIRetrievalQueryText(question))
 		}
 	}
-	d := rec.end(st, end, err, a)
+	d := rec.end(st, end, err, t.retrieval, a)
 	if r.lateCount > 0 {
 		t.inst.lateShards.Add(st.ctx, int64(r.lateCount))
 	}
@@ -377,7 +388,7 @@ func (rec *recorder) endFetch(st *stageSpan, err error, hits int, f fetched) tim
 				AttrCacheBlocked.Int(int(f.results[rag.CacheBlocked])))
 		}
 	}
-	d := rec.end(st, rec.now(), err, a)
+	d := rec.end(st, rec.now(), err, nil, a)
 	if t.cache != nil {
 		for i, n := range f.results {
 			if n > 0 {
@@ -413,7 +424,7 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 	}
 	a := rec.attrs[:0]
 	if rec.tracing() {
-		a = append(append(a, rec.chat.attrs...), semconv.GenAIRequestMaxTokens(req.MaxTokens),
+		a = append(a, semconv.GenAIRequestMaxTokens(req.MaxTokens),
 			semconv.GenAIRequestTemperature(req.Temperature), semconv.GenAIRequestStream(streaming))
 		if t.capture {
 			a = append(a, semconv.GenAIInputMessagesKey.String(messagesJSON(gen.msgs)))
@@ -431,7 +442,7 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 			}
 		}
 	}
-	d := rec.end(st, gen.end, genErr, a)
+	d := rec.end(st, gen.end, genErr, rec.chat.span, a)
 	recordDur(st.ctx, t.inst.clientDur.Float64Histogram, rec.chat.clientDur, rec.chat.base, seconds(d), genErr)
 	if genErr == nil && res.Usage != (rag.Usage{}) {
 		rec.chat.inputTokens(st.ctx, int64(res.Usage.PromptTokens))
@@ -453,7 +464,7 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 			a = append(a, AttrProfileID.String(ss.profileID))
 		}
 	}
-	rec.spanEnd(ss.span, ss.end, streamErr, a)
+	rec.spanEnd(ss.span, ss.end, streamErr, nil, a)
 	t.stageRec(rag.StageStream, rec.coupling)(ss.ctx, seconds(write))
 }
 

@@ -218,11 +218,12 @@ type telemetry struct {
 	queueWait  f64Rec                          // rag_admission_queue_wait_seconds
 	dbSet      attribute.Set                   // db_client_operation_duration_seconds labels on success
 	dbDur      f64Rec                          // that histogram's recorder of dbSet
-	dbAttrs    []attribute.KeyValue            // attributes every Query span starts with
+	querySpan  *fixedAttrs                     // attributes every Query span has
 	embedSet   attribute.Set                   // gen_ai client labels of the embeddings operation
 	embedDur   f64Rec                          // gen_ai client duration of embedSet
 	embedInput i64Rec                          // gen_ai token usage of embedding input
-	embedAttrs []attribute.KeyValue            // attributes every embeddings span starts with
+	embedSpan  *fixedAttrs                     // attributes every embeddings span has
+	retrieval  *fixedAttrs                     // attributes every retrieval span has
 	chatModels sync.Map                        // served model name -> *chatSets
 	chatCount  atomic.Int32                    // entries in chatModels
 	chatOther  *chatSets                       // the sets of every model not served
@@ -245,7 +246,25 @@ type (
 	attrEnder interface {
 		EndAtWith(at time.Time, attrs []attribute.KeyValue)
 	}
+	// setEnder is a span that takes a set of fixed attributes besides attrs as it ends, and may
+	// copy them in as it encoded them before (telemetry's).
+	setEnder interface {
+		EndAtWithSet(at time.Time, set *attribute.Set, attrs []attribute.KeyValue)
+	}
 )
+
+// fixedAttrs are the attributes every span of a kind has (every Query span's database, every
+// chat span's model), as a set, which a setEnder span copies in as it encoded it the first
+// time, and as the set's list, which other spans are given.
+type fixedAttrs struct {
+	set attribute.Set
+	kv  []attribute.KeyValue
+}
+
+func newFixedAttrs(kv ...attribute.KeyValue) *fixedAttrs {
+	set := attribute.NewSet(kv...)
+	return &fixedAttrs{set: set, kv: set.ToSlice()}
+}
 
 // recordOpts and addOpts are one label set as ready-made variadic arguments: passing a stored
 // slice to Record or Add allocates nothing, where building the option each time would.
@@ -335,8 +354,8 @@ const maxChatModels = 64
 
 // chatSets are the gen_ai label sets and span attributes of one model.
 type chatSets struct {
-	spanName                         string               // "chat {model}"
-	attrs                            []attribute.KeyValue // operation, provider, model
+	spanName                         string      // "chat {model}"
+	span                             *fixedAttrs // the chat span's: stage, operation, provider, model
 	base                             attribute.Set
 	serverDur, ttft, tpot, clientDur f64Rec // gen_ai histograms of base
 	inputTokens, outputTokens        i64Rec // gen_ai token usage of base and the token type
@@ -398,22 +417,17 @@ func newTelemetry(o *options, emb Embedder, ret Retriever, docs DocStore, gen Ge
 	}
 	t.inflight = bindI64Sum(inst.inflight, *attribute.EmptySet())
 	t.queueWait = bindF64(inst.queueWait, *attribute.EmptySet())
-	t.dbAttrs = []attribute.KeyValue{
-		AttrStage.String(string(rag.StageRetrieve)),
-		semconv.DBSystemNameKey.String(t.dbSystem),
-		semconv.DBCollectionName(t.collection),
-		semconv.DBOperationName("Query"),
-	}
-	t.dbSet = attribute.NewSet(t.dbAttrs[1:]...)
+	t.dbSet = attribute.NewSet(semconv.DBSystemNameKey.String(t.dbSystem), semconv.DBCollectionName(t.collection),
+		semconv.DBOperationName("Query"))
+	t.querySpan = newFixedAttrs(append(t.dbSet.ToSlice(), AttrStage.String(string(rag.StageRetrieve)))...)
+	t.retrieval = newFixedAttrs(AttrStage.String(string(rag.StageRetrieve)),
+		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameRetrieval)),
+		semconv.GenAIDataSourceID(t.collection))
 	t.dbDur = bindF64(inst.dbDur.Float64Histogram, t.dbSet)
-	t.embedAttrs = []attribute.KeyValue{
-		AttrStage.String(string(rag.StageEmbed)),
-		semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
-		semconv.GenAIProviderNameKey.String(t.embedProvider),
-		semconv.GenAIRequestModel(t.embedModel),
-		semconv.GenAIEmbeddingsDimensionCount(emb.Dimension()),
-	}
-	t.embedSet = attribute.NewSet(t.embedAttrs[1:4]...)
+	t.embedSet = attribute.NewSet(semconv.GenAIOperationNameKey.String(string(genaiconv.OperationNameEmbeddings)),
+		semconv.GenAIProviderNameKey.String(t.embedProvider), semconv.GenAIRequestModel(t.embedModel))
+	t.embedSpan = newFixedAttrs(append(t.embedSet.ToSlice(), AttrStage.String(string(rag.StageEmbed)),
+		semconv.GenAIEmbeddingsDimensionCount(emb.Dimension()))...)
 	t.embedDur = bindF64(inst.clientDur.Float64Histogram, t.embedSet)
 	t.embedInput = bindI64Hist(inst.tokenUsage.Int64Histogram, attribute.NewSet(append(t.embedSet.ToSlice(), semconv.GenAITokenTypeKey.String(string(genaiconv.TokenTypeInput)))...))
 	t.chatOther = t.newChatSets(OtherModel)
@@ -433,7 +447,7 @@ func (t *telemetry) newChatSets(model string) *chatSets {
 	base := attrs[1:]
 	cs := &chatSets{
 		spanName:      "chat " + model,
-		attrs:         attrs,
+		span:          newFixedAttrs(attrs...),
 		base:          attribute.NewSet(base...),
 		responseModel: semconv.GenAIResponseModel(model),
 	}

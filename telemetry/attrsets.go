@@ -1,0 +1,105 @@
+package telemetry
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// A span's fixed attributes (the database system and collection of every Query span, the
+// provider and model of every chat span) come to EndAtWithSet as an attribute.Set, encoded here
+// once and copied into each span as bytes: a copy instead of a key lookup and an encoding per
+// attribute. The encodings are kept by the set's attribute.Distinct, the identity the SDK's
+// metrics key their series by, for at most maxEncodedSets sets; past that, sets are encoded
+// each time, so that a caller making new sets costs the table nothing beyond its bound.
+const maxEncodedSets = 256
+
+// encodedSet is a set's attributes as attrBuf.append encodes them, string values whole.
+type encodedSet struct {
+	keys    *internedKeys // the table whose numbers b holds
+	b       []byte
+	n       int // attributes
+	longest int // the longest string value, in bytes: a span with a shorter value length limit encodes the set itself
+}
+
+// encodedSets is the process's table of encoded sets, replaced whole (copy on write) when a set
+// is added, so that lookups take no lock.
+var encodedSets struct {
+	m  atomic.Pointer[map[attribute.Distinct]*encodedSet]
+	mu sync.Mutex // serializes additions
+}
+
+// encoded returns set's encoding, making it on first use; nil when set cannot be encoded once
+// (it holds a slice, whose values are kept aside rather than as bytes, or an invalid attribute).
+func encoded(set *attribute.Set) *encodedSet {
+	d := set.Equivalent()
+	keys := keyTable.Load()
+	if m := encodedSets.m.Load(); m != nil {
+		if e, ok := (*m)[d]; ok && e.keys == keys {
+			return e
+		}
+	}
+	e := encode(set, keys)
+	if e == nil {
+		return nil
+	}
+	encodedSets.mu.Lock()
+	defer encodedSets.mu.Unlock()
+	old := encodedSets.m.Load()
+	if old != nil {
+		if have, ok := (*old)[d]; ok && have.keys == keys {
+			return have
+		}
+		if len(*old) >= maxEncodedSets {
+			return e
+		}
+	}
+	m := make(map[attribute.Distinct]*encodedSet, 1+lenOf(old))
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[d] = e
+	encodedSets.m.Store(&m)
+	return e
+}
+
+func lenOf(m *map[attribute.Distinct]*encodedSet) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
+}
+
+// encode encodes set's attributes with the key table keys; nil when one is a slice or invalid.
+func encode(set *attribute.Set, keys *internedKeys) *encodedSet {
+	kv := set.ToSlice()
+	e := &encodedSet{keys: keys, n: len(kv)}
+	for _, a := range kv {
+		switch a.Value.Type() {
+		case attribute.BOOL, attribute.INT64, attribute.FLOAT64:
+		case attribute.STRING:
+			e.longest = max(e.longest, len(a.Value.AsString()))
+		default:
+			return nil
+		}
+	}
+	var ab attrBuf
+	if ab.append(kv, -1) > 0 || keyTable.Load() != keys {
+		return nil
+	}
+	e.b = append([]byte(nil), ab.b...)
+	return e
+}
+
+// appendEncoded adds e's attributes, as append(set.ToSlice(), -1) would.
+func (ab *attrBuf) appendEncoded(e *encodedSet) {
+	b := ab.b
+	if b == nil {
+		b = ab.inline[:0]
+	}
+	ab.b = append(b, e.b...)
+	ab.n += e.n
+}
