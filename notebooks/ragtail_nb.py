@@ -43,7 +43,7 @@ BENCH_SCHEMA = "ragtail.bench/v1"
 REQUESTS_SCHEMA = "ragtail.requests/v1"
 LAB_SCHEMA = "ragtail.lab/v1"
 
-#: The pipeline's stages, in order (DESIGN.md).
+#: The pipeline's stages, in the order it runs them.
 STAGES = ["admission", "embed", "retrieve", "fetch", "generate", "stream"]
 
 #: Fewest samples a tail analysis is made from (loadgen/stats.MinTailSamples).

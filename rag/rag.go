@@ -32,7 +32,7 @@ var Stages = []Stage{StageAdmission, StageEmbed, StageRetrieve, StageFetch, Stag
 // Coupling is how retrieval and generation are coupled.
 type Coupling string
 
-// The coupling modes. See DESIGN.md for what each one does.
+// The coupling modes, each constant's comment saying what it does.
 const (
 	// CouplingSync searches shards one after another, fetches payloads one by one, then generates.
 	CouplingSync Coupling = "sync"

@@ -56,11 +56,11 @@ var _ SpanData = sdktrace.ReadOnlySpan(nil)
 // sampler the SDK configures from the environment decides (parent-based ones follow the parent;
 // always_on samples it; traceidratio samples it with its parent, whose trace id it shares).
 //
-// Differences from the SDK, none of them in what DESIGN names: span processors see spans only
-// when they end (OnEnd, with a snapshot), never at OnStart; and start and end times a caller does
-// not give come from the service's clock rather than time.Now (events without a timestamp still
-// take time.Now, as trace.NewEventConfig fills it in). A TracerProvider is safe for concurrent
-// use.
+// Differences from the SDK, none of them in a name or value the service promises: span processors
+// see spans only when they end (OnEnd, with a snapshot), never at OnStart; and start and end times
+// a caller does not give come from the service's clock rather than time.Now (events without a
+// timestamp still take time.Now, as trace.NewEventConfig fills it in). A TracerProvider is safe for
+// concurrent use.
 type TracerProvider struct {
 	embedded.TracerProvider
 

@@ -60,7 +60,7 @@ func readJSON(tb testing.TB, path string) map[string]any {
 	return m
 }
 
-// designKeys are the keys DESIGN.md lists for ragtail.bench/v1 (sessions only with sessions).
+// designKeys are the keys ragtail.bench/v1 promises its readers (sessions only with sessions).
 func designKeys() []string {
 	keys := []string{"completed", "failed", "duration_s", "request_throughput", "output_throughput",
 		"total_token_throughput", "goodput", "stages", "tail", "slowest", "timeline", "errors"}

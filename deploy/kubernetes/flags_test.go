@@ -193,8 +193,8 @@ func checkEnv(tb testing.TB, root string, used map[string][]string) []string {
 	return problems
 }
 
-// pendingFlags are flags the manifests use that the contract names (DESIGN.md and the issues)
-// but cmd/ragtail may not define yet; the test says which are still missing.
+// pendingFlags are flags the manifests use that the project documents but cmd/ragtail may not
+// define yet; the test says which are still missing.
 var pendingFlags = map[string]string{}
 
 // checkFlags returns a problem for every flag the manifests pass that cmd/ragtail does not

@@ -322,8 +322,8 @@ func percentiles(h *stats.Histogram, ps []float64, conf float64) []PercentileSta
 	return out
 }
 
-// pipelineStages is the order of the service's stages (DESIGN.md); other Server-Timing names
-// follow in alphabetical order.
+// pipelineStages is the order in which the service's pipeline runs its stages; other
+// Server-Timing names follow in alphabetical order.
 var pipelineStages = []string{"admission", "embed", "retrieve", "fetch", "generate", "stream"}
 
 func stageOrder(m map[string]*stats.Histogram) []string {

@@ -1,5 +1,5 @@
 // Package report turns load-generator runs into the numbers and pictures people read: the
-// ragtail.bench/v1 and ragtail.sweep/v1 JSON of DESIGN.md (vLLM's key spelling, plus 95%
+// ragtail.bench/v1 and ragtail.sweep/v1 JSON (vLLM's key spelling, plus 95%
 // confidence intervals, the tail analysis, sessions, the slowest requests, a timeline, errors
 // and the HDR histograms that make results mergeable), a terminal table, per-request JSONL, and a
 // self-contained HTML report with inline SVG charts that needs no network.
@@ -26,8 +26,8 @@ const (
 	SchemaSweep = "ragtail.sweep/v1"
 )
 
-// Metric names, as in the JSON keys (mean_ttft_ms, p99_e2el_ms, ...). Definitions (DESIGN.md,
-// vLLM's where vLLM has them), over completed requests:
+// Metric names, as in the JSON keys (mean_ttft_ms, p99_e2el_ms, ...). Definitions (vLLM's
+// where vLLM has them), over completed requests:
 //   - ttft: first content token - intended send time.
 //   - ttfo: first output token - intended send time: the first answer content, reasoning
 //     (reasoning_content) excluded; TTFT for a server that does not reason aloud. It is

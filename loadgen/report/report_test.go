@@ -75,7 +75,7 @@ func TestGolden(t *testing.T) {
 	golden(t, "sweep.txt", txt.Bytes())
 }
 
-// TestSummarizeDefinitions checks each definition of DESIGN.md on hand-made records.
+// TestSummarizeDefinitions checks each metric definition (report.go) on hand-made records.
 func TestSummarizeDefinitions(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
@@ -194,7 +194,7 @@ func TestSessions(t *testing.T) {
 	}
 }
 
-// designKeys are the keys DESIGN.md lists for ragtail.bench/v1.
+// designKeys are the keys ragtail.bench/v1 promises its readers.
 func designKeys() []string {
 	keys := []string{"schema", "completed", "failed", "duration_s", "request_throughput", "output_throughput",
 		"total_token_throughput", "goodput", "stages", "tail", "sessions", "slowest", "timeline", "errors"}
