@@ -128,23 +128,16 @@ func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, fixed *f
 	if span == nil {
 		return
 	}
-	if err == nil {
-		if e, ok := span.(setEnder); ok && fixed != nil {
-			e.EndAtWithSet(end, &fixed.set, attrs)
-			return
-		}
-		if e, ok := span.(attrEnder); ok {
-			if fixed != nil {
-				span.SetAttributes(fixed.kv...)
-			}
-			e.EndAtWith(end, attrs)
-			return
-		}
+	if e, ok := span.(setEnder); ok && fixed != nil && err == nil {
+		e.EndAtWithSet(end, &fixed.set, attrs)
+		return
+	}
+	attrs = fixed.before(attrs)
+	if e, ok := span.(attrEnder); ok && err == nil {
+		e.EndAtWith(end, attrs)
+		return
 	}
 	if span.IsRecording() {
-		if fixed != nil {
-			span.SetAttributes(fixed.kv...)
-		}
 		span.SetAttributes(attrs...)
 		if err != nil {
 			recordError(span, end, err)
@@ -310,8 +303,7 @@ func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error,
 	case ok && err == nil:
 		e.EndAtWithSet(end, &t.querySpan.set, rec.shardAttrs(ss, rows, own))
 	case ss.span != nil && ss.span.IsRecording():
-		ss.span.SetAttributes(t.querySpan.kv...)
-		ss.span.SetAttributes(rec.shardAttrs(ss, rows, own)...)
+		ss.span.SetAttributes(t.querySpan.before(rec.shardAttrs(ss, rows, own))...)
 		if err != nil {
 			recordError(ss.span, end, err)
 		}
@@ -338,7 +330,7 @@ func (rec *recorder) shardAttrs(ss *shardSpan, rows int, own bool) []attribute.K
 	if own {
 		a = rec.attrs[:0]
 	} else {
-		a = make([]attribute.KeyValue, 0, 2)
+		a = make([]attribute.KeyValue, 0, len(rec.t.querySpan.kv)+2)
 	}
 	return append(a, AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
 }

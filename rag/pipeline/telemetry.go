@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,6 +265,24 @@ type fixedAttrs struct {
 func newFixedAttrs(kv ...attribute.KeyValue) *fixedAttrs {
 	set := attribute.NewSet(kv...)
 	return &fixedAttrs{set: set, kv: set.ToSlice()}
+}
+
+// before returns f's attributes followed by attrs, for a span that takes them in one call (the
+// SDK's spans take a second SetAttributes with an allocation). It moves attrs up within their
+// array when it has room, as the recorder's scratch array does, and allocates otherwise; a nil
+// f returns attrs.
+func (f *fixedAttrs) before(attrs []attribute.KeyValue) []attribute.KeyValue {
+	if f == nil {
+		return attrs
+	}
+	n := len(f.kv)
+	if cap(attrs)-len(attrs) < n {
+		return append(slices.Clip(f.kv), attrs...)
+	}
+	out := attrs[:len(attrs)+n]
+	copy(out[n:], attrs)
+	copy(out, f.kv)
+	return out
 }
 
 // recordOpts and addOpts are one label set as ready-made variadic arguments: passing a stored
