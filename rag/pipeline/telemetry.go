@@ -263,7 +263,7 @@ type fixedAttrs struct {
 }
 
 func newFixedAttrs(kv ...attribute.KeyValue) *fixedAttrs {
-	set := attribute.NewSet(kv...)
+	set := attribute.NewSet(slices.Clone(kv)...) // NewSet sorts what it is given in place
 	return &fixedAttrs{set: set, kv: set.ToSlice()}
 }
 

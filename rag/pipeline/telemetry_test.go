@@ -417,6 +417,21 @@ func TestMetricsCarryExemplars(t *testing.T) {
 	if !slices.Equal(ttft.DataPoints[0].Bounds, wantBounds) {
 		t.Errorf("TTFT buckets %v, want the semantic conventions' %v", ttft.DataPoints[0].Bounds, wantBounds)
 	}
+	// The gen_ai client durations: a series for chat and one for embeddings, each labelled with
+	// the operation, the provider and the model alone.
+	ops := map[string]uint64{}
+	for _, dp := range hist("gen_ai.client.operation.duration").DataPoints {
+		op, _ := dp.Attributes.Value("gen_ai.operation.name")
+		_, provider := dp.Attributes.Value("gen_ai.provider.name")
+		_, model := dp.Attributes.Value("gen_ai.request.model")
+		if !provider || !model || dp.Attributes.Len() != 3 {
+			t.Errorf("gen_ai.client.operation.duration labels %v, want the operation, provider and model", dp.Attributes.ToSlice())
+		}
+		ops[op.AsString()] += dp.Count
+	}
+	if ops["chat"] != runs || ops["embeddings"] != runs || len(ops) != 2 {
+		t.Errorf("gen_ai.client.operation.duration counts by operation %v, want chat and embeddings %d each", ops, runs)
+	}
 	if got := hist("db.client.operation.duration").DataPoints; len(got) != 1 || got[0].Count != 2*runs {
 		t.Errorf("db.client.operation.duration points %+v, want %d measurements (2 shards x %d runs)", got, 2*runs, runs)
 	}
