@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -46,31 +47,19 @@ func encoded(set *attribute.Set) *encodedSet {
 	}
 	encodedSets.mu.Lock()
 	defer encodedSets.mu.Unlock()
-	old := encodedSets.m.Load()
-	if old != nil {
+	m := map[attribute.Distinct]*encodedSet{}
+	if old := encodedSets.m.Load(); old != nil {
 		if have, ok := (*old)[d]; ok && have.keys == keys {
 			return have
 		}
 		if len(*old) >= maxEncodedSets {
 			return e
 		}
-	}
-	m := make(map[attribute.Distinct]*encodedSet, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
+		m = maps.Clone(*old)
 	}
 	m[d] = e
 	encodedSets.m.Store(&m)
 	return e
-}
-
-func lenOf(m *map[attribute.Distinct]*encodedSet) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
 }
 
 // encode encodes set's attributes with the key table keys; nil when one is a slice or invalid.
