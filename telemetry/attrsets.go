@@ -12,8 +12,9 @@ import (
 // provider and model of every chat span) come to EndAtWithSet as an attribute.Set, encoded here
 // once and copied into each span as bytes: a copy instead of a key lookup and an encoding per
 // attribute. The encodings are kept by the set's attribute.Distinct, the identity the SDK's
-// metrics key their series by, for at most maxEncodedSets sets; past that, sets are encoded
-// each time, so that a caller making new sets costs the table nothing beyond its bound.
+// metrics key their series by, for at most maxEncodedSets sets; past that, a new set's
+// attributes are set as any others are, so that a caller making new sets costs the table nothing
+// beyond its bound.
 const maxEncodedSets = 256
 
 // encodedSet is a set's attributes as attrBuf.append encodes them, string values whole.
@@ -32,13 +33,19 @@ var encodedSets struct {
 }
 
 // encoded returns set's encoding, making it on first use; nil when set cannot be encoded once
-// (it holds a slice, whose values are kept aside rather than as bytes, or an invalid attribute).
+// (it holds a slice, whose values are kept aside rather than as bytes, or an invalid attribute)
+// or the table is full and does not hold it. An encoding made with an earlier key table is
+// replaced in its place.
 func encoded(set *attribute.Set) *encodedSet {
 	d := set.Equivalent()
 	keys := keyTable.Load()
 	if m := encodedSets.m.Load(); m != nil {
-		if e, ok := (*m)[d]; ok && e.keys == keys {
+		e, ok := (*m)[d]
+		if ok && e.keys == keys {
 			return e
+		}
+		if !ok && len(*m) >= maxEncodedSets {
+			return nil
 		}
 	}
 	e := encode(set, keys)
@@ -49,11 +56,12 @@ func encoded(set *attribute.Set) *encodedSet {
 	defer encodedSets.mu.Unlock()
 	m := map[attribute.Distinct]*encodedSet{}
 	if old := encodedSets.m.Load(); old != nil {
-		if have, ok := (*old)[d]; ok && have.keys == keys {
+		have, ok := (*old)[d]
+		if ok && have.keys == keys {
 			return have
 		}
-		if len(*old) >= maxEncodedSets {
-			return e
+		if !ok && len(*old) >= maxEncodedSets {
+			return nil
 		}
 		m = maps.Clone(*old)
 	}
