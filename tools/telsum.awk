@@ -32,8 +32,9 @@ function stat(name, unit, label, target,    n, i, a, lo, hi) {
 }
 END {
 	if (names == 0) { print "telsum: no BenchmarkPipelineTelemetry lines" > "/dev/stderr"; exit 1 }
-	split("spans metrics labels profiler aa spans-floor", parts, " ")
-	split("profiler-cpu profiler-nowall profiler-wall50 all-wall50", split_arms, " ")
+	nparts = split("spans metrics labels profiler aa spans-floor", parts, " ")
+	ncomponents = 4 # the first four parts: the components a leave-one-out arm leaves out
+	nsplit = split("profiler-cpu profiler-nowall profiler-wall50 all-wall50", split_arms, " ")
 	for (j = 1; j <= names; j++) {
 		name = order[j]
 		print "telemetry cost, " name ":"
@@ -53,20 +54,20 @@ END {
 			stat(name, "sdk_allocs/req", "sdk_allocs/req", "")
 		}
 		header = 0
-		for (p = 1; p <= 6; p++) {
+		for (p = 1; p <= nparts; p++) {
 			if (nv[name, "loss_" parts[p] "_%"] == 0) continue
 			if (!header) { print "  ablation, each component on its own:"; header = 1 }
 			stat(name, "loss_" parts[p] "_%", "loss_" parts[p] "_%", "")
 			stat(name, parts[p] "_allocs/req", parts[p] "_allocs/req", "")
 		}
 		header = 0
-		for (p = 1; p <= 4; p++) {
+		for (p = 1; p <= ncomponents; p++) {
 			if (nv[name, "loss_all-" parts[p] "_%"] == 0) continue
 			if (!header) { print "  leave one out, everything on but one component:"; header = 1 }
 			stat(name, "loss_all-" parts[p] "_%", "loss_all-" parts[p] "_%", "")
 		}
 		header = 0
-		for (p = 1; p <= 4; p++) {
+		for (p = 1; p <= nsplit; p++) {
 			if (nv[name, "loss_" split_arms[p] "_%"] == 0) continue
 			if (!header) { print "  the profiler's cost, split:"; header = 1 }
 			stat(name, "loss_" split_arms[p] "_%", "loss_" split_arms[p] "_%", "")
