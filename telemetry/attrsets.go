@@ -40,12 +40,8 @@ func encoded(set *attribute.Set) *encodedSet {
 	d := set.Equivalent()
 	keys := keyTable.Load()
 	if m := encodedSets.m.Load(); m != nil {
-		e, ok := (*m)[d]
-		if ok && e.keys == keys {
+		if e, done := encodedIn(*m, d, keys); done {
 			return e
-		}
-		if !ok && len(*m) >= maxEncodedSets {
-			return nil
 		}
 	}
 	e := encode(set, keys)
@@ -56,18 +52,27 @@ func encoded(set *attribute.Set) *encodedSet {
 	defer encodedSets.mu.Unlock()
 	m := map[attribute.Distinct]*encodedSet{}
 	if old := encodedSets.m.Load(); old != nil {
-		have, ok := (*old)[d]
-		if ok && have.keys == keys {
+		if have, done := encodedIn(*old, d, keys); done {
 			return have
-		}
-		if !ok && len(*old) >= maxEncodedSets {
-			return nil
 		}
 		m = maps.Clone(*old)
 	}
 	m[d] = e
 	encodedSets.m.Store(&m)
 	return e
+}
+
+// encodedIn returns d's encoding in m when it was made with keys, or nil when m is full and does
+// not hold d; done is false when d is still to be encoded (m has room, or its encoding is stale).
+func encodedIn(m map[attribute.Distinct]*encodedSet, d attribute.Distinct, keys *internedKeys) (e *encodedSet, done bool) {
+	e, ok := m[d]
+	switch {
+	case ok && e.keys == keys:
+		return e, true
+	case !ok && len(m) >= maxEncodedSets:
+		return nil, true
+	}
+	return nil, false
 }
 
 // encode encodes set's attributes with the key table keys; nil when one is a slice or invalid.
