@@ -4,12 +4,10 @@ package telemetry_test
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -21,13 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/grafana/pyroscope-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/embedded"
 
 	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/corpus"
@@ -87,37 +81,25 @@ var (
 )
 
 // benchArms selects the arms BenchmarkPipelineTelemetry runs besides "off" (comma-separated;
-// empty runs them all). Profiling the benchmark with -cpuprofile needs the arms that start the
-// built-in profiler left out (-telemetry.arms=spans,metrics,labels,all-profiler): a process has
-// one CPU profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's
-// noise; all-spans, all-metrics, all-labels and all-profiler add the leave-one-out arms;
-// profiler-cpu, profiler-nowall, profiler-wall50 and all-wall50 split the profiler's cost.
-var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,sdk,aa,spans-floor,all-spans,all-metrics,all-labels,all-profiler,profiler-cpu,profiler-nowall,profiler-wall50,all-wall50; empty: spans to sdk)")
+// empty runs the usual ones). Profiling the benchmark with -cpuprofile needs the arms that start
+// the built-in profiler left out (-telemetry.arms=spans,metrics,labels): a process has one CPU
+// profiler. The name aa adds an A/A arm, a second copy of off: its loss is the benchmark's noise.
+var benchArms = flag.String("telemetry.arms", "", "BenchmarkPipelineTelemetry: arms to run besides off (spans,metrics,labels,profiler,all,aa; empty: all but aa)")
 
 // benchArm is one way of running the pipeline in BenchmarkPipelineTelemetry: which telemetry
 // components are on.
 type benchArm struct {
 	name     string
-	tracing  bool // spans, every one sampled into the ring
-	sdk      bool // every span and measurement through the OTel SDK (tel.TracerProvider.SDK(), tel.MeterProvider.SDK())
-	metrics  bool // every metric, recorded through the SDK
+	tracing  bool // spans, every one sampled into the ring, through the SDK's tracer
+	metrics  bool // every metric, through the SDK's meter
 	labels   bool // the rag_stage (and, with spans, span_id) pprof labels
 	profiler bool // the continuous profiler, CPU and wall sampler, linking spans when tracing
-	// wallRate is the profiler's wall sampler rate (0: profile.DefaultWallRate, negative: off);
-	// cpuOnly leaves pyroscope-go's CPU profile alone, without its memory and goroutine ones.
-	wallRate float64
-	cpuOnly  bool
-	// floor runs the spans through floorTracerProvider instead: an object and a context each,
-	// nothing recorded.
-	floor bool
 }
 
 // telemetryArms are the arms of BenchmarkPipelineTelemetry: off, each component on its own (the
-// ablation), everything on, and everything on with every span through the OTel SDK's own tracer
-// instead of telemetry.TracerProvider (sdk: what the service recorded before TracerProvider, side
-// by side with all). The components' losses need not add up to the loss of all: span_id labels
-// exist only with spans and labels, and the profiler's wall sampler parses the labels of every
-// goroutine it sees.
+// ablation), and everything on. The components' losses need not add up to the loss of all:
+// span_id labels exist only with spans and labels, and the profiler's wall sampler parses the
+// labels of every goroutine it sees.
 var telemetryArms = []benchArm{
 	{name: "off"},
 	{name: "spans", tracing: true},
@@ -125,44 +107,20 @@ var telemetryArms = []benchArm{
 	{name: "labels", labels: true},
 	{name: "profiler", profiler: true},
 	{name: "all", tracing: true, metrics: true, labels: true, profiler: true},
-	{name: "sdk", tracing: true, sdk: true, metrics: true, labels: true, profiler: true},
 }
-
-// profilerArms split the profiler's cost, run only when asked for: pyroscope-go's CPU profile
-// alone, pyroscope-go's profiles without the wall sampler, the profiler with the wall sampler at
-// 50 Hz (its default before 20 Hz), and everything on with it.
-var profilerArms = []benchArm{
-	{name: "profiler-cpu", profiler: true, cpuOnly: true, wallRate: -1},
-	{name: "profiler-nowall", profiler: true, wallRate: -1},
-	{name: "profiler-wall50", profiler: true, wallRate: 50},
-	{name: "all-wall50", tracing: true, metrics: true, labels: true, profiler: true, wallRate: 50},
-}
-
-// floorArm is spans through floorTracerProvider, run only when asked for: what a span costs the
-// pipeline through the OpenTelemetry API before anything is recorded (the span and its context,
-// the recorder's attributes built and handed over), the floor under the spans arm.
-var floorArm = benchArm{name: "spans-floor", tracing: true, floor: true}
 
 // aaArm is off again, run only when asked for: the spread of its loss around zero is what the
 // machine's noise does to a ratio.
 var aaArm = benchArm{name: "aa"}
 
-// leaveOneOutArms are everything on but one component, run only when asked for: each one's
-// saving against all is what that component costs among the others (span_id labels, exemplars
-// and the profiler's root labels exist only together).
-var leaveOneOutArms = []benchArm{
-	{name: "all-spans", metrics: true, labels: true, profiler: true},
-	{name: "all-metrics", tracing: true, labels: true, profiler: true},
-	{name: "all-labels", tracing: true, metrics: true, profiler: true},
-	{name: "all-profiler", tracing: true, metrics: true, labels: true},
-}
-
 // BenchmarkPipelineTelemetry runs the pipeline with telemetry off (no-op providers, no pprof
 // labels, no profiler), with each telemetry component on its own (spans, metrics, pprof labels,
 // the continuous profiler), fully on (every trace sampled into the ring, every metric recorded,
-// the continuous profiler running with span labels), and fully on with the SDK's tracer (sdk), in
-// interleaved phases within one run, and reports each arm's loss of throughput against off in
-// percent (loss_% for all, loss_spans_%, loss_sdk_% and so on for the others). Throughput is counted per second of the process's
+// the continuous profiler running with span labels), in interleaved phases within one run, and
+// reports each arm's loss of throughput against off in percent (loss_% for all, loss_spans_% and
+// so on for the others). It is a figure of what telemetry costs a pipeline whose backends cost
+// nothing, not a gate: a real request spends hundreds of milliseconds in its backends, and what
+// users feel is the observer effect on latency (cmd/ragtail's BenchmarkObserverEffect). Throughput is counted per second of the process's
 // CPU time (req/cpu_s), which other processes on a shared machine do not disturb the way they
 // disturb wall-clock rates (reported too, as req/s, for off and all); each arm's ratio to off is
 // the median over the rounds (30 by default, -telemetry.rounds), each round running every arm once
@@ -194,7 +152,7 @@ func BenchmarkPipelineTelemetry(b *testing.B) {
 	}
 }
 
-// selectArms returns the arms named in list (comma-separated, "" for all), off first.
+// selectArms returns the arms named in list (comma-separated, "" for all but aa), off first.
 func selectArms(list string) ([]benchArm, error) {
 	if list == "" {
 		return telemetryArms, nil
@@ -205,21 +163,9 @@ func selectArms(list string) ([]benchArm, error) {
 			arms = append(arms, aaArm)
 			continue
 		}
-		if name == floorArm.name {
-			arms = append(arms, floorArm)
-			continue
-		}
-		if i := slices.IndexFunc(leaveOneOutArms, func(a benchArm) bool { return a.name == name }); i >= 0 {
-			arms = append(arms, leaveOneOutArms[i])
-			continue
-		}
-		if i := slices.IndexFunc(profilerArms, func(a benchArm) bool { return a.name == name }); i >= 0 {
-			arms = append(arms, profilerArms[i])
-			continue
-		}
 		i := slices.IndexFunc(telemetryArms, func(a benchArm) bool { return a.name == name })
 		if i < 1 {
-			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all, sdk, aa, spans-floor, all-spans, all-metrics, all-labels, all-profiler, profiler-cpu, profiler-nowall, profiler-wall50 or all-wall50", name)
+			return nil, fmt.Errorf("-telemetry.arms: unknown arm %q: want spans, metrics, labels, profiler, all or aa", name)
 		}
 		arms = append(arms, telemetryArms[i])
 	}
@@ -269,21 +215,10 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	build := func(a benchArm, prof *profile.Profiler) *pipeline.Pipeline {
 		opts := []pipeline.Option{pipeline.WithClock(tel.Now), pipeline.WithProfileLabels(a.labels)}
 		if a.tracing {
-			var tp trace.TracerProvider = tel.TracerProvider
-			if a.sdk {
-				tp = tel.TracerProvider.SDK()
-			}
-			if a.floor {
-				tp = floorTracerProvider{}
-			}
-			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tp)))
+			opts = append(opts, pipeline.WithTracerProvider(prof.WrapTracerProvider(tel.TracerProvider)))
 		}
 		if a.metrics {
-			var mp metric.MeterProvider = tel.MeterProvider
-			if a.sdk {
-				mp = tel.MeterProvider.SDK()
-			}
-			opts = append(opts, pipeline.WithMeterProvider(mp))
+			opts = append(opts, pipeline.WithMeterProvider(tel.MeterProvider))
 		}
 		p, err := pipeline.New(hash, idx, lookups{store}, gen, pipeline.Config{TopK: 5}, opts...)
 		if err != nil {
@@ -342,10 +277,7 @@ func benchTelemetry(b *testing.B, docs int, arms []benchArm) {
 	runArm := func(a benchArm, count bool) phaseStats {
 		var prof *profile.Profiler
 		if a.profiler {
-			cfg := profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler), WallRate: a.wallRate}
-			if a.cpuOnly {
-				cfg.ProfileTypes = []pyroscope.ProfileType{pyroscope.ProfileCPU}
-			}
+			cfg := profile.Config{Now: tel.Now, Logger: slog.New(slog.DiscardHandler)}
 			var err error
 			if prof, err = profile.Start(cfg); err != nil {
 				b.Fatal(err)
@@ -467,21 +399,12 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkSpanCost is the price of one span as the pipeline makes it, under a sampled root,
-// with the ring as its processor and the span limits Setup configures, through the OTel SDK's
-// tracer (sdk: tel.TracerProvider.SDK()) and through ragtail's (ours: tel.TracerProvider), side
-// by side: bare, then with seven attributes set in one call at the end (a "Query {collection}"
-// span has six, a stage span five to twelve), then with explicit start and end timestamps from
-// the service's clock, and for ours through StartAt and EndAt as the pipeline's recorder calls
-// them, then ending with the seven attributes in one call (endwith, EndAtWith), and with the four
-// that every Query span has passed as a set (set, EndAtWithSet), which the tracer copies in as it
-// encoded it once. BenchmarkPipelineTelemetry's spans arm makes about ten of the last kind per
-// request.
-//
-// The root ends and a new one starts every spansPerTrace spans, as a request's does, so that
-// every trace completes and reaches the ring, and a run's later spans cost what its first do
-// rather than hang on a root that has been open for millions of them. A span's figure carries a
-// tenth of its root's start and end with it.
+// BenchmarkSpanCost is the price of one span as the pipeline makes it, through the SDK's tracer
+// under a sampled root, with the ring as its processor and the span limits Setup configures:
+// bare, then with seven attributes set in one call at the end (a "Query {collection}" span has
+// six, a stage span five to twelve), then with explicit start and end timestamps from the
+// service's clock, as the pipeline passes them. The root ends and a new one starts every
+// spansPerTrace spans, as a request's does, so that every trace completes and reaches the ring.
 func BenchmarkSpanCost(b *testing.B) {
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -493,45 +416,12 @@ func BenchmarkSpanCost(b *testing.B) {
 		attribute.String("db.collection.name", "ragtail"), attribute.String("db.operation.name", "Query"),
 		attribute.Int("rag.shard", 2), attribute.Int("db.response.returned_rows", 5), attribute.Int("rag.hits", 5),
 	}
-	type instant interface {
-		StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span)
-	}
-	type instantEnd interface{ EndAt(time.Time) }
-	type attrEnd interface {
-		EndAtWith(time.Time, []attribute.KeyValue)
-	}
-	type setEnd interface {
-		EndAtWithSet(time.Time, *attribute.Set, []attribute.KeyValue)
-	}
-	fixed := attribute.NewSet(attrs[:4]...)
-	// How a case makes its span: bare; with the attributes set in one call; with timestamp
-	// options too; through StartAt, SetAttributes and EndAt; through StartAt and EndAtWith; through
-	// StartAt and EndAtWithSet, the first four attributes as a set.
-	const (
-		bare = iota
-		withAttrs
-		withTimestamps
-		at
-		endWith
-		withSet
-	)
 	for _, bc := range []struct {
-		name string
-		tp   trace.TracerProvider
-		how  int
-	}{
-		{"sdk", tel.TracerProvider.SDK(), bare},
-		{"sdk+attrs", tel.TracerProvider.SDK(), withAttrs},
-		{"sdk+attrs+timestamps", tel.TracerProvider.SDK(), withTimestamps},
-		{"ours", tel.TracerProvider, bare},
-		{"ours+attrs", tel.TracerProvider, withAttrs},
-		{"ours+attrs+timestamps", tel.TracerProvider, withTimestamps},
-		{"ours+attrs+at", tel.TracerProvider, at},
-		{"ours+attrs+at+endwith", tel.TracerProvider, endWith},
-		{"ours+attrs+at+set", tel.TracerProvider, withSet},
-	} {
+		name              string
+		attrs, timestamps bool
+	}{{"bare", false, false}, {"attrs", true, false}, {"attrs+timestamps", true, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			tracer := bc.tp.Tracer("bench")
+			tracer := tel.TracerProvider.Tracer("bench")
 			ctx, root := tracer.Start(context.Background(), "root")
 			children := 0
 			b.ReportAllocs()
@@ -542,33 +432,20 @@ func BenchmarkSpanCost(b *testing.B) {
 					children = 0
 				}
 				children++
-				var now time.Time
-				if bc.how >= withTimestamps {
-					now = tel.Now() // the cases without timestamps read no clock, as before
+				var (
+					startOpts []trace.SpanStartOption
+					endOpts   []trace.SpanEndOption
+				)
+				if bc.timestamps {
+					now := tel.Now()
+					startOpts = []trace.SpanStartOption{trace.WithTimestamp(now)}
+					endOpts = []trace.SpanEndOption{trace.WithTimestamp(now.Add(time.Microsecond))}
 				}
-				switch bc.how {
-				case bare:
-					_, span := tracer.Start(ctx, "Query ragtail")
-					span.End()
-				case withAttrs:
-					_, span := tracer.Start(ctx, "Query ragtail")
+				_, span := tracer.Start(ctx, "Query ragtail", startOpts...)
+				if bc.attrs {
 					span.SetAttributes(attrs...)
-					span.End()
-				case withTimestamps:
-					_, span := tracer.Start(ctx, "Query ragtail", trace.WithTimestamp(now))
-					span.SetAttributes(attrs...)
-					span.End(trace.WithTimestamp(now.Add(time.Microsecond)))
-				case at:
-					_, span := tracer.(instant).StartAt(ctx, "Query ragtail", now)
-					span.SetAttributes(attrs...)
-					span.(instantEnd).EndAt(now.Add(time.Microsecond))
-				case endWith:
-					_, span := tracer.(instant).StartAt(ctx, "Query ragtail", now)
-					span.(attrEnd).EndAtWith(now.Add(time.Microsecond), attrs)
-				case withSet:
-					_, span := tracer.(instant).StartAt(ctx, "Query ragtail", now)
-					span.(setEnd).EndAtWithSet(now.Add(time.Microsecond), &fixed, attrs[4:])
 				}
+				span.End(endOpts...)
 			}
 			b.StopTimer()
 			root.End()
@@ -579,122 +456,3 @@ func BenchmarkSpanCost(b *testing.B) {
 
 // spansPerTrace is how many spans BenchmarkSpanCost makes under one root: about a request's.
 const spansPerTrace = 10
-
-// BenchmarkMetricCost is the price of one histogram measurement as the pipeline makes it (a
-// stage duration with its stage and coupling labels, on an instrument with fifteen buckets)
-// through the OTel SDK's meter provider (sdk: tel.MeterProvider.SDK(), the label set passed as a
-// ready-made option) and through ragtail's (ours, the same option; ours bound, through a recorder
-// bound to the set as the pipeline's are), side by side, within a sampled span (exemplars
-// offered) and outside any span, from one goroutine, and from GOMAXPROCS goroutines at once on
-// the same series (parallel), where each measurement of one core would otherwise wait for the
-// series' lock and counts to come over from another's. BenchmarkPipelineTelemetry's metrics arm
-// makes about twenty a request.
-func BenchmarkMetricCost(b *testing.B) {
-	tel, err := telemetry.Setup(context.Background(), telemetry.Config{Sampler: sdktrace.AlwaysSample(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	set := attribute.NewSet(attribute.String("rag.stage", "retrieve"), attribute.String("rag.coupling", "fanout"))
-	opts := []metric.RecordOption{metric.WithAttributeSet(set)}
-	bounds := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-	spanCtx, span := tel.TracerProvider.Tracer("bench").Start(context.Background(), "root")
-	defer span.End()
-	for _, bc := range []struct {
-		name  string
-		mp    metric.MeterProvider
-		bound bool
-	}{
-		{"sdk", tel.MeterProvider.SDK(), false},
-		{"ours", tel.MeterProvider, false},
-		{"ours_bound", tel.MeterProvider, true},
-	} {
-		h, err := bc.mp.Meter("github.com/ragtail/ragtail/bench/"+bc.name).Float64Histogram("rag.stage.duration", metric.WithUnit("s"), bounds)
-		if err != nil {
-			b.Fatal(err)
-		}
-		record := func(ctx context.Context, v float64) { h.Record(ctx, v, opts...) }
-		if bc.bound {
-			record = h.(interface {
-				BindFloat64(attribute.Set) func(context.Context, float64)
-			}).BindFloat64(set)
-		}
-		for _, where := range []struct {
-			name string
-			ctx  context.Context
-		}{{"in_span", spanCtx}, {"no_span", context.Background()}} {
-			b.Run(bc.name+"/"+where.name, func(b *testing.B) {
-				b.ReportAllocs()
-				v := 0.0
-				for b.Loop() {
-					record(where.ctx, v)
-					v += 0.0001
-				}
-			})
-		}
-		b.Run(bc.name+"/in_span/parallel", func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				v := 0.0
-				for pb.Next() {
-					record(spanCtx, v)
-					v += 0.0001
-				}
-			})
-		})
-	}
-}
-
-// floorTracerProvider hands out the least a recording span can be through the OpenTelemetry
-// API: an object carrying its span context (sampled, with random ids), in a context of its own,
-// every method a no-op, the instants and attributes the pipeline's recorder passes dropped. The
-// spans-floor arm runs the pipeline with it, so that what the spans arm costs beyond it is what
-// recording costs (telemetry.TracerProvider's attributes, the ring), and the floor itself is
-// what any recording tracer would cost at least.
-type floorTracerProvider struct{ embedded.TracerProvider }
-
-func (floorTracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return floorTracer{} }
-
-type floorTracer struct{ embedded.Tracer }
-
-func (floorTracer) Start(ctx context.Context, _ string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
-	return floorStart(ctx)
-}
-
-// StartAt is the pipeline recorder's start at an instant (its instantTracer).
-func (floorTracer) StartAt(ctx context.Context, _ string, _ time.Time) (context.Context, trace.Span) {
-	return floorStart(ctx)
-}
-
-func floorStart(ctx context.Context) (context.Context, trace.Span) {
-	tid := trace.SpanContextFromContext(ctx).TraceID()
-	for !tid.IsValid() {
-		binary.BigEndian.PutUint64(tid[:8], rand.Uint64())
-		binary.BigEndian.PutUint64(tid[8:], rand.Uint64())
-	}
-	var sid trace.SpanID
-	for !sid.IsValid() {
-		binary.BigEndian.PutUint64(sid[:], rand.Uint64())
-	}
-	s := &floorSpan{sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})}
-	return trace.ContextWithSpan(ctx, s), s
-}
-
-type floorSpan struct {
-	embedded.Span
-	sc trace.SpanContext
-}
-
-func (*floorSpan) End(...trace.SpanEndOption)                {}
-func (*floorSpan) EndAt(time.Time)                           {}
-func (*floorSpan) EndAtWith(time.Time, []attribute.KeyValue) {}
-func (*floorSpan) AddEvent(string, ...trace.EventOption)     {}
-func (*floorSpan) AddEventAt(string, time.Time)              {}
-func (*floorSpan) AddLink(trace.Link)                        {}
-func (*floorSpan) IsRecording() bool                         { return true }
-func (*floorSpan) RecordError(error, ...trace.EventOption)   {}
-func (s *floorSpan) SpanContext() trace.SpanContext          { return s.sc }
-func (*floorSpan) SetStatus(codes.Code, string)              {}
-func (*floorSpan) SetName(string)                            {}
-func (*floorSpan) SetAttributes(...attribute.KeyValue)       {}
-func (*floorSpan) TracerProvider() trace.TracerProvider      { return floorTracerProvider{} }

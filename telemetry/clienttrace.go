@@ -39,7 +39,8 @@ type ClientTracing struct {
 }
 
 // StartClientTracing sets up the export of one client span per request: to otlpURL when given
-// (gRPC on port 4317, OTLP/HTTP otherwise), else as the OTEL_* variables say when
+// (gRPC on port 4317, OTLP/HTTP otherwise), else as the OTEL_* variables say (OTLP/HTTP unless
+// OTEL_EXPORTER_OTLP_PROTOCOL says grpc) when
 // OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (contrib's
 // autoexport; OTEL_TRACES_EXPORTER=none turns it off). It returns nil when nothing is to be
 // exported, and otherwise says on w where the spans go.
@@ -79,15 +80,6 @@ func clientSpanExporter(ctx context.Context, otlpURL string, getenv func(string)
 	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if strings.TrimSpace(endpoint) == "" {
 		endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
-	// Like ragtail serve: port 4317 with no protocol set means gRPC.
-	if u, err := url.Parse(strings.TrimSpace(endpoint)); err == nil && u.Port() == "4317" &&
-		getenv("OTEL_EXPORTER_OTLP_PROTOCOL") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") == "" {
-		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithTimeout(ClientExportTimeout))
-		if err != nil {
-			return nil, "", fmt.Errorf("bench otlp trace exporter: %w", err)
-		}
-		return exp, "otlp grpc " + endpoint, nil
 	}
 	exp, err := autoexport.NewSpanExporter(ctx)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -58,10 +57,14 @@ type Config struct {
 	ServiceVersion string
 	// ResourceAttributes are added to the resource, over OTEL_RESOURCE_ATTRIBUTES.
 	ResourceAttributes []attribute.KeyValue
-	// Sampler decides which traces are recorded; nil means the SDK's, from OTEL_TRACES_SAMPLER
-	// and OTEL_TRACES_SAMPLER_ARG, parent-based always-on when they are unset, so that the ring
-	// sees every request.
+	// Sampler decides which traces are recorded; nil leaves it to the SDK, which reads
+	// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG and samples parent-based always-on when
+	// they are unset, so that the ring sees every request.
 	Sampler sdktrace.Sampler
+	// CardinalityLimit bounds the series of each metric instrument (measurements past it go to
+	// the otel.metric.overflow=true series); 0 leaves it to the SDK (OTEL_GO_X_CARDINALITY_LIMIT,
+	// 2000 by default).
+	CardinalityLimit int
 
 	// TracesEndpoint, when set, exports spans over OTLP to this URL (for http/protobuf the full
 	// URL including /v1/traces; for grpc scheme://host:port, http meaning no TLS), whatever the
@@ -90,6 +93,11 @@ type Config struct {
 	// carries it to Telemetry.CaptureContent, for the caller to pass to the pipeline.
 	CaptureContent bool
 
+	// GenAILatest replaces the GenAI names of semantic conventions v1.41 (the default) by those of
+	// the latest conventions (OTEL_SEMCONV_STABILITY_OPT_IN containing gen_ai_latest_experimental).
+	// Setup only carries it to Telemetry.GenAILatest, for the caller to pass to the pipeline.
+	GenAILatest bool
+
 	// SpanLimits bound what one span keeps (attribute count and value length, events, links);
 	// the zero value means DefaultSpanLimits().
 	SpanLimits sdktrace.SpanLimits
@@ -108,9 +116,11 @@ type Config struct {
 	ErrorLogEvery time.Duration
 }
 
-// FromEnv returns the Config of ragtail's own environment variables, read with getenv
-// (os.Getenv in production): RAGTAIL_CAPTURE_CONTENT and
-// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT. The standard OTEL_* variables are read by
+// FromEnv returns the Config of the environment variables that no library reads for ragtail,
+// read with getenv (os.Getenv in production): RAGTAIL_CAPTURE_CONTENT and
+// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (content capture), and
+// OTEL_SEMCONV_STABILITY_OPT_IN (gen_ai_latest_experimental, the switch the GenAI conventions
+// name for their latest names). The standard OTEL_* variables are read by
 // the libraries that own them when Setup runs: the resource (OTEL_SERVICE_NAME,
 // OTEL_RESOURCE_ATTRIBUTES), the sampler (OTEL_TRACES_SAMPLER, _ARG), span limits
 // (OTEL_SPAN_*_LIMIT), propagators (OTEL_PROPAGATORS, contrib's autoprop), exporters
@@ -129,7 +139,23 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		cfg.CaptureContent = cfg.CaptureContent || on
 	}
+	cfg.GenAILatest = OptedIn(getenv("OTEL_SEMCONV_STABILITY_OPT_IN"), GenAILatestOptIn)
 	return cfg, nil
+}
+
+// GenAILatestOptIn is the value of OTEL_SEMCONV_STABILITY_OPT_IN that switches to the GenAI
+// conventions' latest names.
+const GenAILatestOptIn = "gen_ai_latest_experimental"
+
+// OptedIn reports whether the comma-separated OTEL_SEMCONV_STABILITY_OPT_IN value optIn holds
+// name.
+func OptedIn(optIn, name string) bool {
+	for v := range strings.SplitSeq(optIn, ",") {
+		if strings.TrimSpace(v) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // exportRequested reports whether the environment asks for signal ("TRACES" or "METRICS") to be
@@ -145,26 +171,10 @@ func otlpEndpoint(getenv func(string) string, signal string) string {
 	return cmp.Or(strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT")), strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")))
 }
 
-// grpcByPort reports whether signal should be exported over OTLP/gRPC although no protocol is
-// set: ragtail's one addition to the specification's default (http/protobuf), for an endpoint on
-// the OTLP/gRPC port 4317 with OTEL_{signal}_EXPORTER unset or otlp.
-func grpcByPort(getenv func(string) string, signal string) bool {
-	if exp := strings.TrimSpace(getenv("OTEL_" + signal + "_EXPORTER")); exp != "" && exp != "otlp" {
-		return false
-	}
-	if getenv("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL") != "" || getenv("OTEL_EXPORTER_OTLP_PROTOCOL") != "" {
-		return false
-	}
-	u, err := url.Parse(withScheme(otlpEndpoint(getenv, signal)))
-	return err == nil && u.Port() == "4317"
-}
-
-// withScheme prefixes an endpoint given as host:port with http://, as the exporters expect a URL.
-func withScheme(endpoint string) string {
-	if strings.Contains(endpoint, "://") {
-		return endpoint
-	}
-	return "http://" + endpoint
+// prometheusRequested reports whether OTEL_METRICS_EXPORTER asks for Prometheus: that is the
+// admin listener's /metrics, always on (autoexport would open a second server of its own).
+func prometheusRequested(getenv func(string) string) bool {
+	return strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER")) == "prometheus"
 }
 
 func (c Config) withDefaults() Config {
@@ -199,47 +209,4 @@ func (c Config) withDefaults() Config {
 		c.MetricsProtocol = ProtocolHTTPProtobuf
 	}
 	return c
-}
-
-// samplerFromEnv returns the sampler OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG name, read
-// with getenv as the SDK reads them (its own reader is not exported, and TracerProvider samples
-// with the sampler itself): always_on, always_off, traceidratio, parentbased_always_on (the
-// default, also when the variable is unset), parentbased_always_off and parentbased_traceidratio,
-// the ratio 1.0 when the argument is absent. An unknown sampler is an error with the default
-// sampler; a bad ratio an error with the ratio 1.0.
-func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
-	def := sdktrace.ParentBased(sdktrace.AlwaysSample())
-	name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")))
-	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
-	ratio := func() (sdktrace.Sampler, error) {
-		if arg == "" {
-			return sdktrace.TraceIDRatioBased(1), nil
-		}
-		v, err := strconv.ParseFloat(arg, 64)
-		switch {
-		case err != nil:
-			return sdktrace.TraceIDRatioBased(1), fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: %w", arg, err)
-		case v < 0 || v > 1:
-			return sdktrace.TraceIDRatioBased(1), fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: the ratio must be within [0, 1]", arg)
-		}
-		return sdktrace.TraceIDRatioBased(v), nil
-	}
-	switch name {
-	case "":
-		return def, nil
-	case "always_on":
-		return sdktrace.AlwaysSample(), nil
-	case "always_off":
-		return sdktrace.NeverSample(), nil
-	case "traceidratio":
-		return ratio()
-	case "parentbased_always_on":
-		return def, nil
-	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
-	case "parentbased_traceidratio":
-		r, err := ratio()
-		return sdktrace.ParentBased(r), err
-	}
-	return def, fmt.Errorf("OTEL_TRACES_SAMPLER=%q: unsupported sampler (want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio)", name)
 }

@@ -3,11 +3,16 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 )
@@ -28,6 +33,9 @@ func TestFromEnv(t *testing.T) {
 		{name: "capture content, ragtail's name", env: map[string]string{"RAGTAIL_CAPTURE_CONTENT": "1", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"},
 			want: Config{CaptureContent: true}},
 		{name: "bad capture", env: map[string]string{"RAGTAIL_CAPTURE_CONTENT": "sure"}, wantErr: "RAGTAIL_CAPTURE_CONTENT"},
+		{name: "latest GenAI names", env: map[string]string{"OTEL_SEMCONV_STABILITY_OPT_IN": "http, gen_ai_latest_experimental"},
+			want: Config{GenAILatest: true}},
+		{name: "other opt-ins", env: map[string]string{"OTEL_SEMCONV_STABILITY_OPT_IN": "http/dup,gen_ai_latest"}, want: Config{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,7 +49,7 @@ func TestFromEnv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.CaptureContent != tt.want.CaptureContent {
+			if got.CaptureContent != tt.want.CaptureContent || got.GenAILatest != tt.want.GenAILatest {
 				t.Fatalf("got %+v\nwant %+v", got, tt.want)
 			}
 		})
@@ -49,8 +57,9 @@ func TestFromEnv(t *testing.T) {
 }
 
 // TestSetupReadsTheEnvironment checks what Setup makes of the standard variables, which the SDK,
-// autoexport and autoprop read: ragtail exports only when asked, speaks gRPC to port 4317 when
-// no protocol is set, leaves Prometheus to its own /metrics, and takes the resource, sampler and
+// autoexport and autoprop read: ragtail exports only when asked, speaks the protocol
+// OTEL_EXPORTER_OTLP_PROTOCOL names (http/protobuf when unset, as the specification has it),
+// leaves Prometheus to its own /metrics, bounds metric series as the SDK does, and takes the resource, sampler and
 // propagators from the environment. Exporters point at loopback ports where nothing listens.
 func TestSetupReadsTheEnvironment(t *testing.T) {
 	tests := []struct {
@@ -61,12 +70,10 @@ func TestSetupReadsTheEnvironment(t *testing.T) {
 		check     func(t *testing.T, tel *Telemetry)
 	}{
 		{name: "nothing set exports nothing"},
-		{name: "port 4317 means grpc", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"},
-			exporting: []string{"otlp traces (grpc, port 4317)", "otlp metrics (grpc, port 4317)"}},
-		{name: "other ports go to autoexport, http/protobuf", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
-			exporting: []string{"otlp traces (http/protobuf) to http://127.0.0.1:4318", "otlp metrics (http/protobuf)"}},
-		{name: "explicit protocol wins over the port", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
-			exporting: []string{"otlp traces (http/protobuf)", "otlp metrics (http/protobuf)"}},
+		{name: "grpc when the protocol says so", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			exporting: []string{"otlp traces (grpc) to http://127.0.0.1:4317", "otlp metrics (grpc)"}},
+		{name: "http/protobuf by default, whatever the port", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"},
+			exporting: []string{"otlp traces (http/protobuf) to http://127.0.0.1:4317", "otlp metrics (http/protobuf)"}},
 		{name: "none turns a signal off", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"},
 			exporting: []string{"otlp metrics"}},
 		{name: "prometheus is the admin listener's", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_TRACES_EXPORTER": "none"}},
@@ -94,6 +101,20 @@ func TestSetupReadsTheEnvironment(t *testing.T) {
 					t.Error("always_off sampler recorded a span")
 				}
 			}},
+		{name: "cardinality limit from the environment", env: map[string]string{"OTEL_GO_X_CARDINALITY_LIMIT": "3"},
+			check: func(t *testing.T, tel *Telemetry) {
+				c, err := tel.MeterProvider.Meter("t").Int64Counter("t.requests")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 10 {
+					c.Add(context.Background(), 1, metric.WithAttributes(attribute.Int("i", i)))
+				}
+				out := scrape(t, tel)
+				if n := strings.Count(out, "t_requests_total{"); n != 3 || !strings.Contains(out, `otel_metric_overflow="true"`) {
+					t.Errorf("%d series of t_requests_total, want 3 (2 and the overflow series):\n%s", n, out)
+				}
+			}},
 		{name: "propagators from the environment", env: map[string]string{"OTEL_PROPAGATORS": "b3"},
 			check: func(t *testing.T, tel *Telemetry) {
 				carrier := propagation.MapCarrier{"b3": "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1"}
@@ -105,7 +126,7 @@ func TestSetupReadsTheEnvironment(t *testing.T) {
 				}
 			}},
 	}
-	vars := []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+	vars := []string{"OTEL_GO_X_CARDINALITY_LIMIT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
 		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_PROPAGATORS",
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"}
 	for _, tt := range tests {
@@ -169,6 +190,14 @@ func TestErrorLimiter(t *testing.T) {
 	if h.Errors() != 1001 {
 		t.Error("a nil error was counted")
 	}
+}
+
+// scrape returns what /metrics would serve of tel's registry, in the Prometheus text format.
+func scrape(tb testing.TB, tel *Telemetry) string {
+	tb.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(tel.Registry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
 }
 
 type errBoom struct{ i int }

@@ -73,9 +73,9 @@ func newOTLPMetricsSink(t *testing.T) (*otlpMetricsSink, *httptest.Server) {
 
 // TestOTLPMetricsCarryRagtailsInstruments exports metrics over OTLP/HTTP, configured by
 // Config.MetricsEndpoint and by the environment, and checks that the receiver gets both ragtail's
-// own instruments (aggregated by telemetry.MeterProvider, reaching the OTLP reader as its
-// producer) and a library scope's (the SDK's); and that with delta temporality asked for, ragtail's
-// instruments arrive as delta, from the SDK.
+// own instruments and a library scope's; and that with delta temporality asked for
+// (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, read by the SDK's exporter), they arrive as
+// delta.
 func TestOTLPMetricsCarryRagtailsInstruments(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -106,7 +106,7 @@ func TestOTLPMetricsCarryRagtailsInstruments(t *testing.T) {
 			}
 			defer func() { _ = tel.Shutdown(context.Background()) }()
 
-			ownScope := telemetry.OwnScopePrefix + "rag/pipeline"
+			ownScope := "github.com/ragtail/ragtail/rag/pipeline"
 			h, err := tel.MeterProvider.Meter(ownScope).Float64Histogram("rag.stage.duration")
 			if err != nil {
 				t.Fatal(err)

@@ -50,16 +50,16 @@ type Trace struct {
 	ID trace.TraceID
 	// Root is the first local root that ended; Roots lists every local root kept, in the order
 	// they ended (one per request made within the trace).
-	Root  SpanData
-	Roots []SpanData
-	Spans []SpanData // every kept span, roots included, in the order they ended
+	Root  sdktrace.ReadOnlySpan
+	Roots []sdktrace.ReadOnlySpan
+	Spans []sdktrace.ReadOnlySpan // every kept span, roots included, in the order they ended
 	// Duration is the longest local root's: the slowest request of the trace.
 	Duration time.Duration
 	Dropped  int // spans not kept because the trace had RingMaxSpans
 
 	inRecent, inSlow bool
-	firstRoot        [1]SpanData            // Roots' backing array until a second root joins
-	spanBuf          [pendingSpans]SpanData // Spans' backing array until it outgrows it
+	firstRoot        [1]sdktrace.ReadOnlySpan            // Roots' backing array until a second root joins
+	spanBuf          [pendingSpans]sdktrace.ReadOnlySpan // Spans' backing array until it outgrows it
 }
 
 // NewRing returns a Ring keeping recent traces, slowest traces apart from them, and at most
@@ -87,13 +87,10 @@ var _ sdktrace.SpanProcessor = (*Ring)(nil)
 // OnStart implements sdktrace.SpanProcessor; the ring looks at spans only when they end.
 func (r *Ring) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
-// OnEnd implements sdktrace.SpanProcessor, for the spans of the SDK.
-func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) { r.add(s) }
-
-// add keeps the ended span s. A span of a trace still pending costs one map lookup and an
-// append; a trace costs one allocation, its Trace with room for its first pendingSpans spans,
-// which the trace keeps when its root ends. TracerProvider hands its own spans here directly.
-func (r *Ring) add(s SpanData) {
+// OnEnd implements sdktrace.SpanProcessor: it keeps the ended span s. A span of a trace still
+// pending costs one map lookup and an append; a trace costs one allocation, its Trace with room
+// for its first pendingSpans spans, which the trace keeps when its root ends.
+func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
 	sc := s.SpanContext()
 	if !sc.IsSampled() {
 		return
@@ -150,12 +147,12 @@ func (r *Ring) add(s SpanData) {
 
 // endRoot keeps the ended local root s with t, the trace holding the spans of its subtree that
 // ended before it (nil for none). The caller holds r.mu.
-func (r *Ring) endRoot(s SpanData, t *Trace) {
+func (r *Ring) endRoot(s sdktrace.ReadOnlySpan, t *Trace) {
 	id := s.SpanContext().TraceID()
 	r.stats.Traces++
 	if kept, ok := r.kept[id]; ok {
 		// Another request of a trace already kept: its subtree joins the trace.
-		var spans []SpanData
+		var spans []sdktrace.ReadOnlySpan
 		if t != nil {
 			spans = t.Spans
 		}
@@ -177,68 +174,6 @@ func (r *Ring) endRoot(s SpanData, t *Trace) {
 	}
 }
 
-// localTrace gathers the spans of one local root's subtree (one request) that end before the
-// root, under a lock of its own that only that request's goroutines take; the ring takes them
-// all, under its lock once, when the root ends (addLocalRoot). Spans that end after the root
-// go to the ring one by one. TracerProvider keeps one per sampled local root, so that the
-// spans of concurrent requests do not queue on the ring's lock.
-type localTrace struct {
-	mu     sync.Mutex
-	closed bool  // the root has ended
-	t      Trace // the trace the ring adopts; Spans holds the ended descendants
-}
-
-// newLocal returns the localTrace of a new local root of trace id.
-func (r *Ring) newLocal(id trace.TraceID) *localTrace {
-	lt := &localTrace{}
-	lt.t.ID = id
-	lt.t.Spans = lt.t.spanBuf[:0]
-	return lt
-}
-
-// addLocal keeps the ended span s, a descendant of lt's root.
-func (r *Ring) addLocal(lt *localTrace, s SpanData) {
-	lt.mu.Lock()
-	if !lt.closed {
-		if len(lt.t.Spans) < r.maxSpans-1 { // keep room for the root
-			lt.t.Spans = append(lt.t.Spans, s)
-		} else {
-			lt.t.Dropped++
-		}
-		lt.mu.Unlock()
-		return
-	}
-	lt.mu.Unlock()
-	r.add(s) // a straggler
-}
-
-// addLocalRoot keeps root, the ended local root of lt, with the descendants gathered so far.
-func (r *Ring) addLocalRoot(lt *localTrace, root SpanData) {
-	lt.mu.Lock()
-	lt.closed = true
-	lt.mu.Unlock()
-	t := &lt.t
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stats.Spans += uint64(len(t.Spans))
-	r.stats.DroppedSpans += uint64(t.Dropped)
-	if p, ok := r.pending[t.ID]; ok {
-		// Spans of this trace that reached the ring on their own (through OnEnd).
-		delete(r.pending, t.ID)
-		for _, s := range p.Spans {
-			if len(t.Spans) < r.maxSpans-1 {
-				t.Spans = append(t.Spans, s)
-			} else {
-				t.Dropped++
-				r.stats.Spans--
-				r.stats.DroppedSpans++
-			}
-		}
-	}
-	r.endRoot(root, t)
-}
-
 // pendingSpans is how many spans a Trace holds before its span slice needs an allocation of
 // its own: a request of ragtail's pipeline makes 10 or 11.
 const pendingSpans = 16
@@ -252,7 +187,7 @@ func newTrace(id trace.TraceID) *Trace {
 
 // join adds a further local root of t, and the spans of its subtree that ended before it, to t,
 // within the per-trace bound, and makes t the most recent trace.
-func (r *Ring) join(t *Trace, root SpanData, spans []SpanData) {
+func (r *Ring) join(t *Trace, root sdktrace.ReadOnlySpan, spans []sdktrace.ReadOnlySpan) {
 	rootKept := false
 	for i, s := range append(spans, root) {
 		isRoot := i == len(spans)

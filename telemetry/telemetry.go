@@ -1,11 +1,11 @@
-// Package telemetry sets up ragtail's OpenTelemetry SDK in one call: a tracer provider with W3C
-// trace-context and baggage propagation (ragtail's own span recorder behind the OTel trace API,
-// with the SDK's samplers, span limits, processors and exporters: see TracerProvider), an
-// always-on in-process trace ring (recent and slowest traces, served on /debug/traces), an
-// optional JSONL span file, OTLP export of traces and metrics when an endpoint is configured,
-// and a meter provider whose Prometheus exporter writes to a registry of its own (OpenMetrics
-// with trace_id exemplars on /metrics). It also owns the service's clock (NewClock), which
-// spans, profiles, Server-Timing and the X-Ragtail-Time header all read.
+// Package telemetry sets up ragtail's OpenTelemetry SDK in one call: the SDK's tracer provider,
+// with W3C trace-context and baggage propagation (or what OTEL_PROPAGATORS names), an always-on
+// in-process trace ring (recent and slowest traces, served on /debug/traces), an optional JSONL
+// span file and OTLP export when asked; and the SDK's meter provider, whose Prometheus exporter
+// writes to a registry of its own (OpenMetrics with trace_id exemplars on /metrics), and OTLP
+// when asked. The OTEL_* variables are read by the SDK and by contrib's autoexport and autoprop
+// themselves. It also owns the service's clock (NewClock), which spans, profiles, Server-Timing
+// and the X-Ragtail-Time header all read.
 //
 // Only cmd imports this package: libraries take the providers it returns as the OpenTelemetry
 // API interfaces. Backends that are down never hurt requests: spans are exported in batches from
@@ -48,13 +48,11 @@ import (
 // trace.TracerProvider and metric.MeterProvider), Now to everything that reads time, and
 // Registry, Ring to the admin listener. Call Shutdown once when the service stops.
 type Telemetry struct {
-	// TracerProvider samples with Config.Sampler (or OTEL_TRACES_SAMPLER) and feeds the ring,
-	// the trace file and OTLP; its spans are recorded by ragtail's own tracer, the SDK's
-	// samplers, limits, processors and exporters around it (see TracerProvider).
-	TracerProvider *TracerProvider
-	// MeterProvider feeds the Prometheus registry and, when configured, OTLP. ragtail's own
-	// instruments are aggregated by it, the others by the SDK's provider (MeterProvider.SDK).
-	MeterProvider *MeterProvider
+	// TracerProvider samples with Config.Sampler (or as OTEL_TRACES_SAMPLER says) and feeds the
+	// ring, the trace file and OTLP.
+	TracerProvider *sdktrace.TracerProvider
+	// MeterProvider feeds the Prometheus registry and, when configured, OTLP.
+	MeterProvider *sdkmetric.MeterProvider
 	// Propagator is what OTEL_PROPAGATORS names, W3C trace context plus baggage by default (also
 	// installed as the global propagator).
 	Propagator propagation.TextMapPropagator
@@ -70,6 +68,9 @@ type Telemetry struct {
 	Resource *resource.Resource
 	// CaptureContent says whether prompt and answer text may be recorded (Config.CaptureContent).
 	CaptureContent bool
+	// GenAILatest says whether the GenAI names of the latest conventions replace the v1.41 ones
+	// (Config.GenAILatest).
+	GenAILatest bool
 	// Errors is the rate-limited handler export errors go to (installed as otel's global
 	// error handler).
 	Errors *ErrorLimiter
@@ -81,7 +82,7 @@ type Telemetry struct {
 	shutdowns    []func(context.Context) error
 }
 
-// Setup builds the telemetry cfg describes. It installs the W3C propagator and the rate-limited
+// Setup builds the telemetry cfg describes. It installs the propagator and the rate-limited
 // error handler as OpenTelemetry globals (the SDK reports export errors only through the global
 // handler); the providers are not made global. On error, whatever was built is shut down.
 func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
@@ -90,6 +91,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		Now:            cfg.Now,
 		Registry:       prometheus.NewRegistry(),
 		CaptureContent: cfg.CaptureContent,
+		GenAILatest:    cfg.GenAILatest,
 		Propagator:     autoprop.NewTextMapPropagator(),
 		Errors:         NewErrorLimiter(cfg.Logger, cfg.ErrorLogEvery, time.Now),
 	}
@@ -106,94 +108,14 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	if t.Resource, err = newResource(ctx, cfg); err != nil {
 		return nil, err
 	}
-
 	t.Ring = NewRing(cfg.RingRecent, cfg.RingSlowest, cfg.RingMaxSpans)
-	// others are the span processors after the ring, registered on the SDK provider and fed
-	// the spans TracerProvider records itself as they end.
-	var others []sdktrace.SpanProcessor
-	withBatcher := func(exp sdktrace.SpanExporter) sdktrace.TracerProviderOption {
-		bsp := sdktrace.NewBatchSpanProcessor(exp)
-		others = append(others, bsp)
-		return sdktrace.WithSpanProcessor(bsp)
+	if t.TracerProvider, err = t.newTracerProvider(ctx, cfg); err != nil {
+		return nil, err
 	}
-	tpOpts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(t.Resource),
-		sdktrace.WithRawSpanLimits(cfg.SpanLimits),
-		sdktrace.WithSpanProcessor(t.Ring),
-	}
-	sampler := cfg.Sampler
-	if sampler == nil {
-		var err error
-		if sampler, err = samplerFromEnv(os.Getenv); err != nil {
-			otel.Handle(err) // as the SDK does: the error is logged, the sampler falls back
-		}
-	}
-	tpOpts = append(tpOpts, sdktrace.WithSampler(sampler))
-	if cfg.TraceFile != "" {
-		exp, err := newFileExporter(cfg.TraceFile)
-		if err != nil {
-			return nil, err
-		}
-		tpOpts = append(tpOpts, withBatcher(exp))
-		t.Exporting = append(t.Exporting, "spans to "+cfg.TraceFile)
-	}
-	// The batcher's default queue (2048 spans) bounds memory while the collector is away; spans
-	// past it are dropped, never waited for.
-	switch {
-	case cfg.TracesEndpoint != "":
-		exp, err := newTraceExporter(ctx, cfg.TracesProtocol, cfg.TracesEndpoint)
-		if err != nil {
-			return nil, err
-		}
-		tpOpts = append(tpOpts, withBatcher(exp))
-		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp traces (%s) to %s", cfg.TracesProtocol, cfg.TracesEndpoint))
-	case exportRequested(os.Getenv, "TRACES"):
-		exp, desc, err := envSpanExporter(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if exp != nil {
-			tpOpts = append(tpOpts, withBatcher(exp))
-			t.Exporting = append(t.Exporting, desc)
-		}
-	}
-	others = append(others, cfg.SpanProcessors...)
-	for _, sp := range cfg.SpanProcessors {
-		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
-	}
-	t.TracerProvider = newTracerProvider(sdktrace.NewTracerProvider(tpOpts...), sampler, t.Resource, cfg.SpanLimits, cfg.Now, t.Ring, others)
 	t.shutdowns = append(t.shutdowns, t.TracerProvider.Shutdown)
-
-	// ragtail's own instruments are aggregated by t.MeterProvider, which every reader takes as
-	// its producer; it leaves them to the SDK when an exporter wants delta temporality or a
-	// reader cannot take it.
-	t.MeterProvider = newMeterProvider(!deltaPreferred(), cfg.Now)
-	producer := sdkmetric.WithProducer(t.MeterProvider)
-	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry), otelprom.WithProducer(t.MeterProvider))
-	if err != nil {
-		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	if t.MeterProvider, err = t.newMeterProvider(ctx, cfg); err != nil {
+		return nil, err
 	}
-	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(t.Resource), sdkmetric.WithReader(promExp)}
-	switch {
-	case cfg.MetricsEndpoint != "":
-		exp, err := newMetricExporter(ctx, cfg.MetricsProtocol, cfg.MetricsEndpoint)
-		if err != nil {
-			return nil, err
-		}
-		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.MetricsInterval), producer)))
-		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp metrics (%s) to %s every %v", cfg.MetricsProtocol, cfg.MetricsEndpoint, cfg.MetricsInterval))
-	case exportRequested(os.Getenv, "METRICS"):
-		reader, produced, desc, err := envMetricReader(ctx, producer)
-		if err != nil {
-			return nil, err
-		}
-		if reader != nil {
-			mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
-			t.Exporting = append(t.Exporting, desc)
-			t.MeterProvider.own = t.MeterProvider.own && produced
-		}
-	}
-	t.MeterProvider.sdk = sdkmetric.NewMeterProvider(mpOpts...)
 	t.shutdowns = append(t.shutdowns, t.MeterProvider.Shutdown)
 
 	if err := t.Registry.Register(collectors.NewGoCollector()); err != nil {
@@ -203,6 +125,89 @@ func Setup(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 		return nil, fmt.Errorf("process collector: %w", err)
 	}
 	return t, nil
+}
+
+// newTracerProvider builds the SDK's tracer provider: the resource, the span limits, the sampler
+// (the SDK's from OTEL_TRACES_SAMPLER when cfg names none), and the span processors: the ring,
+// then batchers of the trace file and of OTLP, then cfg's own.
+func (t *Telemetry) newTracerProvider(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, error) {
+	opts := []sdktrace.TracerProviderOption{
+		sdktrace.WithResource(t.Resource),
+		sdktrace.WithRawSpanLimits(cfg.SpanLimits),
+		sdktrace.WithSpanProcessor(t.Ring),
+	}
+	if cfg.Sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(cfg.Sampler))
+	}
+	// Batchers drop spans past their queue (2048 by default, OTEL_BSP_MAX_QUEUE_SIZE) rather
+	// than wait: memory stays bounded while a collector is away.
+	withBatcher := func(exp sdktrace.SpanExporter) {
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	if cfg.TraceFile != "" {
+		exp, err := newFileExporter(cfg.TraceFile)
+		if err != nil {
+			return nil, err
+		}
+		withBatcher(exp)
+		t.Exporting = append(t.Exporting, "spans to "+cfg.TraceFile)
+	}
+	switch {
+	case cfg.TracesEndpoint != "":
+		exp, err := newTraceExporter(ctx, cfg.TracesProtocol, cfg.TracesEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		withBatcher(exp)
+		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp traces (%s) to %s", cfg.TracesProtocol, cfg.TracesEndpoint))
+	case exportRequested(os.Getenv, "TRACES"):
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("trace exporter (OTEL_TRACES_EXPORTER): %w", err)
+		}
+		if !autoexport.IsNoneSpanExporter(exp) {
+			withBatcher(exp)
+			t.Exporting = append(t.Exporting, envExportLine("traces", "TRACES"))
+		}
+	}
+	for _, sp := range cfg.SpanProcessors {
+		opts = append(opts, sdktrace.WithSpanProcessor(sp))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
+}
+
+// newMeterProvider builds the SDK's meter provider: the resource, the cardinality limit when cfg
+// sets one (else the SDK's, OTEL_GO_X_CARDINALITY_LIMIT or 2000), and the readers: Prometheus on
+// t.Registry, and OTLP when asked. Exemplars follow OTEL_METRICS_EXEMPLAR_FILTER (trace_based by
+// default: measurements made within a sampled span carry its trace id).
+func (t *Telemetry) newMeterProvider(ctx context.Context, cfg Config) (*sdkmetric.MeterProvider, error) {
+	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithResource(t.Resource), sdkmetric.WithReader(promExp)}
+	if cfg.CardinalityLimit > 0 {
+		opts = append(opts, sdkmetric.WithCardinalityLimit(cfg.CardinalityLimit))
+	}
+	switch {
+	case cfg.MetricsEndpoint != "":
+		exp, err := newMetricExporter(ctx, cfg.MetricsProtocol, cfg.MetricsEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.MetricsInterval))))
+		t.Exporting = append(t.Exporting, fmt.Sprintf("otlp metrics (%s) to %s every %v", cfg.MetricsProtocol, cfg.MetricsEndpoint, cfg.MetricsInterval))
+	case exportRequested(os.Getenv, "METRICS") && !prometheusRequested(os.Getenv):
+		r, err := autoexport.NewMetricReader(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("metric reader (OTEL_METRICS_EXPORTER): %w", err)
+		}
+		if !autoexport.IsNoneMetricReader(r) {
+			opts = append(opts, sdkmetric.WithReader(r))
+			t.Exporting = append(t.Exporting, envExportLine("metrics", "METRICS"))
+		}
+	}
+	return sdkmetric.NewMeterProvider(opts...), nil
 }
 
 // Shutdown flushes and stops the providers (exporting what is queued, within ctx) and closes
@@ -260,71 +265,6 @@ func instanceID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// envSpanExporter returns the span exporter the OTEL_* variables describe (nil for none) and a
-// line saying what it is. contrib's autoexport builds it, except for an OTLP endpoint on port
-// 4317 with no protocol set, which ragtail speaks gRPC to (see grpcByPort).
-func envSpanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error) {
-	if grpcByPort(os.Getenv, "TRACES") {
-		exp, err := otlptracegrpc.New(ctx)
-		if err != nil {
-			return nil, "", fmt.Errorf("otlp trace exporter: %w", err)
-		}
-		return exp, "otlp traces (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "TRACES"), nil
-	}
-	exp, err := autoexport.NewSpanExporter(ctx)
-	if err != nil {
-		return nil, "", fmt.Errorf("trace exporter (OTEL_TRACES_EXPORTER): %w", err)
-	}
-	if autoexport.IsNoneSpanExporter(exp) {
-		return nil, "", nil
-	}
-	return exp, envExportLine("traces", "TRACES"), nil
-}
-
-// envMetricReader returns the metric reader the OTEL_* variables describe (nil for none), like
-// envSpanExporter. OTEL_METRICS_EXPORTER=prometheus means the admin listener's /metrics, which is
-// always on: autoexport would open a second server on the same port.
-func envMetricReader(ctx context.Context, producer sdkmetric.ReaderOption) (_ sdkmetric.Reader, produced bool, desc string, _ error) {
-	if strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER")) == "prometheus" {
-		return nil, false, "", nil
-	}
-	// OTLP readers are built here, so that they take ragtail's aggregation as a producer; the
-	// exporters and the reader read their OTEL_* settings themselves, as through autoexport.
-	// Metric producers named in OTEL_METRICS_PRODUCERS are read by autoexport only, which then
-	// builds the reader.
-	exporter := strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER"))
-	otlp := (exporter == "" || exporter == "otlp") && strings.TrimSpace(os.Getenv("OTEL_METRICS_PRODUCERS")) == ""
-	var (
-		exp sdkmetric.Exporter
-		err error
-	)
-	switch {
-	case grpcByPort(os.Getenv, "METRICS"):
-		exp, err = otlpmetricgrpc.New(ctx)
-		desc = "otlp metrics (grpc, port 4317) to " + otlpEndpoint(os.Getenv, "METRICS")
-	case otlp && envProtocol("METRICS") == ProtocolGRPC:
-		exp, err = otlpmetricgrpc.New(ctx)
-		desc = envExportLine("metrics", "METRICS")
-	case otlp && envProtocol("METRICS") == ProtocolHTTPProtobuf:
-		exp, err = otlpmetrichttp.New(ctx)
-		desc = envExportLine("metrics", "METRICS")
-	}
-	if err != nil {
-		return nil, false, "", fmt.Errorf("otlp metric exporter: %w", err)
-	}
-	if exp != nil {
-		return sdkmetric.NewPeriodicReader(exp, producer), true, desc, nil
-	}
-	r, err := autoexport.NewMetricReader(ctx)
-	if err != nil {
-		return nil, false, "", fmt.Errorf("metric reader (OTEL_METRICS_EXPORTER): %w", err)
-	}
-	if autoexport.IsNoneMetricReader(r) {
-		return nil, false, "", nil
-	}
-	return r, false, envExportLine("metrics", "METRICS"), nil
 }
 
 // envProtocol returns the OTLP protocol the environment sets for signal (http/protobuf by

@@ -41,7 +41,7 @@ type EventRecord struct {
 }
 
 // NewSpanRecord converts an ended span to its JSONL record.
-func NewSpanRecord(s SpanData) SpanRecord {
+func NewSpanRecord(s sdktrace.ReadOnlySpan) SpanRecord {
 	rec := SpanRecord{
 		TraceID:       s.SpanContext().TraceID().String(),
 		SpanID:        s.SpanContext().SpanID().String(),

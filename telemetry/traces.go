@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
@@ -100,7 +101,7 @@ func (t *Trace) View() TraceView {
 		stageOf[s.SpanContext().SpanID()] = stringAttr(s.Attributes(), ragconv.AttrStage)
 		parentOf[s.SpanContext().SpanID()] = s.Parent().SpanID()
 	}
-	depth := func(s SpanData) int {
+	depth := func(s sdktrace.ReadOnlySpan) int {
 		d := 0
 		for id := s.Parent().SpanID(); d < len(spans); d++ {
 			next, ok := parentOf[id]
@@ -112,7 +113,7 @@ func (t *Trace) View() TraceView {
 		return d
 	}
 	// By start time; a parent before the children that start with it.
-	slices.SortStableFunc(spans, func(a, b SpanData) int {
+	slices.SortStableFunc(spans, func(a, b sdktrace.ReadOnlySpan) int {
 		if c := a.StartTime().Compare(b.StartTime()); c != 0 {
 			return c
 		}
@@ -165,7 +166,7 @@ func (t *Trace) View() TraceView {
 	return v
 }
 
-func spanView(s SpanData, origin time.Time) SpanView {
+func spanView(s sdktrace.ReadOnlySpan, origin time.Time) SpanView {
 	attrs := s.Attributes()
 	sv := SpanView{
 		Stage:         stringAttr(attrs, ragconv.AttrStage),

@@ -1265,13 +1265,11 @@ func (s *stack) checkPodDiscoveryRBAC(c container) {
 	s.addf("%s: ServiceAccount %s may not list and watch pods: kubernetes_sd_configs would find no target", c, sa)
 }
 
-// otlpProtocol is the protocol ragtail's telemetry uses for an endpoint (telemetry/config.go).
-func otlpProtocol(c *corev1.Container, endpoint string) string {
+// otlpProtocol is the protocol ragtail's telemetry uses: OTEL_EXPORTER_OTLP_PROTOCOL, read by
+// the SDK's exporters, http/protobuf when unset, as the specification has it.
+func otlpProtocol(c *corev1.Container) string {
 	if p := envValue(c, "OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" {
 		return p
-	}
-	if u, err := url.Parse(endpoint); err == nil && u.Port() == "4317" {
-		return "grpc"
 	}
 	return "http/protobuf"
 }
@@ -1283,7 +1281,7 @@ func (s *stack) checkOTLP(c container, endpoint string) {
 		s.addf("%s: OTEL_EXPORTER_OTLP_ENDPOINT: %v", c, err)
 		return
 	}
-	proto := otlpProtocol(c.c, endpoint)
+	proto := otlpProtocol(c.c)
 	target := container{ep.w, ep.c}
 	if r := imageRepo(ep.c.Image); r != "otel/opentelemetry-collector" && r != "otel/opentelemetry-collector-contrib" {
 		return // another OTLP receiver (Jaeger, say): its configuration is its own
