@@ -6,6 +6,7 @@ package pipeline
 
 import (
 	"context"
+	"time"
 
 	"github.com/ragtail/ragtail/rag"
 )
@@ -50,4 +51,35 @@ type Admitter interface {
 	// Acquire waits for a slot. It returns a release func to call exactly once when the request
 	// is done, or an error matching rag.ErrOverloaded if the request is shed, or ctx's error.
 	Acquire(ctx context.Context) (release func(), err error)
+}
+
+// Optional interfaces a backend may implement so that its spans and metrics are named properly.
+// The pipeline checks for them with a type assertion; a backend without them gets the default
+// documented on each.
+
+// ModelNamer names the model behind an Embedder, for the "embeddings {model}" span and the
+// gen_ai.request.model attribute. Default: "unknown".
+type ModelNamer interface{ Model() string }
+
+// ProviderNamer names the GenAI provider behind an Embedder or Generator (gen_ai.provider.name,
+// e.g. "openai"). Default: "ragtail", meaning the backend runs inside ragtail (the hash embedder
+// and the simulated engine).
+type ProviderNamer interface{ ProviderName() string }
+
+// DBSystemNamer names the database behind a Retriever (db.system.name, e.g. "qdrant").
+// Default: "ragtail.memory", the in-process sharded index.
+type DBSystemNamer interface{ DBSystem() string }
+
+// CacheReporter is a DocStore that says how each lookup was answered: rag.CacheHit (from the
+// cache), rag.CacheMiss (from the backing store) or rag.CacheBlocked (ruled out by a Bloom guard). The pipeline counts
+// the results in rag_cache_requests_total{result} and on the rag.fetch span. Without it, fetches
+// go through DocStore.Get and are not counted.
+type CacheReporter interface {
+	LookupResult(ctx context.Context, id string) (rag.Chunk, rag.CacheResult, error)
+}
+
+// WaitReporter is an Admitter that reports how long a request waited for its slot, for
+// rag_admission_queue_wait_seconds. Without it the admission stage's duration is used.
+type WaitReporter interface {
+	AcquireWait(ctx context.Context) (release func(), wait time.Duration, err error)
 }

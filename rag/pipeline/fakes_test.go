@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -333,26 +334,21 @@ func query(coupling rag.Coupling, topK int) rag.Query {
 
 // checkNoLeak records the goroutine count and returns a func that fails the test unless the
 // count comes back down to it. Goroutines that have returned may take a moment to be reaped,
-// hence the short poll. Fan-out workers waiting for a branch are not counted: they outlive the
-// requests they served by design, bounded in number, and exit when idle (TestFanWorkersExitWhenIdle);
-// a worker still running a branch is. Tests using it must not run in parallel with others.
+// hence the short poll. Tests using it must not run in parallel with others.
 func checkNoLeak(tb testing.TB) func() {
 	tb.Helper()
-	running := func() (int, string) {
-		stacks := pipeline.AllStacks()
-		return pipeline.BusyGoroutines(stacks), stacks
-	}
-	before, _ := running()
+	before := runtime.NumGoroutine()
 	return func() {
 		tb.Helper()
 		deadline := time.Now().Add(2 * time.Second)
 		for {
-			after, stacks := running()
+			after := runtime.NumGoroutine()
 			if after <= before {
 				return
 			}
 			if time.Now().After(deadline) {
-				tb.Fatalf("goroutines besides idle fan-out workers: %d before, %d after\n%s", before, after, stacks)
+				buf := make([]byte, 1<<20)
+				tb.Fatalf("goroutines: %d before, %d after\n%s", before, after, buf[:runtime.Stack(buf, true)])
 			}
 			time.Sleep(time.Millisecond)
 		}

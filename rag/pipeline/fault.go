@@ -52,17 +52,17 @@ func WithFaults(f FaultInjector) Option {
 
 // inject applies the fault injector at the start of st, records what fired, and returns the
 // decision and the injected abort.
-func (r *run) inject(st *stageSpan) (FaultDecision, error) {
+func (r *run) inject(st *stage) (FaultDecision, error) {
 	f := r.p.faults
 	if f == nil {
 		return FaultDecision{}, nil
 	}
-	dec, err := f.Inject(st.ctx, st.stage)
+	dec, err := f.Inject(st.ctx, st.name)
 	if dec.CutAfterTokens > 0 && dec.CutErr == nil {
 		dec.CutErr = fmt.Errorf("%w: stream cut after %d tokens by a fault rule", rag.ErrUnavailable, dec.CutAfterTokens)
 	}
 	if len(dec.Rules) > 0 {
-		r.rec.faultInjected(st, dec)
+		r.faultInjected(st, dec)
 	}
 	return dec, err
 }
@@ -74,5 +74,3 @@ func (r *run) observe(stage rag.Stage, took time.Duration, dec FaultDecision) {
 	}
 	r.p.faults.Observe(stage, max(took-dec.Delay, 0))
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -142,6 +141,7 @@ type options struct {
 	meterProvider  metric.MeterProvider
 	captureContent bool
 	profileLabels  bool
+	genAILatest    bool
 }
 
 type optionFunc func(*options)
@@ -183,11 +183,21 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithMeterProvider records the pipeline's metrics (gen_ai server and client metrics,
 // db_client_operation_duration_seconds, rag_stage_duration_seconds, rag_cache_requests_total,
-// admission and in-flight metrics) with mp. The default is a no-op provider. Every label set the
-// pipeline records is bound to its instrument once; instruments that bind (BindFloat64 and
-// BindInt64, as telemetry.MeterProvider's do) then record without looking the set up.
+// admission and in-flight metrics) with mp. The default is a no-op provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(o *options) { o.meterProvider = mp })
+}
+
+// WithGenAILatest names the GenAI client metrics and attributes after the latest GenAI semantic
+// conventions (the semantic-conventions-genai repository) rather than semantic conventions v1.41
+// (the default): gen_ai.client.inference.duration, .time_to_first_chunk and
+// .time_per_output_chunk for model calls, gen_ai.client.embeddings.duration, the usage counters
+// gen_ai.client.inference.usage.* and the per-operation token histograms instead of
+// gen_ai.client.operation.duration and gen_ai.client.token.usage, and gen_ai.retrieval.top_k on
+// the retrieval span instead of gen_ai.request.top_k. The server metrics are the same in both.
+// It is what OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental asks for.
+func WithGenAILatest(on bool) Option {
+	return optionFunc(func(o *options) { o.genAILatest = on })
 }
 
 // WithContentCapture records the question, the prompt messages and the answer on spans
@@ -234,11 +244,10 @@ type Pipeline struct {
 	faults   FaultInjector
 	log      *slog.Logger
 	now      func() time.Time
-	tel      *telemetry
+	rec      *recorder
 
 	cfg   atomic.Pointer[Config]
 	stats counters
-	runs  sync.Pool // *run
 }
 
 // New returns a pipeline over the given backends. The backends are required; cfg is validated
@@ -258,12 +267,11 @@ func New(emb Embedder, ret Retriever, docs DocStore, gen Generator, cfg Config, 
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	tel, err := newTelemetry(&o, emb, ret, docs, gen)
+	rec, err := newRecorder(&o, emb, ret, docs, gen)
 	if err != nil {
 		return nil, fmt.Errorf("new pipeline: instruments: %w", err)
 	}
-	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, faults: o.faults, log: o.logger, now: o.now, tel: tel}
-	p.runs.New = func() any { return new(run) }
+	p := &Pipeline{emb: emb, ret: ret, docs: docs, gen: gen, admitter: o.admitter, faults: o.faults, log: o.logger, now: o.now, rec: rec}
 	if err := p.SetConfig(cfg); err != nil {
 		return nil, fmt.Errorf("new pipeline: %w", err)
 	}

@@ -2,148 +2,141 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"runtime/pprof"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ragtail/ragtail/rag"
 )
 
-// recorder owns the instrumentation of one run, in the manner of otelhttp's handler and its
-// semconv helper: the stage timings behind Server-Timing, the spans and their attributes, the
-// metrics, and the pprof labels. A stage calls begin, does its work, and hands what it produced
-// to its end method, which records it all at once; nothing else in a run touches a span or an
-// instrument, so each stage's code reads as control flow.
+// recorder holds what the pipeline needs to instrument its runs, resolved once in New: the
+// tracer, the instruments, and the names of the backends' models, providers and collection.
 //
-// Recording allocates as little as the providers allow: label sets are built and bound to their
-// instruments once (telemetry; ragtail's meter provider then records with no lookup), span
-// attributes are set in one call when a stage ends from a scratch array the recorder keeps, span
-// options are passed from arrays it keeps too, and with no tracer provider no span is started at
-// all. Only the run's goroutine calls begin and the end methods; the scratch arrays are therefore
-// not guarded.
+// A run is instrumented the way otelhttp instruments a request: a stage calls run.begin, does its
+// work, and hands what it produced to its end method, which ends the stage's span with its
+// attributes, records its metrics and restores the goroutine's pprof labels, all in one place
+// (this file); nothing else in a run touches a span or an instrument, so each stage's code
+// reads as control flow. Span timestamps are read from the pipeline's clock, the same readings
+// as the Result's timings, so that spans and Server-Timing agree to the nanosecond.
 type recorder struct {
-	t        *telemetry
-	now      func() time.Time
-	start    time.Time
-	coupling rag.Coupling
-	chat     *chatSets // the gen_ai sets of the requested model, or of OtherModel
+	tracer  trace.Tracer
+	tracing bool // a tracer provider was given: build span attributes
+	inst    *instruments
+	labels  bool // set the rag_stage and span_id pprof labels around stages
+	capture bool // record prompt and answer text
+	latest  bool // the GenAI conventions' latest names
 
-	timings []rag.StageTiming // -> Result.Timings
+	embedModel, embedProvider, genProvider string
+	embedDimension                         int
+	dbSystem, collection                   string
 
-	parent     context.Context // the caller's context, for its pprof labels
-	root       trace.Span      // rag.pipeline; nil without a tracer provider
-	rootCtx    context.Context // parent with the rag.pipeline span
-	faultDelay time.Duration   // latency injected by fault rules so far
-
-	// mark is the instant the last stage ended, at which the next one begins, so that stages
-	// tile the run and one clock reading serves both; zero when none is pending.
-	mark time.Time
-	// stamp is the timestamp option of the instant stampAt, shared by every span that starts
-	// or ends then: building the option costs an allocation.
-	stamp   trace.SpanEventOption
-	stampAt time.Time
-
-	// ids holds the hex of the span ids the run's stages are labelled with, written one after
-	// another into one allocation per run rather than one each; the labels' strings are slices
-	// of it, which later writes leave as they are.
-	ids strings.Builder
-
-	attrs     [24]attribute.KeyValue
-	startOpts [1]trace.SpanStartOption
-	endOpts   [1]trace.SpanEndOption
-	eventOpts [1]trace.EventOption
+	cache  CacheReporter
+	waiter WaitReporter
 }
 
-// stageSpan is one stage in progress: where its timing is, its span and its context.
-type stageSpan struct {
-	stage     rag.Stage
-	i         int             // index in recorder.timings
-	ctx       context.Context // carries the span and the rag_stage and span_id pprof labels
-	span      trace.Span      // nil without a tracer provider
-	profileID string          // the span_id label value, when the span is sampled and labels are on
+func newRecorder(o *options, emb Embedder, ret Retriever, docs DocStore, gen Generator) (*recorder, error) {
+	tp := o.tracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	mp := o.meterProvider
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	inst, err := newInstruments(mp, o.genAILatest)
+	if err != nil {
+		return nil, err
+	}
+	rec := &recorder{
+		tracer:         tp.Tracer(instrumentationName),
+		tracing:        o.tracerProvider != nil,
+		inst:           inst,
+		labels:         o.profileLabels,
+		capture:        o.captureContent,
+		latest:         o.genAILatest,
+		embedModel:     defaultModelName,
+		embedProvider:  DefaultProviderName,
+		genProvider:    DefaultProviderName,
+		embedDimension: emb.Dimension(),
+		dbSystem:       DefaultDBSystem,
+		collection:     ret.Collection(),
+	}
+	if m, ok := emb.(ModelNamer); ok && m.Model() != "" {
+		rec.embedModel = m.Model()
+	}
+	if p, ok := emb.(ProviderNamer); ok && p.ProviderName() != "" {
+		rec.embedProvider = p.ProviderName()
+	}
+	if p, ok := gen.(ProviderNamer); ok && p.ProviderName() != "" {
+		rec.genProvider = p.ProviderName()
+	}
+	if d, ok := ret.(DBSystemNamer); ok && d.DBSystem() != "" {
+		rec.dbSystem = d.DBSystem()
+	}
+	rec.cache, _ = docs.(CacheReporter)
+	rec.waiter, _ = o.admitter.(WaitReporter)
+	return rec, nil
 }
 
-// reset prepares rec for a run starting at start, whose timings go to timings.
-func (rec *recorder) reset(t *telemetry, now func() time.Time, start time.Time, parent context.Context, timings []rag.StageTiming) {
-	*rec = recorder{t: t, now: now, start: start, mark: start, parent: parent, timings: timings}
+// chatAttrs are the gen_ai attributes of the run's model calls: operation, provider and model
+// (OtherModel for a model the generator does not serve, so that labels stay bounded).
+func (r *run) chatAttrs() []attribute.KeyValue {
+	model := OtherModel
+	if r.req.served {
+		model = r.req.Model
+	}
+	return []attribute.KeyValue{
+		semconv.GenAIOperationNameChat,
+		semconv.GenAIProviderNameKey.String(r.p.rec.genProvider),
+		semconv.GenAIRequestModel(model),
+	}
 }
 
-// at returns the timestamp option of instant t, built once for every span starting or ending
-// at t.
-func (rec *recorder) at(t time.Time) trace.SpanEventOption {
-	if rec.stamp == nil || rec.stampAt != t {
-		rec.stamp, rec.stampAt = trace.WithTimestamp(t), t
+// embedAttrs are the gen_ai attributes of the embeddings operation.
+func (rec *recorder) embedAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		semconv.GenAIOperationNameEmbeddings,
+		semconv.GenAIProviderNameKey.String(rec.embedProvider),
+		semconv.GenAIRequestModel(rec.embedModel),
 	}
-	return rec.stamp
 }
 
-// instant returns the instant the next stage begins at: the end of the stage before it (or the
-// start of the run), read once for both, or else the clock's reading now.
-func (rec *recorder) instant() time.Time {
-	if t := rec.mark; !t.IsZero() {
-		rec.mark = time.Time{}
-		return t
+// dbAttrs are the attributes of a shard's Query operation.
+func (rec *recorder) dbAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		semconv.DBSystemNameKey.String(rec.dbSystem),
+		semconv.DBCollectionName(rec.collection),
+		semconv.DBOperationName("Query"),
 	}
-	return rec.now()
 }
 
-// tracing reports whether spans are started at all.
-func (rec *recorder) tracing() bool { return rec.t.tracing }
-
-// spanStart starts a span named name at start, child of the span in parent. Without a tracer
-// provider it starts nothing and returns parent.
-func (rec *recorder) spanStart(parent context.Context, name string, start time.Time) (context.Context, trace.Span) {
-	if !rec.t.tracing {
-		return parent, nil
-	}
-	if rec.t.instant != nil {
-		return rec.t.instant.StartAt(parent, name, start)
-	}
-	rec.startOpts[0] = rec.at(start)
-	return rec.t.tracer.Start(parent, name, rec.startOpts[:]...)
+// startSpan starts a span named name at start under the span in ctx.
+func (r *run) startSpan(ctx context.Context, name string, start time.Time, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	return r.p.rec.tracer.Start(ctx, name, trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 }
 
-// endAt ends span at end.
-func (rec *recorder) endAt(span trace.Span, end time.Time) {
-	if e, ok := span.(instantEnder); ok {
-		e.EndAt(end)
-		return
-	}
-	rec.endOpts[0] = rec.at(end)
-	span.End(rec.endOpts[:]...)
-}
-
-// spanEnd sets fixed's attributes (when not nil) and attrs on span, records err, and ends it at
-// end.
-func (rec *recorder) spanEnd(span trace.Span, end time.Time, err error, fixed *fixedAttrs, attrs []attribute.KeyValue) {
-	if span == nil {
-		return
-	}
-	if e, ok := span.(setEnder); ok && fixed != nil && err == nil {
-		e.EndAtWithSet(end, &fixed.set, attrs)
-		return
-	}
-	attrs = fixed.before(attrs)
-	if e, ok := span.(attrEnder); ok && err == nil {
-		e.EndAtWith(end, attrs)
-		return
-	}
+// endSpan sets attrs on span, records err, and ends it at end.
+func endSpan(span trace.Span, end time.Time, err error, attrs ...attribute.KeyValue) {
 	if span.IsRecording() {
 		span.SetAttributes(attrs...)
 		if err != nil {
 			recordError(span, end, err)
 		}
 	}
-	rec.endAt(span, end)
+	span.End(trace.WithTimestamp(end))
 }
 
 // recordError records err on span as an exception event, the error status and error.type. The
@@ -158,117 +151,143 @@ func recordError(span trace.Span, at time.Time, err error) {
 
 // startRun starts the rag.pipeline span and counts the run in flight. It returns the context the
 // stages run under.
-func (rec *recorder) startRun(ctx context.Context, req *Request) context.Context {
-	rec.coupling = req.Coupling
-	rec.chat = rec.t.chat(req.Model, req.served)
-	rec.t.inflight(ctx, 1)
-	ctx, rec.root = rec.spanStart(ctx, SpanPipeline, rec.start)
-	rec.rootCtx = ctx
+func (r *run) startRun(ctx context.Context) context.Context {
+	r.p.rec.inst.inflight.Add(ctx, 1)
+	ctx, r.root = r.startSpan(ctx, SpanPipeline, r.start)
+	r.rootCtx = ctx
 	return ctx
 }
 
-// finishRun ends the rag.pipeline span and records the request-level metrics.
-func (rec *recorder) finishRun(req *Request, res *Result, gen generation, err error) {
-	end := rec.now()
-	ctx := rec.rootCtx
-	if rec.root != nil && rec.root.IsRecording() {
-		a := append(rec.attrs[:0],
-			AttrStage.String(StagePipeline),
-			AttrRequestID.String(bound(req.ID, MaxRecordedLen)),
-			AttrQueryHash.String(QueryHash(req.Question())),
-			AttrFaultInjectedMS.Float64(ms(rec.faultDelay)),
-			semconv.GenAIRequestModel(bound(req.Model, MaxRecordedLen)),
-		)
-		if req.UserID != "" {
-			a = append(a, AttrUserID.String(bound(req.UserID, MaxRecordedLen)))
-		}
-		if req.resolved {
-			a = append(a, AttrCoupling.String(string(req.Coupling)), AttrTopK.Int(req.TopK))
-		}
-		a = append(a, AttrChunkIDs.StringSlice(res.ChunkIDs))
-		rec.spanEnd(rec.root, end, err, nil, a)
+// finishRun ends the rag.pipeline span with the request-level dye and records the request's
+// metrics as a GenAI server.
+func (r *run) finishRun(res *Result, gen *generation, err error) {
+	rec, req := r.p.rec, &r.req
+	end := r.p.now()
+	ctx := r.rootCtx
+	attrs := []attribute.KeyValue{
+		AttrStage.String(StagePipeline),
+		AttrRequestID.String(bound(req.ID, MaxRecordedLen)),
+		AttrQueryHash.String(QueryHash(req.Question())),
+		AttrFaultInjectedMS.Float64(ms(r.faultDelay)),
+		semconv.GenAIRequestModel(bound(req.Model, MaxRecordedLen)),
+		AttrChunkIDs.StringSlice(res.ChunkIDs),
 	}
-	rec.t.inflight(ctx, -1)
-	recordDur(ctx, rec.t.inst.serverDur.Float64Histogram, rec.chat.serverDur, rec.chat.base, seconds(end.Sub(rec.start)), err)
+	if req.UserID != "" {
+		attrs = append(attrs, AttrUserID.String(bound(req.UserID, MaxRecordedLen)))
+	}
+	if req.resolved {
+		attrs = append(attrs, AttrCoupling.String(string(req.Coupling)), AttrTopK.Int(req.TopK))
+	}
+	endSpan(r.root, end, err, attrs...)
+
+	rec.inst.inflight.Add(ctx, -1)
+	chat := r.chatAttrs()
+	rec.inst.serverDur.Record(ctx, end.Sub(r.start).Seconds(), withError(err, chat...))
 	if err == nil && !gen.firstToken.IsZero() {
-		rec.chat.ttft(ctx, seconds(res.TimeToFirstToken))
+		ok := metric.WithAttributes(chat...)
+		rec.inst.ttft.Record(ctx, res.TimeToFirstToken.Seconds(), ok)
 		if n := res.Usage.CompletionTokens; n > 1 && gen.end.After(gen.firstToken) {
-			rec.chat.tpot(ctx, seconds(gen.end.Sub(gen.firstToken))/float64(n-1))
+			rec.inst.tpot.Record(ctx, gen.end.Sub(gen.firstToken).Seconds()/float64(n-1), ok)
 		}
 	}
-	rec.setLabels(rec.parent)
+	r.setLabels(r.parent)
 }
 
-// begin starts timing stage, starts its span (named name, child of the rag.pipeline span) at the
-// same instant, and labels the goroutine with the stage.
-func (rec *recorder) begin(ctx context.Context, stage rag.Stage, name string) stageSpan {
-	now := rec.instant()
-	rec.timings = append(rec.timings, rag.StageTiming{Stage: stage, Start: now})
-	st := stageSpan{stage: stage, i: len(rec.timings) - 1}
-	st.ctx, st.span = rec.spanStart(ctx, name, now)
-	st.ctx, st.profileID = rec.withStageLabels(st.ctx, stage, st.span)
-	rec.setLabels(st.ctx)
+// stage is one stage of a run in progress.
+type stage struct {
+	name      rag.Stage
+	i         int             // index in run.timings
+	ctx       context.Context // carries the span and the rag_stage and span_id pprof labels
+	span      trace.Span
+	profileID string // the span_id label value, when the span is sampled and labels are on
+}
+
+// begin starts timing stage, starts its span (named name, child of the rag.pipeline span) at
+// the same instant, and labels the goroutine with the stage. Stages tile the run: a stage
+// begins at the instant the one before it ended.
+func (r *run) begin(name rag.Stage, spanName string) *stage {
+	now := r.mark
+	if now.IsZero() {
+		now = r.p.now()
+	}
+	r.mark = time.Time{}
+	r.timings = append(r.timings, rag.StageTiming{Stage: name, Start: now})
+	st := &stage{name: name, i: len(r.timings) - 1}
+	st.ctx, st.span = r.startSpan(r.ctx, spanName, now, AttrStage.String(string(name)))
+	st.ctx, st.profileID = r.withStageLabels(st.ctx, name, st.span)
+	r.setLabels(st.ctx)
 	return st
 }
 
-// end stops timing st at the end instant, ends its span there with fixed's attributes (when not
-// nil), attrs and err, records the stage's duration in rag_stage_duration_seconds, restores the
-// run's pprof labels, and returns the stage's duration.
-func (rec *recorder) end(st *stageSpan, end time.Time, err error, fixed *fixedAttrs, attrs []attribute.KeyValue) time.Duration {
-	d := end.Sub(rec.timings[st.i].Start)
-	rec.timings[st.i].Duration = d
+// end stops timing st at the end instant, ends its span there with attrs and err, records the
+// stage's duration in rag.stage.duration, restores the run's pprof labels, and returns the
+// stage's duration.
+func (r *run) end(st *stage, end time.Time, err error, attrs ...attribute.KeyValue) time.Duration {
+	d := end.Sub(r.timings[st.i].Start)
+	r.timings[st.i].Duration = d
 	if st.profileID != "" {
 		attrs = append(attrs, AttrProfileID.String(st.profileID))
 	}
-	rec.spanEnd(st.span, end, err, fixed, attrs)
-	rec.t.stageRec(st.stage, rec.coupling)(st.ctx, seconds(d))
-	rec.setLabels(rec.rootCtx)
-	rec.mark = end
+	endSpan(st.span, end, err, attrs...)
+	r.recordStage(st.ctx, st.name, d)
+	r.setLabels(r.rootCtx)
+	r.mark = end
 	return d
 }
 
-// stageAttrs returns the scratch attributes, starting with st's rag.stage.
-func (rec *recorder) stageAttrs(stage rag.Stage) []attribute.KeyValue {
-	return append(rec.attrs[:0], AttrStage.String(string(stage)))
+// recordStage records one stage's duration in rag.stage.duration.
+func (r *run) recordStage(ctx context.Context, name rag.Stage, d time.Duration) {
+	r.p.rec.inst.stageDur.Record(ctx, d.Seconds(), metric.WithAttributes(AttrStage.String(string(name)), AttrCoupling.String(string(r.req.Coupling))))
 }
 
 // endAdmission ends the admission stage; wait is how long the request queued for its slot, as
 // the admitter reported it (reported) or as the stage lasted.
-func (rec *recorder) endAdmission(st *stageSpan, err error, wait time.Duration, reported bool, injected time.Duration) time.Duration {
-	a := rec.stageAttrs(st.stage)
+func (r *run) endAdmission(st *stage, err error, wait time.Duration, reported bool, injected time.Duration) time.Duration {
+	var attrs []attribute.KeyValue
 	if reported {
-		a = append(a, AttrAdmissionWaitMS.Float64(ms(wait)))
+		attrs = append(attrs, AttrAdmissionWaitMS.Float64(ms(wait)))
 	}
-	d := rec.end(st, rec.now(), err, nil, a)
+	d := r.end(st, r.p.now(), err, attrs...)
+	inst := r.p.rec.inst
 	switch {
 	case errors.Is(err, rag.ErrOverloaded):
-		rec.t.inst.rejected.Add(st.ctx, 1)
+		inst.rejected.Add(st.ctx, 1)
 	case err == nil:
 		if !reported {
 			wait = d - injected
 		}
-		rec.t.queueWait(st.ctx, seconds(wait))
+		inst.queueWait.Record(st.ctx, wait.Seconds())
 	}
 	return d
 }
+
+// embedSpanName is the embed stage's span name, "embeddings {model}".
+func (rec *recorder) embedSpanName() string { return "embeddings " + rec.embedModel }
 
 // endEmbed ends the embed stage; tokens is the question's length in tokens.
-func (rec *recorder) endEmbed(st *stageSpan, err error, tokens int) time.Duration {
-	t := rec.t
-	a := rec.attrs[:0]
-	if rec.tracing() {
-		a = append(a, semconv.GenAIUsageInputTokens(tokens))
+func (r *run) endEmbed(st *stage, err error, tokens int) time.Duration {
+	rec := r.p.rec
+	ops := rec.embedAttrs()
+	var attrs []attribute.KeyValue
+	if rec.tracing {
+		attrs = append(ops, semconv.GenAIEmbeddingsDimensionCount(rec.embedDimension), semconv.GenAIUsageInputTokens(tokens))
 	}
-	d := rec.end(st, rec.now(), err, t.embedSpan, a)
-	recordDur(st.ctx, t.inst.clientDur.Float64Histogram, t.embedDur, t.embedSet, seconds(d), err)
+	d := r.end(st, r.p.now(), err, attrs...)
+	if rec.latest {
+		rec.inst.embeddingsDur.Record(st.ctx, d.Seconds(), withError(err, ops...))
+		if err == nil {
+			rec.inst.embeddingsInput.Record(st.ctx, int64(tokens), metric.WithAttributes(ops...))
+		}
+		return d
+	}
+	rec.inst.clientDur.Record(st.ctx, d.Seconds(), withError(err, ops...))
 	if err == nil {
-		t.embedInput(st.ctx, int64(tokens))
+		rec.inst.tokenUsage.Record(st.ctx, int64(tokens), metric.WithAttributes(append(ops, semconv.GenAITokenTypeInput)...))
 	}
 	return d
 }
 
-// shardSpan is one shard's Query span, started by the run's goroutine before the search runs,
-// so that the search's goroutine does only the search.
+// shardSpan is one shard's Query span, started by the run's goroutine before the search runs.
 type shardSpan struct {
 	shard int
 	start time.Time
@@ -276,170 +295,141 @@ type shardSpan struct {
 	span  trace.Span
 }
 
-// beginShard starts the Query span of one shard under the retrieval span in parent.
-func (rec *recorder) beginShard(parent context.Context, shard int) shardSpan {
-	now := rec.now()
-	ss := shardSpan{shard: shard, start: now}
-	ss.ctx, ss.span = rec.spanStart(parent, rec.t.queryName, now)
+// beginShard starts the Query span of one shard at the instant at, under the retrieval span in
+// parent.
+func (r *run) beginShard(parent context.Context, shard int, at time.Time) shardSpan {
+	ss := shardSpan{shard: shard, start: at}
+	ss.ctx, ss.span = r.startSpan(parent, "Query "+r.p.rec.collection, at, AttrStage.String(string(rag.StageRetrieve)))
 	return ss
 }
 
-// beginShards starts the Query spans of shards searched at once, one for each answer, at one
-// instant, under the retrieval span in parent.
-func (rec *recorder) beginShards(parent context.Context, answers []shardAnswer) {
-	now := rec.now()
-	for i := range answers {
-		ss := &answers[i].span
-		ss.shard, ss.start = i, now
-		ss.ctx, ss.span = rec.spanStart(parent, rec.t.queryName, now)
-	}
-}
-
 // endShard ends a shard's Query span at end with the rows it returned, and records the
-// operation's duration. The run's goroutine passes own (shardAttrs); the async collector does not.
-func (rec *recorder) endShard(ss *shardSpan, end time.Time, rows int, err error, own bool) {
-	t := rec.t
-	switch e, ok := ss.span.(setEnder); {
-	case ok && err == nil:
-		e.EndAtWithSet(end, &t.querySpan.set, rec.shardAttrs(ss, rows, own))
-	case ss.span != nil && ss.span.IsRecording():
-		ss.span.SetAttributes(t.querySpan.before(rec.shardAttrs(ss, rows, own))...)
-		if err != nil {
-			recordError(ss.span, end, err)
-		}
-		switch e, ok := ss.span.(instantEnder); {
-		case ok:
-			e.EndAt(end)
-		case own:
-			rec.endOpts[0] = rec.at(end)
-			ss.span.End(rec.endOpts[:]...)
-		default:
-			ss.span.End(trace.WithTimestamp(end))
-		}
-	case ss.span != nil:
-		ss.span.End()
-	}
-	recordDur(ss.ctx, t.inst.dbDur.Float64Histogram, t.dbDur, t.dbSet, seconds(end.Sub(ss.start)), err)
+// operation's duration. The async collector calls it for late shards while the run goes on.
+func (r *run) endShard(ss *shardSpan, end time.Time, rows int, err error) {
+	db := r.p.rec.dbAttrs()
+	endSpan(ss.span, end, err, append(db, AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))...)
+	r.p.rec.inst.dbDur.Record(ss.ctx, end.Sub(ss.start).Seconds(), withError(err, db...))
 }
 
-// shardAttrs returns a shard span's attributes besides the fixed ones (telemetry.querySpan), in
-// the recorder's scratch array for the run's goroutine (own), in a new one for the async
-// collector, which ends late shards while the run goes on.
-func (rec *recorder) shardAttrs(ss *shardSpan, rows int, own bool) []attribute.KeyValue {
-	var a []attribute.KeyValue
-	if own {
-		a = rec.attrs[:0]
-	} else {
-		a = make([]attribute.KeyValue, 0, len(rec.t.querySpan.kv)+2)
-	}
-	return append(a, AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
-}
-
-// beginRetrieve starts the retrieve stage.
-func (rec *recorder) beginRetrieve(ctx context.Context) stageSpan {
-	return rec.begin(ctx, rag.StageRetrieve, rec.t.retrievalName)
-}
+// retrievalSpanName is the retrieve stage's span name, "retrieval {collection}".
+func (rec *recorder) retrievalSpanName() string { return "retrieval " + rec.collection }
 
 // endRetrieve ends the retrieve stage with what it found; the late shards become span events and
-// rag_shard_late_dropped_total.
-func (rec *recorder) endRetrieve(st *stageSpan, err error, req *Request, question string, r retrieval) time.Duration {
-	t := rec.t
-	end := rec.now()
-	if st.span != nil && st.span.IsRecording() {
-		for shard, late := range r.late {
+// rag.shard.late_dropped.
+func (r *run) endRetrieve(st *stage, err error, question string, ret *retrieval) time.Duration {
+	rec := r.p.rec
+	end := r.p.now()
+	var attrs []attribute.KeyValue
+	if rec.tracing && st.span.IsRecording() {
+		for shard, late := range ret.late {
 			if late {
-				st.span.AddEvent(EventLateShardDropped, trace.WithTimestamp(r.cut), trace.WithAttributes(AttrShard.Int(shard)))
+				st.span.AddEvent(EventLateShardDropped, trace.WithTimestamp(ret.cut), trace.WithAttributes(AttrShard.Int(shard)))
 			}
 		}
-	}
-	a := rec.attrs[:0]
-	if rec.tracing() {
-		a = append(a,
-			AttrCoupling.String(string(req.Coupling)), AttrTopK.Int(req.TopK), AttrShards.Int(r.shards),
-			AttrHits.Int(len(r.hits)), AttrShardsAnswered.Int(r.answered),
-			AttrShardsLate.Int(r.lateCount), AttrShardsFailed.Int(r.failed))
-		if t.capture {
-			a = append(a, semconv.GenAIRetrievalQueryText(question))
+		attrs = append(attrs,
+			semconv.GenAIOperationNameKey.String("retrieval"), semconv.GenAIDataSourceID(rec.collection),
+			AttrCoupling.String(string(r.req.Coupling)), AttrTopK.Int(r.req.TopK), AttrShards.Int(ret.shards),
+			AttrHits.Int(len(ret.hits)), AttrShardsAnswered.Int(ret.answered),
+			AttrShardsLate.Int(ret.lateCount), AttrShardsFailed.Int(ret.failed))
+		if rec.latest {
+			attrs = append(attrs, attribute.Int("gen_ai.retrieval.top_k", r.req.TopK))
+		} else {
+			attrs = append(attrs, semconv.GenAIRequestTopK(float64(r.req.TopK)))
+		}
+		if rec.capture {
+			attrs = append(attrs, semconv.GenAIRetrievalQueryText(question))
 		}
 	}
-	d := rec.end(st, end, err, t.retrieval, a)
-	if r.lateCount > 0 {
-		t.inst.lateShards.Add(st.ctx, int64(r.lateCount))
+	d := r.end(st, end, err, attrs...)
+	if ret.lateCount > 0 {
+		rec.inst.lateShards.Add(st.ctx, int64(ret.lateCount))
 	}
 	return d
 }
 
 // endFetch ends the fetch stage with how the doc store answered.
-func (rec *recorder) endFetch(st *stageSpan, err error, hits int, f fetched) time.Duration {
-	t := rec.t
-	a := rec.attrs[:0]
-	if rec.tracing() {
-		a = append(a, AttrStage.String(string(rag.StageFetch)), AttrHits.Int(hits), AttrChunksMissing.Int(f.missing))
-		if t.cache != nil {
-			a = append(a, AttrCacheHits.Int(int(f.results[rag.CacheHit])), AttrCacheMisses.Int(int(f.results[rag.CacheMiss])),
+func (r *run) endFetch(st *stage, err error, hits int, f *fetched) time.Duration {
+	rec := r.p.rec
+	var attrs []attribute.KeyValue
+	if rec.tracing {
+		attrs = append(attrs, AttrHits.Int(hits), AttrChunksMissing.Int(f.missing))
+		if rec.cache != nil {
+			attrs = append(attrs, AttrCacheHits.Int(int(f.results[rag.CacheHit])), AttrCacheMisses.Int(int(f.results[rag.CacheMiss])),
 				AttrCacheBlocked.Int(int(f.results[rag.CacheBlocked])))
 		}
 	}
-	d := rec.end(st, rec.now(), err, nil, a)
-	if t.cache != nil {
-		for i, n := range f.results {
+	d := r.end(st, r.p.now(), err, attrs...)
+	if rec.cache != nil {
+		for result, n := range f.results {
 			if n > 0 {
-				t.cacheReq[i](st.ctx, int64(n))
+				rec.inst.cacheReq.Add(st.ctx, int64(n), metric.WithAttributes(attribute.String("result", rag.CacheResult(result).String())))
 			}
 		}
 	}
 	return d
 }
 
-// beginGenerate starts the generate stage under the "chat {model}" span.
-func (rec *recorder) beginGenerate(ctx context.Context) stageSpan {
-	return rec.begin(ctx, rag.StageGenerate, rec.chat.spanName)
+// chatSpanName is the generate stage's span name, "chat {model}", the model bounded.
+func (r *run) chatSpanName() string {
+	model := OtherModel
+	if r.req.served {
+		model = r.req.Model
+	}
+	return "chat " + model
 }
 
 // firstToken marks the first delta carrying text on the chat span.
-func (rec *recorder) firstToken(st *stageSpan, at time.Time) {
-	if e, ok := st.span.(eventAdder); ok {
-		e.AddEventAt(EventFirstToken, at)
-	} else if st.span != nil && st.span.IsRecording() {
-		rec.eventOpts[0] = rec.at(at)
-		st.span.AddEvent(EventFirstToken, rec.eventOpts[:]...)
+func (r *run) firstToken(st *stage, at time.Time) {
+	st.span.AddEvent(EventFirstToken, trace.WithTimestamp(at))
+}
+
+// chunkArrived records, with the latest conventions, the time per output chunk of a delta that
+// arrived at at after one that arrived at prev.
+func (r *run) chunkArrived(st *stage, prev, at time.Time) {
+	if rec := r.p.rec; rec.latest && !prev.IsZero() {
+		rec.inst.inferenceTPOC.Record(st.ctx, at.Sub(prev).Seconds(), metric.WithAttributes(r.chatAttrs()...))
 	}
 }
 
 // endGenerate ends the generate stage at gen.end with what the engine produced, and the stream
 // stage within it. A stream error (the client left) fails the stream span, not the engine's.
-func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streaming bool, gen *generation, res *Result) {
-	t := rec.t
+func (r *run) endGenerate(st *stage, err error, streaming bool, gen *generation, res *Result) {
+	rec, req := r.p.rec, &r.req
 	genErr := err
 	if rag.StageOf(err) == rag.StageStream {
 		genErr = nil // the client left; the engine did nothing wrong
 	}
-	a := rec.attrs[:0]
-	if rec.tracing() {
-		a = append(a, semconv.GenAIRequestMaxTokens(req.MaxTokens),
+	chat := r.chatAttrs()
+	start := r.timings[st.i].Start
+	var attrs []attribute.KeyValue
+	if rec.tracing {
+		attrs = append(attrs, chat...)
+		attrs = append(attrs, semconv.GenAIRequestMaxTokens(req.MaxTokens),
 			semconv.GenAIRequestTemperature(req.Temperature), semconv.GenAIRequestStream(streaming))
-		if t.capture {
-			a = append(a, semconv.GenAIInputMessagesKey.String(messagesJSON(gen.msgs)))
+		if rec.capture {
+			attrs = append(attrs, semconv.GenAIInputMessagesKey.String(messagesJSON(gen.msgs)))
 		}
 		if err == nil {
-			a = append(a, rec.chat.responseModel,
+			attrs = append(attrs, semconv.GenAIResponseModel(req.Model),
 				semconv.GenAIUsageInputTokens(res.Usage.PromptTokens),
 				semconv.GenAIUsageOutputTokens(res.Usage.CompletionTokens),
-				finishReasonsAttr(res.FinishReason))
-			if !gen.firstToken.IsZero() {
-				a = append(a, semconv.GenAIResponseTimeToFirstChunk(seconds(gen.firstToken.Sub(rec.timings[st.i].Start))))
+				semconv.GenAIResponseFinishReasons(res.FinishReason))
+			if res.Usage.CachedTokens > 0 {
+				attrs = append(attrs, semconv.GenAIUsageCacheReadInputTokens(res.Usage.CachedTokens))
 			}
-			if t.capture {
-				a = append(a, semconv.GenAIOutputMessagesKey.String(outputJSON(gen.answer.String(), res.FinishReason)))
+			if res.Usage.ReasoningTokens > 0 {
+				attrs = append(attrs, semconv.GenAIUsageReasoningOutputTokens(res.Usage.ReasoningTokens))
+			}
+			if !gen.firstToken.IsZero() {
+				attrs = append(attrs, semconv.GenAIResponseTimeToFirstChunk(gen.firstToken.Sub(start).Seconds()))
+			}
+			if rec.capture {
+				attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(outputJSON(gen.answer.String(), res.FinishReason)))
 			}
 		}
 	}
-	d := rec.end(st, gen.end, genErr, rec.chat.span, a)
-	recordDur(st.ctx, t.inst.clientDur.Float64Histogram, rec.chat.clientDur, rec.chat.base, seconds(d), genErr)
-	if genErr == nil && res.Usage != (rag.Usage{}) {
-		rec.chat.inputTokens(st.ctx, int64(res.Usage.PromptTokens))
-		rec.chat.outputTokens(st.ctx, int64(res.Usage.CompletionTokens))
-	}
+	d := r.end(st, gen.end, genErr, attrs...)
+	r.recordChat(st.ctx, start, d, genErr, gen, res, chat)
 	if gen.stream.i < 0 {
 		return
 	}
@@ -448,23 +438,51 @@ func (rec *recorder) endGenerate(st *stageSpan, err error, req *Request, streami
 		streamErr = err
 	}
 	ss := &gen.stream
-	write := rec.timings[ss.i].Duration
-	a = rec.attrs[:0]
-	if rec.tracing() {
-		a = append(a, AttrStage.String(string(rag.StageStream)), AttrStreamChunks.Int(ss.chunks), AttrStreamWriteMS.Float64(ms(write)))
-		if ss.profileID != "" {
-			a = append(a, AttrProfileID.String(ss.profileID))
-		}
+	write := r.timings[ss.i].Duration
+	attrs = []attribute.KeyValue{AttrStreamChunks.Int(ss.chunks), AttrStreamWriteMS.Float64(ms(write))}
+	if ss.profileID != "" {
+		attrs = append(attrs, AttrProfileID.String(ss.profileID))
 	}
-	rec.spanEnd(ss.span, ss.end, streamErr, nil, a)
-	t.stageRec(rag.StageStream, rec.coupling)(ss.ctx, seconds(write))
+	endSpan(ss.span, ss.end, streamErr, attrs...)
+	r.recordStage(ss.ctx, rag.StageStream, write)
+}
+
+// recordChat records the model call's client metrics: its duration, and on success its token
+// usage (and, with the latest conventions, its time to first chunk).
+func (r *run) recordChat(ctx context.Context, start time.Time, d time.Duration, err error, gen *generation, res *Result, chat []attribute.KeyValue) {
+	inst := r.p.rec.inst
+	ok := metric.WithAttributes(chat...)
+	usage := res.Usage
+	if !r.p.rec.latest {
+		inst.clientDur.Record(ctx, d.Seconds(), withError(err, chat...))
+		if err == nil && usage != (rag.Usage{}) {
+			inst.tokenUsage.Record(ctx, int64(usage.PromptTokens), metric.WithAttributes(append(chat, semconv.GenAITokenTypeInput)...))
+			inst.tokenUsage.Record(ctx, int64(usage.CompletionTokens), metric.WithAttributes(append(chat, semconv.GenAITokenTypeOutput)...))
+		}
+		return
+	}
+	inst.inferenceDur.Record(ctx, d.Seconds(), withError(err, chat...))
+	if err != nil {
+		return
+	}
+	if !gen.firstToken.IsZero() {
+		inst.inferenceTTFC.Record(ctx, gen.firstToken.Sub(start).Seconds(), ok)
+	}
+	if usage != (rag.Usage{}) {
+		inst.opInput.Record(ctx, int64(usage.PromptTokens), ok)
+		inst.opOutput.Record(ctx, int64(usage.CompletionTokens), ok)
+		inst.usageInput.Add(ctx, int64(usage.PromptTokens), ok)
+		inst.usageOutput.Add(ctx, int64(usage.CompletionTokens), ok)
+		inst.usageCacheRead.Add(ctx, int64(usage.CachedTokens), ok)
+		inst.usageReasoning.Add(ctx, int64(usage.ReasoningTokens), ok)
+	}
 }
 
 // streamStage is the stream stage, which runs inside generate: a span from the first hand-over
 // of a delta to the end of the last, and the time spent in the sink, which is what
 // Server-Timing reports.
 type streamStage struct {
-	i         int // index in recorder.timings; -1 until the first delta is handed over
+	i         int // index in run.timings; -1 until the first delta is handed over
 	ctx       context.Context
 	span      trace.Span
 	profileID string
@@ -474,42 +492,38 @@ type streamStage struct {
 
 // handOver times one delta handed to the client with deliver, starting the stream stage at the
 // first one. The goroutine carries the stream label meanwhile, then the generate stage's again.
-func (rec *recorder) handOver(gen *stageSpan, ss *streamStage, deliver func() error) error {
-	start := rec.now()
+func (r *run) handOver(gen *stage, ss *streamStage, deliver func() error) error {
+	start := r.p.now()
 	if ss.i < 0 {
-		ss.i = len(rec.timings)
-		rec.timings = append(rec.timings, rag.StageTiming{Stage: rag.StageStream, Start: start})
-		ss.ctx, ss.span = rec.spanStart(rec.rootCtx, SpanStream, start)
-		ss.ctx, ss.profileID = rec.withStageLabels(ss.ctx, rag.StageStream, ss.span)
+		ss.i = len(r.timings)
+		r.timings = append(r.timings, rag.StageTiming{Stage: rag.StageStream, Start: start})
+		ss.ctx, ss.span = r.startSpan(r.rootCtx, SpanStream, start, AttrStage.String(string(rag.StageStream)))
+		ss.ctx, ss.profileID = r.withStageLabels(ss.ctx, rag.StageStream, ss.span)
 	}
-	rec.setLabels(ss.ctx)
+	r.setLabels(ss.ctx)
 	err := deliver()
-	ss.end = rec.now()
-	rec.setLabels(gen.ctx)
-	rec.timings[ss.i].Duration += ss.end.Sub(start)
+	ss.end = r.p.now()
+	r.setLabels(gen.ctx)
+	r.timings[ss.i].Duration += ss.end.Sub(start)
 	ss.chunks++
 	return err
 }
 
 // faultInjected records what fault rules did to a stage: one span event per rule, the running
-// total on the rag.pipeline span, and rag_fault_injected_total.
-func (rec *recorder) faultInjected(st *stageSpan, dec FaultDecision) {
-	rec.faultDelay += dec.Delay
-	if st.span != nil && st.span.IsRecording() {
-		for _, rule := range dec.Rules {
-			st.span.AddEvent(string(EventFaultInjected), trace.WithAttributes(AttrFaultRule.String(bound(rule, MaxRecordedLen)),
-				AttrFaultDelayMS.Float64(ms(dec.Delay))))
-		}
+// total on the rag.pipeline span, and rag.fault.injected.
+func (r *run) faultInjected(st *stage, dec FaultDecision) {
+	r.faultDelay += dec.Delay
+	for _, rule := range dec.Rules {
+		st.span.AddEvent(string(EventFaultInjected), trace.WithAttributes(AttrFaultRule.String(bound(rule, MaxRecordedLen)),
+			AttrFaultDelayMS.Float64(ms(dec.Delay))))
 	}
-	if rec.root != nil && rec.root.IsRecording() {
-		rec.root.SetAttributes(AttrFaultInjectedMS.Float64(ms(rec.faultDelay)))
-	}
-	rec.t.inst.faults.Add(st.ctx, int64(len(dec.Rules)), rec.t.faultSets[stageIndex(st.stage)]...)
+	r.root.SetAttributes(AttrFaultInjectedMS.Float64(ms(r.faultDelay)))
+	r.p.rec.inst.faults.Add(st.ctx, int64(len(dec.Rules)), metric.WithAttributes(AttrStage.String(string(st.name))))
 }
 
 // setLabels makes ctx's pprof labels the current goroutine's, when stage labels are on.
-func (rec *recorder) setLabels(ctx context.Context) {
-	if rec.t.labels {
+func (r *run) setLabels(ctx context.Context) {
+	if r.p.rec.labels {
 		pprof.SetGoroutineLabels(ctx)
 	}
 }
@@ -517,77 +531,26 @@ func (rec *recorder) setLabels(ctx context.Context) {
 // withStageLabels returns ctx carrying the rag_stage pprof label and, when span is sampled, the
 // span_id label with span's id (returned too, for the span's pyroscope.profile.id), when stage
 // labels are on. Samples taken during a stage then name the stage's span, as otel-profiling-go's
-// all-spans scope does, at the price of one label merge per stage, which the rag_stage label
-// costs anyway.
-func (rec *recorder) withStageLabels(ctx context.Context, stage rag.Stage, span trace.Span) (context.Context, string) {
-	if !rec.t.labels {
+// all-spans scope does.
+func (r *run) withStageLabels(ctx context.Context, name rag.Stage, span trace.Span) (context.Context, string) {
+	if !r.p.rec.labels {
 		return ctx, ""
 	}
-	if span == nil || !span.SpanContext().IsSampled() {
-		return withLabels(ctx, &stageLabels[stageIndex(stage)], ProfileLabel, string(stage)), ""
+	if !span.SpanContext().IsSampled() {
+		return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(name))), ""
 	}
-	id := rec.hexID(span.SpanContext().SpanID())
-	return withLabels(ctx, nil, ProfileLabel, string(stage), ProfileSpanIDLabel, id), id
+	id := span.SpanContext().SpanID().String()
+	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(name), ProfileSpanIDLabel, id)), id
 }
 
-// maxMergedLabels is how many labels withLabels merges on its stack: a run's ctx carries the
-// profiler's three root labels (span_id, span_name, trace_id), a stage adds two.
-const maxMergedLabels = 8
-
-// withLabels returns pprof.WithLabels(ctx, pprof.Labels(own...)), own's keys sorted and each
-// once (pre, when not nil, is that set built beforehand). It passes pprof.WithLabels every label
-// of the result, ctx's merged with own, since pprof's merge sizes the merged list for the
-// labels passed and grows it for each of ctx's they leave out: one allocation rather than two
-// or three.
-func withLabels(ctx context.Context, pre *pprof.LabelSet, own ...string) context.Context {
-	var buf [2 * maxMergedLabels]string
-	merged := buf[:0]
-	n := 0 // own's labels merged so far
-	pprof.ForLabels(ctx, func(k, v string) bool {
-		for ; 2*n < len(own) && own[2*n] < k; n++ {
-			merged = append(merged, own[2*n], own[2*n+1])
-		}
-		if 2*n < len(own) && own[2*n] == k {
-			return true // own's value overrides ctx's
-		}
-		merged = append(merged, k, v)
-		return true
-	})
-	if len(merged) == 0 {
-		// ctx's labels, if any, are all overridden: own is every label of the result.
-		if pre != nil {
-			return pprof.WithLabels(ctx, *pre)
-		}
-		return pprof.WithLabels(ctx, pprof.Labels(own...))
+// errorTypeName names err's Go type as the SDK's RecordError does (exception.type).
+func errorTypeName(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String()
 	}
-	merged = append(merged, own[2*n:]...)
-	return pprof.WithLabels(ctx, pprof.Labels(merged...))
+	return t.PkgPath() + "." + t.Name()
 }
-
-// stageIDs is how many span ids' hex one allocation of recorder.ids holds: a run labels five or
-// six stages.
-const stageIDs = 6
-
-// hexID returns id in hex, as id.String() does, from the run's buffer of ids.
-func (rec *recorder) hexID(id trace.SpanID) string {
-	var b [2 * len(trace.SpanID{})]byte
-	hex.Encode(b[:], id[:])
-	if rec.ids.Cap()-rec.ids.Len() < len(b) {
-		rec.ids = strings.Builder{}
-		rec.ids.Grow(stageIDs * len(b))
-	}
-	rec.ids.Write(b[:])
-	all := rec.ids.String()
-	return all[len(all)-len(b):]
-}
-
-// stageLabels are the rag_stage label sets, built once.
-var stageLabels = func() (ls [numStages]pprof.LabelSet) {
-	for i, s := range rag.Stages {
-		ls[i] = pprof.Labels(ProfileLabel, string(s))
-	}
-	return ls
-}()
 
 // MaxRecordedLen is the longest string the pipeline records from what a client sent (model
 // name, user id, request id, rule names, error messages quoting them) on a span; longer strings
@@ -610,11 +573,43 @@ func bound(s string, n int) string {
 	return s[:cut] + "..."
 }
 
-// errorTypeName names err's Go type as the SDK's RecordError does (exception.type).
-func errorTypeName(err error) string {
-	t := reflect.TypeOf(err)
-	if t.PkgPath() == "" && t.Name() == "" {
-		return t.String()
-	}
-	return t.PkgPath() + "." + t.Name()
+// QueryHash returns the rag.query.hash of a question: the first 16 hex digits of its SHA-256,
+// enough to group requests for the same question without recording it.
+func QueryHash(question string) string {
+	sum := sha256.Sum256([]byte(question))
+	return hex.EncodeToString(sum[:8])
 }
+
+// messagesJSON renders messages in the semantic conventions' gen_ai.input.messages shape.
+func messagesJSON(msgs []rag.Message) string {
+	type part struct {
+		Type    string `json:"type"`
+		Content string `json:"content"`
+	}
+	type message struct {
+		Role  string `json:"role"`
+		Parts []part `json:"parts"`
+	}
+	out := make([]message, len(msgs))
+	for i, m := range msgs {
+		out[i] = message{Role: m.Role, Parts: []part{{Type: "text", Content: m.Content}}}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
+
+// outputJSON renders an answer in the semantic conventions' gen_ai.output.messages shape.
+func outputJSON(text, finishReason string) string {
+	type part struct {
+		Type    string `json:"type"`
+		Content string `json:"content"`
+	}
+	b, _ := json.Marshal([]struct {
+		Role         string `json:"role"`
+		Parts        []part `json:"parts"`
+		FinishReason string `json:"finish_reason"`
+	}{{Role: "assistant", Parts: []part{{Type: "text", Content: text}}, FinishReason: finishReason}})
+	return string(b)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragtail/ragtail/rag"
 )
 
@@ -90,45 +92,33 @@ func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (*Result, er
 func (p *Pipeline) Do(ctx context.Context, req *Request, sink Sink) (res *Result, err error) {
 	p.stats.runs.Add(1)
 	p.stats.inFlight.Add(1)
-	r := p.runs.Get().(*run)
-	r.p, r.req, r.parent = p, *req, ctx
-	req = &r.req
+	r := &run{p: p, req: *req, parent: ctx, start: p.now()}
 	r.sink.reset(sink)
-	// The Result and its timings in one allocation.
-	rb := &struct {
-		Result
-		timings [numStages]rag.StageTiming
-	}{Result: Result{Coupling: req.Coupling, TopK: req.TopK}}
-	res = &rb.Result
-	r.rec.reset(p.tel, p.now, p.now(), ctx, rb.timings[:0])
+	res = &Result{Coupling: req.Coupling, TopK: req.TopK}
 	var gen generation
-	ctx = r.rec.startRun(ctx, req)
+	ctx = r.startRun(ctx)
 	defer func() {
-		res.Timings = r.rec.timings
-		r.rec.finishRun(req, res, gen, err)
+		res.Timings = r.timings
+		r.finishRun(res, &gen, err)
 		p.stats.inFlight.Add(-1)
 		if err != nil {
 			p.stats.failed.Add(1)
 		}
-		r.reset()
-		p.runs.Put(r)
 	}()
 	if err := r.validate(); err != nil {
 		return res, err
 	}
-	p.countCoupling(req.Coupling)
+	p.countCoupling(r.req.Coupling)
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	defer r.cleanup()
-	gen, err = r.execute(res)
+	err = r.execute(res, &gen)
 	return res, err
 }
 
-// run is the state of one Do. Runs are pooled: everything a run allocates for its recorder's
-// scratch arrays is reused by the next.
+// run is the state of one Do.
 type run struct {
 	p   *Pipeline
 	req Request
-	rec recorder
 
 	parent context.Context         // the caller's context
 	ctx    context.Context         // the run's, also cancelled when a late progress event finds the client gone
@@ -137,21 +127,15 @@ type run struct {
 
 	release func()         // the admission slot, if one was taken
 	bg      sync.WaitGroup // async: searches still running after the cut, and their collector
-	delta   rag.Delta      // the delta being handed to the sink
+
+	// What the recorder keeps of the run (recorder.go).
+	start      time.Time         // when the run started, on the pipeline's clock
+	timings    []rag.StageTiming // -> Result.Timings
+	root       trace.Span        // rag.pipeline
+	rootCtx    context.Context   // parent with the rag.pipeline span
+	mark       time.Time         // when the last stage ended, at which the next one begins
+	faultDelay time.Duration     // latency injected by fault rules so far
 }
-
-// reset clears r for the pool, so that it holds on to nothing of the run.
-func (r *run) reset() {
-	r.p, r.req, r.parent, r.ctx, r.cancel, r.release, r.delta = nil, Request{}, nil, nil, nil, nil, rag.Delta{}
-	r.rec.reset(nil, nil, time.Time{}, nil, nil)
-	r.sink.reset(nil)
-}
-
-// deliver hands r.delta to the sink.
-func (r *run) deliver() error { return r.sink.delta(r.delta) }
-
-// numStages is the number of pipeline stages, len(rag.Stages).
-const numStages = 6
 
 // validate checks what Prepare resolved and what the query asks for.
 func (r *run) validate() error {
@@ -176,34 +160,33 @@ func (r *run) validate() error {
 
 // execute runs the stages in order; each returns what the next needs, and execute puts what the
 // caller is told into res.
-func (r *run) execute(res *Result) (generation, error) {
+func (r *run) execute(res *Result, gen *generation) error {
 	if err := r.admit(); err != nil {
-		return generation{}, err
+		return err
 	}
 	question := r.req.Question()
 	vec, err := r.embed(question)
 	if err != nil {
-		return generation{}, err
+		return err
 	}
 	ret, err := r.retrieve(question, vec)
 	res.Shards, res.ShardsAnswered, res.ShardsLate, res.ShardsFailed = ret.shards, ret.answered, ret.lateCount, ret.failed
 	if err != nil {
-		return generation{}, err
+		return err
 	}
 	f, err := r.fetch(ret.hits)
 	res.ChunksMissing = f.missing
 	if err != nil {
-		return generation{}, err
+		return err
 	}
 	res.ChunkIDs = make([]string, len(f.chunks))
 	for i, c := range f.chunks {
 		res.ChunkIDs[i] = c.ID
 	}
 	if err := r.announceGeneration(res); err != nil {
-		return generation{}, err
+		return err
 	}
-	gen, err := r.generate(buildMessages(r.req.cfg.SystemPrompt, r.req.cfg.ChunkOrder, f.chunks, r.req.Messages), res)
-	return gen, err
+	return r.generate(buildMessages(r.req.cfg.SystemPrompt, r.req.cfg.ChunkOrder, f.chunks, r.req.Messages), res, gen)
 }
 
 // admit takes an admission slot, if the pipeline has an admitter.
@@ -212,13 +195,13 @@ func (r *run) admit() error {
 	if a == nil {
 		return nil
 	}
-	st := r.rec.begin(r.ctx, rag.StageAdmission, SpanAdmission)
+	st := r.begin(rag.StageAdmission, SpanAdmission)
 	var (
 		release func()
 		wait    time.Duration
 	)
-	waiter := r.p.tel.waiter
-	dec, err := r.inject(&st)
+	waiter := r.p.rec.waiter
+	dec, err := r.inject(st)
 	switch {
 	case err != nil:
 	case waiter != nil:
@@ -226,7 +209,7 @@ func (r *run) admit() error {
 	default:
 		release, err = a.Acquire(st.ctx)
 	}
-	r.observe(rag.StageAdmission, r.rec.endAdmission(&st, err, wait, waiter != nil, dec.Delay), dec)
+	r.observe(rag.StageAdmission, r.endAdmission(st, err, wait, waiter != nil, dec.Delay), dec)
 	if err != nil {
 		return r.fail(rag.StageAdmission, err)
 	}
@@ -236,8 +219,8 @@ func (r *run) admit() error {
 
 // embed turns the question into a vector.
 func (r *run) embed(question string) ([]float32, error) {
-	st := r.rec.begin(r.ctx, rag.StageEmbed, r.p.tel.embedName)
-	dec, err := r.inject(&st)
+	st := r.begin(rag.StageEmbed, r.p.rec.embedSpanName())
+	dec, err := r.inject(st)
 	var vec []float32
 	if err == nil {
 		vec, err = r.p.emb.Embed(st.ctx, question)
@@ -245,11 +228,7 @@ func (r *run) embed(question string) ([]float32, error) {
 			err = fmt.Errorf("embed question: %w", err)
 		}
 	}
-	tokens := 0
-	if err == nil || r.rec.tracing() {
-		tokens = rag.CountTokens(question)
-	}
-	r.observe(rag.StageEmbed, r.rec.endEmbed(&st, err, tokens), dec)
+	r.observe(rag.StageEmbed, r.endEmbed(st, err, rag.CountTokens(question)), dec)
 	if err != nil {
 		return nil, r.fail(rag.StageEmbed, err)
 	}
@@ -269,44 +248,44 @@ type retrieval struct {
 
 // retrieve searches the shards as the coupling mode says.
 func (r *run) retrieve(question string, vec []float32) (retrieval, error) {
-	st := r.rec.beginRetrieve(r.ctx)
+	st := r.begin(rag.StageRetrieve, r.p.rec.retrievalSpanName())
 	ret := retrieval{shards: r.p.ret.Shards()}
-	dec, err := r.inject(&st)
+	dec, err := r.inject(st)
 	if err == nil {
 		switch r.req.Coupling {
 		case rag.CouplingSync:
-			err = r.retrieveSync(&st, vec, &ret)
+			err = r.retrieveSync(st.ctx, vec, &ret)
 		case rag.CouplingFanout:
-			err = r.retrieveFanout(&st, vec, &ret)
+			err = r.retrieveFanout(st.ctx, vec, &ret)
 		case rag.CouplingAsync:
-			err = r.retrieveAsync(&st, vec, &ret)
+			err = r.retrieveAsync(st.ctx, vec, &ret)
 		}
 	}
 	if err != nil {
 		err = r.fail(rag.StageRetrieve, err)
 	}
-	r.observe(rag.StageRetrieve, r.rec.endRetrieve(&st, err, &r.req, question, ret), dec)
+	r.observe(rag.StageRetrieve, r.endRetrieve(st, err, question, &ret), dec)
 	return ret, err
 }
 
 // fetched is what the fetch stage got from the doc store.
 type fetched struct {
 	chunks  []rag.Chunk
-	missing int                    // hits whose chunk the doc store did not have
-	results [numCacheResults]int32 // lookups by how the cache answered, when the store says
+	missing int                          // hits whose chunk the doc store did not have
+	results [rag.NumCacheResults + 1]int // lookups by how the cache answered, when the store says; the last: other
 }
 
 // fetch fetches the chunks of hits, in rank order.
-func (r *run) fetch(hits []rag.Hit) (fetched, error) {
-	st := r.rec.begin(r.ctx, rag.StageFetch, SpanFetch)
-	var f fetched
-	dec, err := r.inject(&st)
+func (r *run) fetch(hits []rag.Hit) (*fetched, error) {
+	st := r.begin(rag.StageFetch, SpanFetch)
+	f := &fetched{}
+	dec, err := r.inject(st)
 	switch {
 	case err != nil:
 	case r.req.Coupling == rag.CouplingSync:
-		err = r.fetchSequential(st.ctx, hits, &f)
+		err = r.fetchSequential(st.ctx, hits, f)
 	default:
-		err = r.fetchConcurrent(st.ctx, hits, &f)
+		err = r.fetchConcurrent(st.ctx, hits, f)
 	}
 	if err != nil {
 		err = r.fail(rag.StageFetch, err)
@@ -314,7 +293,7 @@ func (r *run) fetch(hits []rag.Hit) (fetched, error) {
 	if f.missing > 0 {
 		r.p.stats.chunksMissing.Add(uint64(f.missing))
 	}
-	r.observe(rag.StageFetch, r.rec.endFetch(&st, err, len(hits), f), dec)
+	r.observe(rag.StageFetch, r.endFetch(st, err, len(hits), f), dec)
 	return f, err
 }
 
@@ -329,7 +308,7 @@ func (r *run) cleanup() {
 	}
 }
 
-func (r *run) elapsed() time.Duration { return r.p.now().Sub(r.rec.start) }
+func (r *run) elapsed() time.Duration { return r.p.now().Sub(r.start) }
 
 // fail wraps err with the stage it happened in. If the caller's context has ended, that is the
 // error to report, whatever the backend made of it; if the run was cancelled because the client
@@ -361,20 +340,19 @@ type shardAnswer struct {
 	end  time.Time
 }
 
-// search searches one shard under its Query span, started by the run's goroutine; it touches no
-// telemetry, so that the fan-out worker running it needs little stack.
+// search searches one shard under its Query span, started by the run's goroutine.
 func (r *run) search(a *shardAnswer, vec []float32) {
 	a.hits, a.err = r.p.ret.Search(a.span.ctx, a.span.shard, vec, r.req.TopK)
 	a.end = r.p.now()
 }
 
 // retrieveSync searches the shards one after another.
-func (r *run) retrieveSync(st *stageSpan, vec []float32, ret *retrieval) error {
+func (r *run) retrieveSync(ctx context.Context, vec []float32, ret *retrieval) error {
 	perShard := make([][]rag.Hit, ret.shards)
 	for shard := range ret.shards {
-		a := shardAnswer{span: r.rec.beginShard(st.ctx, shard)}
+		a := shardAnswer{span: r.beginShard(ctx, shard, r.p.now())}
 		r.search(&a, vec)
-		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
+		r.endShard(&a.span, a.end, len(a.hits), a.err)
 		if a.err != nil {
 			return fmt.Errorf("search shard %d: %w", shard, a.err)
 		}
@@ -385,64 +363,55 @@ func (r *run) retrieveSync(st *stageSpan, vec []float32, ret *retrieval) error {
 	return nil
 }
 
+// startShards starts the Query spans of every shard at one instant and returns their answers to
+// fill.
+func (r *run) startShards(ctx context.Context, n int) []shardAnswer {
+	now := r.p.now()
+	answers := make([]shardAnswer, n)
+	for i := range answers {
+		answers[i].span = r.beginShard(ctx, i, now)
+	}
+	return answers
+}
+
 // retrieveFanout searches every shard at once and waits for all of them. The first failure
-// cancels the other searches and is the stage's error.
-func (r *run) retrieveFanout(st *stageSpan, vec []float32, ret *retrieval) error {
-	n := ret.shards
-	fan := &searchFan{r: r, vec: vec}
-	fan.first.Store(-1)
-	answers := fan.buf[:0]
-	if n > len(fan.buf) {
-		answers = make([]shardAnswer, n)
+// cancels the other searches (through the run's context: the failure fails the run) and is the
+// stage's error.
+func (r *run) retrieveFanout(ctx context.Context, vec []float32, ret *retrieval) error {
+	answers := r.startShards(ctx, ret.shards)
+	var (
+		wg    sync.WaitGroup
+		first atomic.Int32
+	)
+	first.Store(-1)
+	for i := range answers {
+		wg.Go(func() {
+			a := &answers[i]
+			r.search(a, vec)
+			if a.err != nil && first.CompareAndSwap(-1, int32(i)) {
+				r.cancel(errSiblingFailed)
+			}
+		})
 	}
-	answers = answers[:n]
-	fan.answers = answers
-	r.rec.beginShards(st.ctx, answers)
-	// The run's goroutine searches the last shard itself, rather than wait idle: one goroutine
-	// fewer.
-	fan.wg.Add(max(n-1, 0))
-	for i := range n - 1 {
-		fanout.goBranch(st.ctx, fan, i)
-	}
-	if n > 0 {
-		r.searchFirstFails(&answers[n-1], vec, &fan.first)
-	}
-	fan.wg.Wait()
-	perShard := make([][]rag.Hit, n)
+	wg.Wait()
+	perShard := make([][]rag.Hit, len(answers))
 	for i := range answers {
 		a := &answers[i]
-		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
+		r.endShard(&a.span, a.end, len(a.hits), a.err)
 		perShard[i] = a.hits
 	}
-	if i := fan.first.Load(); i >= 0 {
+	if i := first.Load(); i >= 0 {
 		return fmt.Errorf("search shard %d: %w", i, answers[i].err)
 	}
-	ret.answered = n
+	ret.answered = len(answers)
 	ret.hits = mergeTopK(perShard, r.req.TopK)
 	return nil
-}
-
-// searchFan is the state of one fanned-out search, one allocation for every shard's goroutine
-// to share (with room for the answers of up to eight shards).
-type searchFan struct {
-	wg      sync.WaitGroup
-	first   atomic.Int32
-	r       *run
-	vec     []float32
-	answers []shardAnswer
-	buf     [8]shardAnswer
-}
-
-// branch searches shard i, on a fan-out worker.
-func (f *searchFan) branch(i int) {
-	defer f.wg.Done()
-	f.r.searchFirstFails(&f.answers[i], f.vec, &f.first)
 }
 
 // retrieveAsync searches every shard at once and returns as soon as the quorum has answered, or
 // at the deadline with whatever answered (waiting for a first answer if none has). Searches
 // still running go on in r.bg and are reported as late.
-func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error {
+func (r *run) retrieveAsync(ctx context.Context, vec []float32, ret *retrieval) error {
 	n := ret.shards
 	if n == 0 {
 		return nil
@@ -451,15 +420,15 @@ func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error 
 	quorum := cfg.quorum(n)
 	deadline := time.NewTimer(cfg.AsyncDeadline)
 	defer deadline.Stop()
-	searchCtx, cancelSearch := context.WithCancel(st.ctx)
+	searchCtx, cancelSearch := context.WithCancel(ctx)
+	answers := r.startShards(searchCtx, n)
 	// Buffered for every shard, so a search never blocks on delivering its answer.
 	results := make(chan *shardAnswer, n)
-	answers := make([]shardAnswer, n)
-	r.rec.beginShards(searchCtx, answers)
-	async := &asyncSearch{r: r, vec: vec, answers: answers, results: results}
-	r.bg.Add(n)
 	for i := range answers {
-		fanout.goBranch(searchCtx, async, i)
+		r.bg.Go(func() {
+			r.search(&answers[i], vec)
+			results <- &answers[i]
+		})
 	}
 
 	var (
@@ -475,7 +444,7 @@ func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error 
 	take := func(a *shardAnswer) error {
 		pending--
 		ret.late[a.span.shard] = false
-		r.rec.endShard(&a.span, a.end, len(a.hits), a.err, true)
+		r.endShard(&a.span, a.end, len(a.hits), a.err)
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("search shard %d: %w", a.span.shard, a.err))
 			ret.failed++
@@ -533,22 +502,6 @@ func (r *run) retrieveAsync(st *stageSpan, vec []float32, ret *retrieval) error 
 	return nil
 }
 
-// asyncSearch is the state of one async retrieval's searches, shared by every shard's branch.
-type asyncSearch struct {
-	r       *run
-	vec     []float32
-	answers []shardAnswer
-	results chan<- *shardAnswer
-}
-
-// branch searches shard i, on a fan-out worker, and delivers its answer; the run awaits it in
-// r.bg, answered in time or late.
-func (a *asyncSearch) branch(i int) {
-	defer a.r.bg.Done()
-	a.r.search(&a.answers[i], a.vec)
-	a.results <- &a.answers[i]
-}
-
 // progressShard tells the client, in async coupling, that a shard answered or failed.
 func (r *run) progressShard(a *shardAnswer, late bool) error {
 	if !r.sink.active() {
@@ -575,7 +528,7 @@ func (r *run) progressShard(a *shardAnswer, late bool) error {
 // late reports a shard that answered after generation started. Searches cancelled because the
 // run ended are not news.
 func (r *run) late(searchCtx context.Context, a *shardAnswer) {
-	r.rec.endShard(&a.span, a.end, len(a.hits), a.err, false)
+	r.endShard(&a.span, a.end, len(a.hits), a.err)
 	if a.err != nil && searchCtx.Err() != nil {
 		return
 	}
@@ -587,14 +540,7 @@ func (r *run) late(searchCtx context.Context, a *shardAnswer) {
 // chunk id so that the order does not depend on which shard answered first. A chunk found by
 // two shards is kept once, with its best score.
 func mergeTopK(perShard [][]rag.Hit, k int) []rag.Hit {
-	total := 0
-	for _, hits := range perShard {
-		total += len(hits)
-	}
-	all := make([]rag.Hit, 0, total)
-	for _, hits := range perShard {
-		all = append(all, hits...)
-	}
+	all := slices.Concat(perShard...)
 	slices.SortFunc(all, func(a, b rag.Hit) int {
 		if c := cmp.Compare(b.Score, a.Score); c != 0 {
 			return c
@@ -613,22 +559,26 @@ func mergeTopK(perShard [][]rag.Hit, k int) []rag.Hit {
 	return out
 }
 
-// lookup fetches one chunk, counting how the doc store answered when it says.
-func (r *run) lookup(ctx context.Context, id string, results *[numCacheResults]int32) (rag.Chunk, error) {
-	cache := r.p.tel.cache
+// lookup fetches one chunk, counting how the doc store answered when it says. Concurrent
+// lookups count under mu.
+func (r *run) lookup(ctx context.Context, id string, f *fetched, mu *sync.Mutex) (rag.Chunk, error) {
+	cache := r.p.rec.cache
 	if cache == nil {
 		return r.p.docs.Get(ctx, id)
 	}
 	c, result, err := cache.LookupResult(ctx, id)
-	atomic.AddInt32(&results[cacheIndex(result)], 1)
+	mu.Lock()
+	f.results[min(int(result), len(f.results)-1)]++
+	mu.Unlock()
 	return c, err
 }
 
 // fetchSequential fetches the chunks one by one, in rank order.
 func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit, f *fetched) error {
+	var mu sync.Mutex
 	f.chunks = make([]rag.Chunk, 0, len(hits))
 	for _, h := range hits {
-		c, err := r.lookup(ctx, h.ChunkID, &f.results)
+		c, err := r.lookup(ctx, h.ChunkID, f, &mu)
 		if errors.Is(err, rag.ErrNotFound) {
 			f.missing++
 			continue
@@ -642,59 +592,36 @@ func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit, f *fetched) e
 	return nil
 }
 
-// chunkLookup is one chunk fetched concurrently, or why it is not there.
-type chunkLookup struct {
-	chunk rag.Chunk
-	err   error
-}
-
-// searchFirstFails searches the shard of a; the first search to fail (first records which)
-// cancels the run's context, and so the other searches: the failure fails the run, so nothing
-// else runs under that context any more, and no context of the stage's own is needed.
-func (r *run) searchFirstFails(a *shardAnswer, vec []float32, first *atomic.Int32) {
-	r.search(a, vec)
-	if a.err != nil && first.CompareAndSwap(-1, int32(a.span.shard)) {
-		r.cancel(errSiblingFailed)
-	}
-}
-
-// lookupFirstFails fetches the chunk of hits[i] into lookups[i]; the first fetch to fail with
-// something other than not-found (first records which) cancels the run's context, and so the
-// other fetches, as searchFirstFails does.
-func (r *run) lookupFirstFails(ctx context.Context, hits []rag.Hit, lookups []chunkLookup, i int, f *fetched, first *atomic.Int32) {
-	l := &lookups[i]
-	l.chunk, l.err = r.lookup(ctx, hits[i].ChunkID, &f.results)
-	if l.err != nil && !errors.Is(l.err, rag.ErrNotFound) && first.CompareAndSwap(-1, int32(i)) {
-		r.cancel(errSiblingFailed)
-	}
-}
-
 // errSiblingFailed is the cause of the run's cancellation when one of the concurrent searches
 // or fetches of a stage failed; the stage reports that failure, not this.
 var errSiblingFailed = errors.New("a concurrent search or fetch of the stage failed")
 
 // fetchConcurrent fetches every chunk at once and keeps them in rank order. The first failure
-// cancels the other fetches and is the stage's error; a chunk the store does not have is skipped.
+// cancels the other fetches (through the run's context, as in retrieveFanout) and is the stage's
+// error; a chunk the store does not have is skipped.
 func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) error {
-	fan := &fetchFan{r: r, ctx: ctx, hits: hits, f: f}
-	fan.first.Store(-1)
-	lookups := fan.buf[:0]
-	if len(hits) > len(fan.buf) {
-		lookups = make([]chunkLookup, len(hits))
+	type lookup struct {
+		chunk rag.Chunk
+		err   error
 	}
-	lookups = lookups[:len(hits)]
-	fan.lookups = lookups
-	// As in retrieveFanout, the run's goroutine fetches the last chunk itself.
-	last := len(lookups) - 1
-	fan.wg.Add(max(last, 0))
-	for i := range last {
-		fanout.goBranch(ctx, fan, i)
+	lookups := make([]lookup, len(hits))
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first atomic.Int32
+	)
+	first.Store(-1)
+	for i, h := range hits {
+		wg.Go(func() {
+			l := &lookups[i]
+			l.chunk, l.err = r.lookup(ctx, h.ChunkID, f, &mu)
+			if l.err != nil && !errors.Is(l.err, rag.ErrNotFound) && first.CompareAndSwap(-1, int32(i)) {
+				r.cancel(errSiblingFailed)
+			}
+		})
 	}
-	if last >= 0 {
-		r.lookupFirstFails(ctx, hits, lookups, last, f, &fan.first)
-	}
-	fan.wg.Wait()
-	if i := fan.first.Load(); i >= 0 {
+	wg.Wait()
+	if i := first.Load(); i >= 0 {
 		return fmt.Errorf("fetch chunk %q: %w", hits[i].ChunkID, lookups[i].err)
 	}
 	f.chunks = make([]rag.Chunk, 0, len(hits))
@@ -707,25 +634,6 @@ func (r *run) fetchConcurrent(ctx context.Context, hits []rag.Hit, f *fetched) e
 		f.chunks = append(f.chunks, l.chunk)
 	}
 	return nil
-}
-
-// fetchFan is the state of one fanned-out fetch, one allocation for every lookup's goroutine to
-// share (with room for the lookups of up to eight chunks).
-type fetchFan struct {
-	wg      sync.WaitGroup
-	first   atomic.Int32
-	r       *run
-	ctx     context.Context
-	hits    []rag.Hit
-	f       *fetched
-	lookups []chunkLookup
-	buf     [8]chunkLookup
-}
-
-// branch fetches the chunk of hit i, on a fan-out worker.
-func (f *fetchFan) branch(i int) {
-	defer f.wg.Done()
-	f.r.lookupFirstFails(f.ctx, f.hits, f.lookups, i, f.f, &f.first)
 }
 
 // buildMessages puts the retrieved chunks, numbered in rank order (or in id order, for
@@ -780,30 +688,31 @@ type generation struct {
 }
 
 // generate runs the LLM under a "chat {model}" span and streams its deltas to the sink under a
-// rag.stream span. It fills res with the answer's usage, finish reason and time to first token.
-func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err error) {
+// rag.stream span. It fills res with the answer's usage, finish reason and time to first token,
+// and gen with what the recorder needs of the stage.
+func (r *run) generate(msgs []rag.Message, res *Result, gen *generation) (err error) {
 	gen.msgs = msgs
 	gen.stream.i = -1
-	st := r.rec.beginGenerate(r.ctx)
-	start := r.rec.timings[st.i].Start
+	st := r.begin(rag.StageGenerate, r.chatSpanName())
+	start := r.timings[st.i].Start
 	gen.end = start
-	dec, err := r.inject(&st)
+	dec, err := r.inject(st)
 	defer func() {
 		if gen.end.Equal(start) {
 			gen.end = r.p.now()
 		}
-		r.rec.endGenerate(&st, err, &r.req, r.sink.active(), &gen, res)
+		r.endGenerate(st, err, r.sink.active(), gen, res)
 		r.observe(rag.StageGenerate, gen.end.Sub(start), dec)
 	}()
 	if err != nil {
-		return gen, r.fail(rag.StageGenerate, err)
+		return r.fail(rag.StageGenerate, err)
 	}
 	stream, err := r.p.gen.Generate(st.ctx, rag.GenRequest{
 		ID: r.req.ID, Model: r.req.Model, Messages: msgs, MaxTokens: r.req.MaxTokens, Temperature: r.req.Temperature,
 		Priority: r.req.Priority,
 	})
 	if err != nil {
-		return gen, r.fail(rag.StageGenerate, err)
+		return r.fail(rag.StageGenerate, err)
 	}
 	// Close frees what the engine holds for this generation (its KV-cache blocks) at once,
 	// whether the stream ended, failed or the client left.
@@ -815,14 +724,17 @@ func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err err
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		prev := gen.end
 		gen.end = r.p.now()
 		if err != nil {
-			return gen, r.fail(rag.StageGenerate, err)
+			return r.fail(rag.StageGenerate, err)
 		}
 		if gen.firstToken.IsZero() && d.Text != "" {
 			gen.firstToken = gen.end
-			res.TimeToFirstToken = gen.end.Sub(r.rec.start)
-			r.rec.firstToken(&st, gen.end)
+			res.TimeToFirstToken = gen.end.Sub(r.start)
+			r.firstToken(st, gen.end)
+		} else if d.Text != "" {
+			r.chunkArrived(st, prev, gen.end)
 		}
 		completionTokens += d.Tokens
 		if d.Usage != nil {
@@ -831,18 +743,17 @@ func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err err
 		if d.FinishReason != "" {
 			res.FinishReason = d.FinishReason
 		}
-		if r.p.tel.capture {
+		if r.p.rec.capture {
 			gen.answer.WriteString(d.Text)
 		}
-		r.delta = d
-		if err := r.rec.handOver(&st, &gen.stream, r.deliver); err != nil {
-			return gen, r.sinkFailed(err)
+		if err := r.handOver(st, &gen.stream, func() error { return r.sink.delta(d) }); err != nil {
+			return r.sinkFailed(err)
 		}
 		if d.FinishReason != "" {
 			break
 		}
 		if dec.CutAfterTokens > 0 && completionTokens >= dec.CutAfterTokens {
-			return gen, r.fail(rag.StageGenerate, dec.CutErr)
+			return r.fail(rag.StageGenerate, dec.CutErr)
 		}
 	}
 	if res.FinishReason == "" {
@@ -851,7 +762,7 @@ func (r *run) generate(msgs []rag.Message, res *Result) (gen generation, err err
 	if res.Usage == (rag.Usage{}) {
 		res.Usage = rag.Usage{PromptTokens: rag.PromptTokens(msgs), CompletionTokens: completionTokens}
 	}
-	return gen, nil
+	return nil
 }
 
 // guardedSink serializes sink calls from Run and the late-shard collector, and drops them once

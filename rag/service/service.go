@@ -47,6 +47,9 @@ type Telemetry struct {
 	Now func() time.Time
 	// CaptureContent records prompt and answer text on spans.
 	CaptureContent bool
+	// GenAILatest names the GenAI metrics and attributes after the latest GenAI conventions
+	// rather than semantic conventions v1.41 (pipeline.WithGenAILatest).
+	GenAILatest bool
 	// Traces and Profiles serve /debug/traces and /debug/profiles; CPUProfile serves
 	// /debug/pprof/profile (the admin handler serves the other pprof routes).
 	Traces, Profiles, CPUProfile http.Handler
@@ -297,7 +300,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		return nil, fmt.Errorf("--fault: %w", err)
 	}
 	popts := []pipeline.Option{pipeline.WithAdmitter(pool), pipeline.WithFaults(faultHook{faults}),
-		pipeline.WithLogger(logger), pipeline.WithClock(tel.Now), pipeline.WithContentCapture(tel.CaptureContent)}
+		pipeline.WithLogger(logger), pipeline.WithClock(tel.Now), pipeline.WithContentCapture(tel.CaptureContent),
+		pipeline.WithGenAILatest(tel.GenAILatest)}
 	if tel.TracerProvider != nil {
 		popts = append(popts, pipeline.WithTracerProvider(tel.TracerProvider))
 	}
