@@ -111,7 +111,7 @@ func newStack(tb testing.TB, cfg telemetry.Config, o stackOptions) *stack {
 	}
 	p, err := pipeline.New(emb, idx, lookups{docs}, engine, pipeline.Config{TopK: 3}, pipeline.WithAdmitter(pool),
 		pipeline.WithClock(tel.Now), pipeline.WithTracerProvider(tp), pipeline.WithMeterProvider(tel.MeterProvider),
-		pipeline.WithContentCapture(tel.CaptureContent))
+		pipeline.WithContentCapture(tel.CaptureContent), pipeline.WithGenAILatest(tel.GenAILatest))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -51,11 +51,18 @@ func TestTelemetryE2E(t *testing.T) {
 	serve := telStart(t, ctx, dir, "ragtail", bin, "serve", "--addr", api, "--admin-addr", admin,
 		"--profile", "tiny", "--corpus-docs", "60", "--profile-window", "2s", "--trace-file", traceFile, "--log-level", "warn")
 	nbWaitHTTP(t, ctx, "http://"+api+"/readyz")
+	// A second service with the GenAI conventions' latest names, scraped as another job.
+	latestAPI, latestAdmin := telFreeAddr(t), telFreeAddr(t)
+	telStartEnv(t, ctx, dir, "ragtail-latest", []string{"OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental"}, bin, "serve",
+		"--addr", latestAPI, "--admin-addr", latestAdmin, "--profile", "tiny", "--corpus-docs", "60", "--profiling=false", "--log-level", "warn")
+	nbWaitHTTP(t, ctx, "http://"+latestAPI+"/readyz")
 
 	promAddr := telFreeAddr(t)
 	promURL := "http://" + promAddr
 	promCfg := filepath.Join(dir, "prometheus.yml")
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: ragtail\n    static_configs:\n      - targets: [%q]\n", admin)
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"+
+		"  - job_name: ragtail\n    static_configs:\n      - targets: [%q]\n"+
+		"  - job_name: ragtail-latest\n    static_configs:\n      - targets: [%q]\n", admin, latestAdmin)
 	if err := os.WriteFile(promCfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +70,21 @@ func TestTelemetryE2E(t *testing.T) {
 		"--web.listen-address="+promAddr, "--enable-feature=exemplar-storage", "--log.level=warn")
 	nbWaitHTTP(t, ctx, promURL+"/-/ready")
 
+	// One request to each service, and Prometheus's first samples of the series it made, so that
+	// the traffic below shows as an increase.
+	sent := map[string]bool{} // trace ids of the requests to the default service
+	for _, target := range []struct{ api, job string }{{api, "ragtail"}, {latestAPI, "ragtail-latest"}} {
+		if id := ask(t, target.api, -1); target.api == api {
+			sent[id] = true
+		}
+		telWaitFor(t, ctx, target.job+"'s first request in Prometheus", 60*time.Second, func() (bool, error) {
+			v, err := telPromQuery(ctx, promURL, `sum(gen_ai_server_request_duration_seconds_count{job="`+target.job+`"})`)
+			return err == nil && v >= 1, err
+		})
+	}
+
 	// Traffic: every coupling mode, streamed and not.
 	const requests = 30
-	sent := map[string]bool{} // trace ids
 	start := time.Now()
 	for i := range requests {
 		coupling := []string{"sync", "fanout", "async"}[i%3]
@@ -93,6 +112,10 @@ func TestTelemetryE2E(t *testing.T) {
 		if err != nil || time.Unix(0, ns).Before(t0.Add(-time.Second)) || time.Unix(0, ns).After(t1.Add(time.Second)) {
 			t.Errorf("request %d: X-Ragtail-Time %q is not between the send and receive times %v..%v", i, resp.Header.Get("X-Ragtail-Time"), t0, t1)
 		}
+	}
+
+	for i := range 6 {
+		ask(t, latestAPI, i)
 	}
 
 	t.Run("prometheus has the series", func(t *testing.T) {
@@ -132,12 +155,35 @@ func TestTelemetryE2E(t *testing.T) {
 		}
 	})
 
+	t.Run("GenAI scenarios under both conventions", func(t *testing.T) {
+		telWaitFor(t, ctx, "the latest-names service's requests in Prometheus", 60*time.Second, func() (bool, error) {
+			v, err := telPromQuery(ctx, promURL, `sum(gen_ai_client_inference_duration_seconds_count{job="ragtail-latest"})`)
+			return err == nil && v >= 7, err
+		})
+		for _, sc := range genAIScenarios(t, "../../docs/telemetry.md") {
+			for i, q := range []string{sc.v141, sc.latest} {
+				if !strings.Contains(q, "(") {
+					continue // "not available"
+				}
+				errorRate := strings.Contains(sc.name, "error rate")
+				zeroOK := errorRate || strings.Contains(sc.name, "cache")
+				var v float64
+				telWaitFor(t, ctx, fmt.Sprintf("%s (%s)", sc.name, []string{"v1.41", "latest"}[i]), 15*time.Second, func() (bool, error) {
+					var err error
+					v, err = telPromQuery(ctx, promURL, q)
+					return err == nil && (errorRate || v == v && (zeroOK || v > 0)), err
+				})
+				t.Logf("%s (%s) = %v", sc.name, []string{"v1.41", "latest"}[i], v)
+			}
+		}
+	})
+
 	t.Run("exemplars name our traces", func(t *testing.T) {
 		for _, metric := range []string{"gen_ai_server_time_to_first_token_seconds_bucket", "rag_stage_duration_seconds_bucket"} {
 			var ids []string
 			telWaitFor(t, ctx, metric+" exemplars", 30*time.Second, func() (bool, error) {
 				var err error
-				ids, err = telPromExemplars(ctx, promURL, metric, start.Add(-time.Minute), time.Now().Add(time.Minute))
+				ids, err = telPromExemplars(ctx, promURL, metric+`{job="ragtail"}`, start, time.Now().Add(time.Minute))
 				return err == nil && len(ids) > 0, err
 			})
 			for _, id := range ids {
@@ -264,9 +310,67 @@ func (p *telProcess) stop() error {
 	}
 }
 
+// ask sends one streamed chat completion to the service at api, reads it to the end and returns
+// its trace id.
+func ask(t *testing.T, api string, i int) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"ragtail-tiny","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"What sets the tail? (%d)"}]}`, i)
+	resp, err := http.Post("http://"+api+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("request %d to %s: status %d", i, api, resp.StatusCode)
+	}
+	parts := strings.Split(resp.Header.Get("traceparent"), "-")
+	if len(parts) != 4 {
+		t.Fatalf("request %d to %s: traceparent %q", i, api, resp.Header.Get("traceparent"))
+	}
+	return parts[1]
+}
+
+// genAIScenario is one row of docs/telemetry.md's table of the GenAI migration guide's
+// scenarios: its name and its query under each convention.
+type genAIScenario struct{ name, v141, latest string }
+
+// genAIScenarios reads the table between the genai-scenarios markers of the doc at path.
+func genAIScenarios(t *testing.T, path string) []genAIScenario {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "<!-- genai-scenarios -->")
+	table, _, ok2 := strings.Cut(table, "<!-- /genai-scenarios -->")
+	if !ok || !ok2 {
+		t.Fatalf("%s: no genai-scenarios table", path)
+	}
+	var out []genAIScenario
+	for line := range strings.SplitSeq(strings.TrimSpace(table), "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 3 || cells[0] == "scenario" || strings.HasPrefix(cells[0], "---") {
+			continue
+		}
+		unquote := func(s string) string { return strings.Trim(s, "`") }
+		out = append(out, genAIScenario{cells[0], unquote(cells[1]), unquote(cells[2])})
+	}
+	if len(out) < 5 {
+		t.Fatalf("%s: %d scenarios in the table", path, len(out))
+	}
+	return out
+}
+
 // telStart starts a process logging to dir/name.log; it is stopped when the test ends, and its
 // log printed if the test failed.
 func telStart(t *testing.T, ctx context.Context, dir, name, bin string, args ...string) *telProcess {
+	t.Helper()
+	return telStartEnv(t, ctx, dir, name, nil, bin, args...)
+}
+
+// telStartEnv is telStart with env added to the process's environment.
+func telStartEnv(t *testing.T, ctx context.Context, dir, name string, env []string, bin string, args ...string) *telProcess {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
@@ -274,6 +378,7 @@ func telStart(t *testing.T, ctx context.Context, dir, name, bin string, args ...
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
