@@ -21,7 +21,6 @@ import (
 	_ "go.opentelemetry.io/otel/exporters/prometheus"
 	_ "go.opentelemetry.io/otel/sdk/metric"
 	_ "go.opentelemetry.io/otel/sdk/trace"
-	_ "go.opentelemetry.io/otel/sdk/trace/tracetest"
 	_ "go.opentelemetry.io/otel/semconv/v1.41.0"
 	_ "google.golang.org/grpc"
 )

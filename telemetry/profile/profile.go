@@ -24,13 +24,10 @@
 package profile
 
 import (
-	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,9 +35,7 @@ import (
 	otelpyroscope "github.com/grafana/otel-profiling-go"
 	"github.com/grafana/pyroscope-go"
 	"github.com/grafana/pyroscope-go/upstream"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/embedded"
 )
 
 // Defaults of Config.
@@ -302,170 +297,21 @@ func (p *Profiler) PushStats() PushStats {
 }
 
 // WrapTracerProvider returns tp wrapped by otel-profiling-go: every sampled span started through
-// it sets the pprof labels trace_id (the trace) and span_id (the local root span, or the span
-// itself with Config.AllSpans) on its goroutine until it ends, and the span carrying the id gets
-// the pyroscope.profile.id attribute. Code run in pprof.Do(ctx, ...) under such a span's context
-// keeps these labels and adds its own (rag_stage). The wrapper has no Shutdown or ForceFlush:
-// keep the SDK provider to shut it down. A nil Profiler returns tp unchanged: without a
-// profiler, labelling goroutines would cost something and serve nothing.
-//
-// With the default root scope, a span whose parent is a local span is started on tp directly:
-// its context inherits the root's labels, which is all otel-profiling-go would set again, at the
-// price of a label merge and a few allocations per span. Around telemetry's tracer (a tracer
-// with StartAt), local roots are labelled here, as otel-profiling-go labels them (labelRoot), for
-// about half its allocations.
+// it sets the pprof labels trace_id (the trace), span_name and span_id (the local root span, or
+// the span itself with Config.AllSpans) on its goroutine until it ends, and the span carrying the
+// id gets the pyroscope.profile.id attribute. Code run in pprof.Do(ctx, ...) under such a span's
+// context keeps these labels and adds its own (rag_stage). The wrapper has no Shutdown or
+// ForceFlush: keep the SDK provider to shut it down. A nil Profiler returns tp unchanged: without
+// a profiler, labelling goroutines would cost something and serve nothing.
 func (p *Profiler) WrapTracerProvider(tp trace.TracerProvider) trace.TracerProvider {
 	if p == nil || tp == nil {
 		return tp
 	}
+	scope := otelpyroscope.ScopeRootSpan
 	if p.cfg.AllSpans {
-		return otelpyroscope.NewTracerProvider(tp, otelpyroscope.WithSpanIDLabelScope(otelpyroscope.ScopeAllSpans))
+		scope = otelpyroscope.ScopeAllSpans
 	}
-	return &rootLabelProvider{tp: tp, labelled: otelpyroscope.NewTracerProvider(tp, otelpyroscope.WithSpanIDLabelScope(otelpyroscope.ScopeRootSpan))}
-}
-
-// rootLabelProvider hands local root spans to otel-profiling-go and their descendants to the
-// SDK; around a tracer with StartAt (telemetry's), it labels local roots itself
-// (instantRootLabelTracer).
-type rootLabelProvider struct {
-	embedded.TracerProvider
-	tp, labelled trace.TracerProvider
-}
-
-func (p *rootLabelProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	t := &rootLabelTracer{tr: p.tp.Tracer(name, opts...), labelled: p.labelled.Tracer(name, opts...)}
-	if it, ok := t.tr.(instantTracer); ok {
-		return &instantRootLabelTracer{rootLabelTracer: t, instant: it}
-	}
-	return t
-}
-
-type rootLabelTracer struct {
-	embedded.Tracer
-	tr, labelled trace.Tracer
-}
-
-func (t *rootLabelTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsRemote() {
-		return t.tr.Start(ctx, name, opts...)
-	}
-	return t.labelled.Start(ctx, name, opts...)
-}
-
-// instantTracer is the pipeline's fast path for starting a span at an instant without an
-// option (telemetry's tracer implements it); rootLabelTracer passes it on for descendants.
-type instantTracer interface {
-	StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span)
-}
-
-// instantEnder is a span that ends at an instant without an option (telemetry's spans are).
-type instantEnder interface{ EndAt(time.Time) }
-
-// instantRootLabelTracer is a rootLabelTracer around a tracer with StartAt (telemetry's). It
-// labels local roots itself, as otel-profiling-go does in its root scope (labelRoot), without
-// the options, context values and span allocations of going through it, and passes StartAt on
-// for descendants.
-type instantRootLabelTracer struct {
-	*rootLabelTracer
-	instant instantTracer
-}
-
-// Start starts a span as rootLabelTracer does, labelling a local root with labelRoot.
-func (t *instantRootLabelTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	parent := trace.SpanContextFromContext(ctx)
-	lctx, span := t.tr.Start(ctx, name, opts...)
-	if parent.IsValid() && !parent.IsRemote() {
-		return lctx, span
-	}
-	return labelRoot(lctx, name, span)
-}
-
-// StartAt starts a span at the instant at, as Start with trace.WithTimestamp(at) does.
-func (t *instantRootLabelTracer) StartAt(ctx context.Context, name string, at time.Time) (context.Context, trace.Span) {
-	parent := trace.SpanContextFromContext(ctx)
-	lctx, span := t.instant.StartAt(ctx, name, at)
-	if parent.IsValid() && !parent.IsRemote() {
-		return lctx, span
-	}
-	return labelRoot(lctx, name, span)
-}
-
-// LabelSpanName is the pprof label of a local root's span name, as otel-profiling-go sets it.
-const LabelSpanName = "span_name"
-
-// profileIDKey is the span attribute otel-profiling-go links a span to its profile with.
-var profileIDKey = attribute.Key("pyroscope.profile.id")
-
-// labelRoot does for span, a local root named name started in ctx, what otel-profiling-go's
-// tracer does in its root scope: a sampled span gets the pyroscope.profile.id attribute (its
-// id) and the labels span_name, span_id and trace_id; an unsampled one span_name alone (none
-// when its name is empty). The labels go on the context returned and on the goroutine, until the
-// span ends, which restores ctx's. TestRootLabelsAsOtelProfilingGo holds it to otel-profiling-go.
-// The trace and span ids' hex share one allocation.
-func labelRoot(ctx context.Context, name string, span trace.Span) (context.Context, trace.Span) {
-	sc := span.SpanContext()
-	sampled := sc.IsSampled()
-	if !sampled && name == "" {
-		return ctx, span
-	}
-	var traceID, spanID string
-	if sampled || span.IsRecording() { // an unsampled span may record (sdktrace.RecordOnly)
-		var buf [2*len(trace.TraceID{}) + 2*len(trace.SpanID{})]byte
-		tid, sid := sc.TraceID(), sc.SpanID()
-		hex.Encode(buf[:], tid[:])
-		hex.Encode(buf[2*len(tid):], sid[:])
-		ids := string(buf[:])
-		traceID, spanID = ids[:2*len(tid)], ids[2*len(tid):]
-		span.SetAttributes(profileIDKey.String(spanID))
-	}
-	var labels pprof.LabelSet
-	switch {
-	case !sampled:
-		labels = pprof.Labels(LabelSpanName, name)
-	case name == "":
-		labels = pprof.Labels(LabelSpanID, spanID, LabelTraceID, traceID)
-	default:
-		// Keys in order, which spares pprof.Labels a sort and a copy.
-		labels = pprof.Labels(LabelSpanID, spanID, LabelSpanName, name, LabelTraceID, traceID)
-	}
-	lctx := pprof.WithLabels(ctx, labels)
-	pprof.SetGoroutineLabels(lctx)
-	if _, ok := span.(instantEnder); ok {
-		return lctx, &labelledInstantRoot{labelledRoot{Span: span, restore: ctx}}
-	}
-	return lctx, &labelledRoot{Span: span, restore: ctx}
-}
-
-// labelledRoot is a local root span whose end restores the goroutine's labels of before it.
-type labelledRoot struct {
-	trace.Span
-	restore context.Context
-}
-
-func (s *labelledRoot) End(opts ...trace.SpanEndOption) {
-	s.Span.End(opts...)
-	pprof.SetGoroutineLabels(s.restore)
-}
-
-// labelledInstantRoot is a labelledRoot that ends at an instant without an option.
-type labelledInstantRoot struct{ labelledRoot }
-
-func (s *labelledInstantRoot) EndAt(at time.Time) {
-	s.Span.(instantEnder).EndAt(at)
-	pprof.SetGoroutineLabels(s.restore)
-}
-
-// EndAtWith sets kv and ends the span at at, in one call to a span that has it (telemetry's).
-func (s *labelledInstantRoot) EndAtWith(at time.Time, kv []attribute.KeyValue) {
-	if e, ok := s.Span.(interface {
-		EndAtWith(time.Time, []attribute.KeyValue)
-	}); ok {
-		e.EndAtWith(at, kv)
-	} else {
-		s.Span.SetAttributes(kv...)
-		s.Span.(instantEnder).EndAt(at)
-	}
-	pprof.SetGoroutineLabels(s.restore)
+	return otelpyroscope.NewTracerProvider(tp, otelpyroscope.WithSpanIDLabelScope(scope))
 }
 
 // tee is the session's upstream: each window goes to the store, stamped on the shared clock,
