@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test e2e bench bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
+.PHONY: all build test e2e bench bench-observer bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -24,23 +24,34 @@ e2e: bin/jaeger
 		{ echo "make e2e needs prometheus and promtool: apt-get install prometheus"; exit 1; }
 	$(GO) test -count=1 -timeout 20m -tags e2e ./cmd/ragtail/
 
-## bench: Go benchmarks of the hot paths (figures, not pass/fail), among them
-## BenchmarkPipelineTelemetry: pipeline throughput with telemetry fully on against off; then the
-## load generator side by side with vegeta (built from its Go module in tools/vegeta): CPU per
-## request at 10,000 req/s, top rate, send lag at 2,000 req/s, as ratios from one run
+## bench: Go benchmarks of the hot paths (figures, not pass/fail); then what telemetry costs:
+## the observer effect on the demo's latency (bench-observer) and the CPU and allocations a
+## request costs the pipeline (bench-telemetry); then the load generator side by side with vegeta
+## (built from its Go module in tools/vegeta): CPU per request at 10,000 req/s, top rate, send lag
+## at 2,000 req/s, as ratios from one run
 bench:
-	$(GO) test -run '^$$' -bench . -skip PipelineTelemetry -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) test -run '^$$' -bench . -skip 'PipelineTelemetry|ObserverEffect' -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(MAKE) bench-observer
 	$(MAKE) bench-telemetry
 	$(MAKE) bench-loadgen
 
+## bench-observer: BenchmarkObserverEffect: the demo's world and load against the service with
+## telemetry fully on and fully off, in alternating phases of one run (OBSERVER_PAIRS pairs of
+## OBSERVER_PHASE each, about 3.5 minutes by default): TTFT and E2E at P50 and P95 of each, with
+## their 95% intervals, the difference and whether the intervals overlap
+OBSERVER_PAIRS ?= 4
+OBSERVER_PHASE ?= 20s
+bench-observer:
+	$(GO) test -run '^$$' -bench ObserverEffect -benchtime 1x ./cmd/ragtail/ -args -observer.pairs $(OBSERVER_PAIRS) -observer.phase $(OBSERVER_PHASE)
+
 ## bench-telemetry: BenchmarkPipelineTelemetry TELCOUNT times, then per corpus the median, min and
-## max of loss_%, allocs/op and on_allocs/req beside their targets, and the ablation (the loss of
-## each telemetry component on its own) (tools/telsum.awk). The tiny corpus runs ten times the
+## max of loss_% (process CPU per request, telemetry fully on against off, on backends that cost
+## nothing), allocs/op and on_allocs/req, and the ablation (the loss of each telemetry component
+## on its own) (tools/telsum.awk): figures, not targets. The tiny corpus runs ten times the
 ## requests, so that its phases last about as long as the default corpus's. TELREQS_DEFAULT and
 ## TELREQS_TINY set the requests of a run (30 rounds, so a phase runs a sixtieth of them: 200
-## and 2,000); TELARMS the arms besides the usual ones (-telemetry.arms, e.g. all,aa or the
-## leave-one-out arms).
-TELCOUNT ?= 6
+## and 2,000); TELARMS the arms besides off (-telemetry.arms, e.g. all,aa).
+TELCOUNT ?= 3
 TELREQS_DEFAULT ?= 12000
 TELREQS_TINY ?= 120000
 TELARMS ?=

@@ -151,7 +151,7 @@ func buildService(ctx context.Context, cfg service.Config, to telemetryOptions, 
 	}
 	svc, err := service.New(ctx, cfg, service.WithLogger(logger), service.WithTelemetry(service.Telemetry{
 		TracerProvider: tp, MeterProvider: tel.MeterProvider, Propagator: tel.Propagator,
-		Registry: tel.Registry, Now: tel.Now, CaptureContent: tel.CaptureContent, GenAILatest: tel.GenAILatest,
+		Registry: tel.Registry, Now: tel.Now, CaptureContent: tel.CaptureContent, GenAILatest: tel.GenAILatest, ProfileLabels: true,
 		Traces: tel.Ring.Handler(), Profiles: profile.Handler(profiler.Store()), CPUProfile: profile.CPUProfileHandler(),
 	}))
 	if err != nil {

@@ -43,7 +43,8 @@ type DemoConfig struct {
 // DemoMode is one coupling mode's run.
 type DemoMode struct {
 	Coupling string
-	Bench    *report.Bench // TTFT and E2EL at DemoPercentiles
+	Bench    *report.Bench   // TTFT and E2EL at DemoPercentiles
+	Run      *loadgen.Result // the run's records, for callers that pool runs
 }
 
 // DemoResult is what a demo run measured.
@@ -95,7 +96,7 @@ func RunDemo(ctx context.Context, c DemoConfig) (*DemoResult, error) {
 				errs[i] = fmt.Errorf("coupling %s: %w", mode, err)
 				return
 			}
-			res.Modes[i] = DemoMode{Coupling: mode, Bench: report.Summarize(run, report.Options{
+			res.Modes[i] = DemoMode{Coupling: mode, Run: run, Bench: report.Summarize(run, report.Options{
 				Metrics: []string{report.MetricTTFT, report.MetricE2EL}, Percentiles: DemoPercentiles})}
 		})
 	}

@@ -47,6 +47,9 @@ type Telemetry struct {
 	Now func() time.Time
 	// CaptureContent records prompt and answer text on spans.
 	CaptureContent bool
+	// ProfileLabels labels each pipeline stage with the rag_stage and span_id pprof labels
+	// (pipeline.WithProfileLabels), so that CPU profiles split by stage and span.
+	ProfileLabels bool
 	// GenAILatest names the GenAI metrics and attributes after the latest GenAI conventions
 	// rather than semantic conventions v1.41 (pipeline.WithGenAILatest).
 	GenAILatest bool
@@ -301,7 +304,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}
 	popts := []pipeline.Option{pipeline.WithAdmitter(pool), pipeline.WithFaults(faultHook{faults}),
 		pipeline.WithLogger(logger), pipeline.WithClock(tel.Now), pipeline.WithContentCapture(tel.CaptureContent),
-		pipeline.WithGenAILatest(tel.GenAILatest)}
+		pipeline.WithGenAILatest(tel.GenAILatest), pipeline.WithProfileLabels(tel.ProfileLabels)}
 	if tel.TracerProvider != nil {
 		popts = append(popts, pipeline.WithTracerProvider(tel.TracerProvider))
 	}
