@@ -10,7 +10,7 @@ all: build
 
 ## build: compile the ragtail binary into bin/
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/ragtail
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o $(BIN) ./cmd/ragtail
 
 ## test: vet, then every unit and integration test with the race detector
 test:

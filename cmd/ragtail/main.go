@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -99,8 +100,37 @@ Start with "ragtail demo": it needs nothing else running.
 }
 
 func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
-	fmt.Fprintln(stdout, "ragtail", version)
+	info, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(version, info))
 	return nil
+}
+
+// versionLine describes the build: the version set at link time or else the module's (from
+// the build info: "(devel)" for a build of a checkout, the tag for go install module@tag), the
+// VCS revision, its time and whether the tree had changes, and the Go version.
+func versionLine(linked string, info *debug.BuildInfo) string {
+	v := linked
+	if info == nil {
+		return "ragtail " + v
+	}
+	if v == "dev" && info.Main.Version != "" {
+		v = info.Main.Version
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	rev := "unknown revision"
+	if r := settings["vcs.revision"]; r != "" {
+		rev = "revision " + r
+		if t := settings["vcs.time"]; t != "" {
+			rev += " of " + t
+		}
+		if settings["vcs.modified"] == "true" {
+			rev += ", with local changes"
+		}
+	}
+	return fmt.Sprintf("ragtail %s (%s), %s", v, rev, info.GoVersion)
 }
 
 // parseFlags parses args with fs, printing usage to stderr; --help returns flag.ErrHelp after

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,30 @@ func TestHealthcheck(t *testing.T) {
 				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestVersionLine(t *testing.T) {
+	t.Parallel()
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/ragtail/ragtail", Version: "v0.1.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-12-04T18:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	tests := []struct {
+		name, linked string
+		info         *debug.BuildInfo
+		want         string
+	}{
+		{"module version and revision", "dev", info, "ragtail v0.1.0 (revision abc123 of 2026-12-04T18:00:00Z, with local changes), go1.26.8"},
+		{"linked version wins", "v0.2.0-rc1", info, "ragtail v0.2.0-rc1 (revision abc123 of 2026-12-04T18:00:00Z, with local changes), go1.26.8"},
+		{"no VCS", "dev", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, "ragtail (devel) (unknown revision), go1.26.8"},
+		{"no build info", "dev", nil, "ragtail dev"},
+	}
+	for _, tt := range tests {
+		if got := versionLine(tt.linked, tt.info); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "ragtail ") {
+		t.Errorf("ragtail version: %q, %v", out.String(), err)
 	}
 }
