@@ -1167,6 +1167,10 @@ func decodeBench(d *decodeError, o jobj) *Bench {
 	if raw := o.m["server_metrics"]; !isNull(raw) {
 		b.ServerMetrics = decodeServerMetrics(d, o.sub("server_metrics"), raw)
 	}
+	checkCounts(d, o, b)
+	if d.err != nil {
+		return b
+	}
 	b.finishTurns()
 	return b
 }

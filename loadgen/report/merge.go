@@ -54,6 +54,9 @@ func Merge(benches ...*Bench) (*Bench, error) {
 			return nil, fmt.Errorf("merge: bench %d has session step limit %v, bench 1 has %v", i+1, b.SessionStepLimit, first.SessionStepLimit)
 		}
 	}
+	if err := checkMergedCount(benches); err != nil {
+		return nil, err
+	}
 	o := Options{Percentiles: first.Percentiles, Metrics: first.Metrics, Confidence: first.Confidence,
 		Goodput: first.Goodput, SessionStepLimit: first.SessionStepLimit}.withDefaults()
 	m := newBench(o)

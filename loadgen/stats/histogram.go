@@ -37,6 +37,13 @@ const (
 // below it.
 const maxEncodedHistogram = 1 << 20
 
+// MaxCount bounds the values one histogram read from a file may hold, and the sum of those
+// merged from files: a hundred billion, far above any run (a day at a million tokens a second is
+// below it), and low enough that the exact binomial intervals computed over such a count stay
+// within a few hundred MB and a fraction of a second. A crafted count of 10^18 would otherwise
+// size that work, and memory, by itself.
+const MaxCount = 1e11
+
 // Histogram records durations with HDR precision (relative error below 10^-3) in constant
 // memory. Values below zero are recorded as zero and values above HistogramHighest as
 // HistogramHighest. Quantiles follow the nearest-rank rule and report the highest value
@@ -239,6 +246,10 @@ func (h *Histogram) MarshalJSON() ([]byte, error) {
 // than HistogramLowest, HistogramHighest and HistogramDigits, so it could not merge exactly.
 var ErrHistogramGeometry = errors.New("histogram geometry is not ragtail's (1µs..1h, 3 digits)")
 
+// ErrHistogramCount is returned for a serialised histogram whose counts are out of range:
+// negative, above MaxCount in total, or not adding up to its total.
+var ErrHistogramCount = errors.New("histogram counts out of range")
+
 // UnmarshalJSON decodes what MarshalJSON wrote. The header is checked before the counts are
 // allocated, so a hostile file cannot make it allocate more than one histogram's worth.
 func (h *Histogram) UnmarshalJSON(data []byte) error {
@@ -255,6 +266,16 @@ func (h *Histogram) UnmarshalJSON(data []byte) error {
 	d, err := hdrhistogram.Decode([]byte(s))
 	if err != nil {
 		return fmt.Errorf("histogram: decode: %w", err)
+	}
+	var total int64
+	for _, n := range d.Export().Counts {
+		if n < 0 || n > MaxCount-total {
+			return fmt.Errorf("%w: more than %d values (or a negative count)", ErrHistogramCount, int64(MaxCount))
+		}
+		total += n
+	}
+	if total != d.TotalCount() {
+		return fmt.Errorf("%w: total %d is not the sum of its counts, %d", ErrHistogramCount, d.TotalCount(), total)
 	}
 	h.h = d
 	h.cache = nil

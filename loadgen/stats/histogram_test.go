@@ -202,12 +202,25 @@ func TestHistogramJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign, _ := json.Marshal(string(enc))
+	// Counts no run produces: a bucket of 5·10^18 values, and two that add up to just above MaxCount.
+	counted := func(counts ...int64) string {
+		snap := newHDR().Export()
+		copy(snap.Counts[5000:], counts) // Import, unlike RecordValues, lets a sum overflow
+		enc, err := hdrhistogram.Import(snap).Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(string(enc))
+		return string(raw)
+	}
 	bad := []struct {
 		name string
 		data string
 		is   error
 	}{
 		{"other geometry", string(foreign), ErrHistogramGeometry},
+		{"bucket of 5e18 values", counted(5e18), ErrHistogramCount},
+		{"just above MaxCount", counted(MaxCount/2, MaxCount/2+1), ErrHistogramCount},
 		{"not a string", `123`, nil},
 		{"not base64", `"***"`, nil},
 		{"too short", `"AAAA"`, nil},
