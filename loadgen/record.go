@@ -76,6 +76,10 @@ const (
 	ErrKindProtocol = "protocol" // a response that is not what the API promises
 	ErrKindCanceled = "canceled" // the run was interrupted before the request finished
 	ErrKindDrain    = "drain"    // still running when --drain-timeout expired
+	// ErrKindOverlong marks a response that went on far past its max_tokens: more than
+	// max(2·max_tokens, max_tokens+64) output tokens (or 2^18 without max_tokens). The client
+	// stops reading it there, so an endless stream costs bounded memory and time.
+	ErrKindOverlong = "overlong"
 )
 
 // OK reports whether the request completed successfully.

@@ -679,7 +679,11 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 		usageSeen  bool
 		lastCumOut int    // completion tokens of the last chunk that carried usage
 		answer     []byte // the answer's text, when the request asks to keep it
+		tokens     int    // output tokens counted over the content chunks
+		events     int    // data events read
 	)
+	maxTokens := c.maxTokensOf(req)
+	limit := OutputTokenLimit(maxTokens)
 	if req.KeepAnswer {
 		defer func() { rec.Answer = string(answer) }()
 	}
@@ -702,6 +706,13 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 			continue // read on to the end of the body, where the trailers are
 		}
 		offset := at.Sub(origin)
+		// Events that carry no content (a role, a usage, empty deltas) are a few per response;
+		// an endless run of them is cut like an endless run of tokens.
+		if events++; events > 2*limit {
+			rec.End = offset
+			fail(rec, loadgen.ErrKindOverlong, overlong(events, "events", maxTokens, limit))
+			return
+		}
 		if err := scanChunk(data, &ch); err != nil {
 			if string(event) == "error" {
 				rec.End = offset
@@ -726,11 +737,21 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 		if ch.model != nil && rec.ResponseModel == "" && c.cfg.tracing != nil {
 			rec.ResponseModel = truncateTo(unquoteJSON(ch.model), maxAttrText)
 		}
+		if ch.hasUsage && ch.completionTokens > limit {
+			rec.End = offset
+			fail(rec, loadgen.ErrKindOverlong, overlong(ch.completionTokens, "tokens by its usage", maxTokens, limit))
+			return
+		}
 		if ch.content {
-			tokens := 1
+			n := 1
 			if ch.hasUsage && ch.completionTokens > lastCumOut {
 				// vLLM's continuous usage stats: the running total tells how many tokens came.
-				tokens = ch.completionTokens - lastCumOut
+				n = ch.completionTokens - lastCumOut
+			}
+			if tokens += n; tokens > limit {
+				rec.End = offset
+				fail(rec, loadgen.ErrKindOverlong, overlong(tokens, "tokens", maxTokens, limit))
+				return
 			}
 			if rec.FirstToken == 0 {
 				rec.FirstToken = offset
@@ -742,7 +763,7 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 			if req.KeepAnswer {
 				answer = ch.appendText(answer, maxAnswerBytes)
 			}
-			rec.Chunks = append(rec.Chunks, loadgen.Chunk{At: offset, Tokens: tokens})
+			rec.Chunks = append(rec.Chunks, loadgen.Chunk{At: offset, Tokens: n})
 		}
 		if ch.hasUsage {
 			usageSeen = true
@@ -791,6 +812,11 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 		fail(rec, loadgen.ErrKindProtocol, errors.New("response has no choice with content or a finish reason"))
 		return
 	}
+	maxTokens := c.maxTokensOf(req)
+	if limit := OutputTokenLimit(maxTokens); ch.hasUsage && ch.completionTokens > limit {
+		fail(rec, loadgen.ErrKindOverlong, overlong(ch.completionTokens, "tokens by its usage", maxTokens, limit))
+		return
+	}
 	if ch.hasUsage {
 		rec.PromptTokens, rec.OutputTokens, rec.TokensFromUsage = ch.promptTokens, ch.completionTokens, true
 		rec.CachedTokens, rec.ReasoningTokens = ch.cachedTokens, ch.reasoningTokens
@@ -805,6 +831,73 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 	if req.KeepAnswer {
 		rec.Answer = string(ch.appendText(nil, maxAnswerBytes))
 	}
+}
+
+// DefaultOutputTokenLimit bounds the output of a request sent without max_tokens: no model
+// streams that many tokens in one answer, and its chunk records stay within a few MB.
+const DefaultOutputTokenLimit = 1 << 18
+
+// OutputTokenLimit is how many output tokens a response to a request with max_tokens may
+// carry before the client cuts it and records it as loadgen.ErrKindOverlong:
+// max(2·max_tokens, max_tokens+64), which leaves room for servers that count a little over
+// (special tokens, a final chunk), or DefaultOutputTokenLimit when max_tokens is not set. A
+// stream is also cut after twice that many events. It bounds the chunk records, the memory and
+// the time one response can take, whatever the server sends.
+func OutputTokenLimit(maxTokens int) int {
+	if maxTokens <= 0 {
+		return DefaultOutputTokenLimit
+	}
+	if maxTokens >= math.MaxInt32/2 {
+		return math.MaxInt32
+	}
+	return max(2*maxTokens, maxTokens+64)
+}
+
+// overlong is the error of a response cut at the output token limit.
+func overlong(n int, what string, maxTokens, limit int) error {
+	if maxTokens <= 0 {
+		return fmt.Errorf("response cut after %d %s: a request without max_tokens may take %d", n, what, limit)
+	}
+	return fmt.Errorf("response cut after %d %s: max_tokens is %d, and the client allows max(2·max_tokens, max_tokens+64) = %d", n, what, maxTokens, limit)
+}
+
+// maxTokensOf is the max_tokens (or max_completion_tokens) req is sent with; 0 when none.
+func (c *Client) maxTokensOf(req *loadgen.Request) int {
+	for _, key := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := req.Extra[key]; ok {
+			return tokenCount(v)
+		}
+		if raw, ok := c.extra[key]; ok {
+			var v any
+			if json.Unmarshal(raw, &v) == nil {
+				return tokenCount(v)
+			}
+			return 0
+		}
+	}
+	if req.MaxTokens > 0 {
+		return req.MaxTokens
+	}
+	return c.cfg.maxTokens
+}
+
+// tokenCount reads a token count from a decoded JSON value; 0 if it is not a positive number.
+func tokenCount(v any) int {
+	var f float64
+	switch n := v.(type) {
+	case float64:
+		f = n
+	case int:
+		f = float64(n)
+	case json.Number:
+		f, _ = n.Float64()
+	default:
+		return 0
+	}
+	if !(f > 0) {
+		return 0
+	}
+	return int(min(f, math.MaxInt32))
 }
 
 // maxAnswerBytes bounds the answer text kept for a conversation's next turn.
