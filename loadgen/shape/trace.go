@@ -171,14 +171,46 @@ func secondsTime(s string) (int64, error) {
 	return int64(ns), nil
 }
 
+// maxTraceRecord bounds one record (a line, or several when a quoted field spans them) of a CSV
+// trace: its lines are some 60 bytes. encoding/csv has no bound of its own, so a file without
+// a newline (a 2 GB sparse file) was read whole into one field.
+const maxTraceRecord = 1 << 20
+
+// errTraceRecordTooLong is returned when a CSV trace's record passes maxTraceRecord.
+var errTraceRecordTooLong = fmt.Errorf("a record longer than %d bytes", maxTraceRecord)
+
+// recordLimit is the reader under a CSV trace's csv.Reader: it fails once more than
+// maxTraceRecord bytes (plus what a read buffers ahead) were read since the start of the
+// record being read, which the caller sets after each record.
+type recordLimit struct {
+	r           io.Reader
+	read        int64 // bytes handed to the csv.Reader's buffer
+	recordStart int64 // offset of the record being read
+}
+
+func (l *recordLimit) Read(p []byte) (int, error) {
+	if l.read-l.recordStart > maxTraceRecord+traceReadBuffer {
+		return 0, errTraceRecordTooLong
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	return n, err
+}
+
+// traceReadBuffer is the read buffer of a CSV trace.
+const traceReadBuffer = 64 << 10
+
 func readTraceCSV(r io.Reader, cols traceColumns) ([]TraceRequest, error) {
-	cr := csv.NewReader(bufio.NewReaderSize(r, 64<<10))
+	lim := &recordLimit{r: r}
+	cr := csv.NewReader(bufio.NewReaderSize(lim, traceReadBuffer))
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = -1
 	header, err := cr.Read()
 	if err != nil {
 		return nil, fmt.Errorf("header: %w", err)
 	}
+	lim.recordStart = cr.InputOffset()
+	lastLine := 1
 	idx := map[string]int{}
 	for i, h := range header {
 		idx[strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\uFEFF")))] = i
@@ -197,10 +229,15 @@ func readTraceCSV(r io.Reader, cols traceColumns) ([]TraceRequest, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		if errors.Is(err, errTraceRecordTooLong) {
+			return nil, fmt.Errorf("line %d: %w", lastLine+1, err)
+		}
 		if err != nil {
 			return nil, err // a csv.ParseError names its line
 		}
+		lim.recordStart = cr.InputOffset()
 		line, _ := cr.FieldPos(0)
+		lastLine = line
 		if len(rec) <= need {
 			return nil, fmt.Errorf("line %d: %d fields, want at least %d", line, len(rec), need+1)
 		}
