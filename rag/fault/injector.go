@@ -45,10 +45,10 @@ const (
 	// rolling median covers: enough that one outlier does not move it, few enough that it follows
 	// a change of load within a second or two at the rates ragtail runs.
 	DefaultBaselineWindow = 100
-	// DefaultMaxDelay caps the delay one rule adds to one call. A Pareto law without a cap has
-	// samples of hours with small but real probability; a minute is far beyond any latency
-	// objective yet still lets a run finish.
-	DefaultMaxDelay = time.Minute
+	// DefaultMaxDelay caps the delay one rule adds to one call: latency.Limit, the bound a rule's
+	// law and relative terms are validated against. A relative rule's baseline times its factor,
+	// or the rare draw of an uncapped heavy tail (under 0.1%), can still pass it; they are cut.
+	DefaultMaxDelay = latency.Limit
 )
 
 // Option configures an Injector.

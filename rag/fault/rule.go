@@ -280,6 +280,8 @@ func (r Rule) Validate() error {
 			bad("relative factor must be a non-negative number, got %v", rel.Factor)
 		case rel.Floor == 0 && rel.Factor == 0 && rel.Jitter == 0:
 			bad("relative rule adds no delay (floor, factor and jitter are all 0); leave them out for the article's max(100ms, baseline x 1.8 + uniform(0, 200ms))")
+		case rel.Floor > latency.Limit || rel.Jitter > latency.Limit || rel.Baseline > latency.Limit:
+			bad("relative floor, jitter and baseline must be at most the %v limit of a simulated latency", latency.Limit)
 		}
 	}
 	if a := r.Abort; a != nil {
@@ -382,6 +384,9 @@ func checkLaw(l latency.Law) error {
 		if l.Max != 0 && l.Max < l.Scale {
 			return fmt.Errorf("%s: cap %v is below scale %v, which would make every delay the cap", l, l.Max, l.Scale)
 		}
+	}
+	if err := l.CheckLimit(latency.Limit); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }

@@ -39,11 +39,65 @@ const (
 //
 // An optional third field on lognormal and pareto caps the sample ("pareto:10ms,1.5,2s"), which
 // keeps a heavy tail from stalling a run for minutes. The zero Law is "none".
+//
+// Parse accepts only laws within Limit (see CheckLimit), and so do the flags and /admin/config,
+// which check the laws they decode: every law given as text follows one rule.
 type Law struct {
 	Kind  LawKind
 	Scale time.Duration // fixed value, uniform minimum, lognormal median, Pareto x_m
 	Max   time.Duration // uniform maximum; cap for lognormal and Pareto (0: no cap)
 	Shape float64       // lognormal sigma, Pareto alpha
+}
+
+// Limit bounds the latency any law given as text (a flag, /admin/config, a fault rule) may
+// add to one call: a minute is far beyond any latency objective, yet lets a run finish.
+const Limit = time.Minute
+
+// TailQuantile is the quantile of an uncapped lognormal or Pareto law that must lie within the
+// limit: such a law has no largest value, and pareto:10ms,0.1 put 17 of 20 requests over 20 s.
+const TailQuantile = 0.999
+
+// CheckLimit reports whether l keeps within limit: a fixed value, a uniform maximum, and the
+// scale and cap of a lognormal or Pareto law at most limit, and for a lognormal or Pareto law
+// without a cap, its P99.9 (TailQuantile) at most limit too. Delay cuts the rarer draws of such
+// a law past Limit to Limit. The error, matching rag.ErrInvalidRequest, says the limit and how
+// to meet it.
+func (l Law) CheckLimit(limit time.Duration) error {
+	over := func(what string, d time.Duration) error {
+		return fmt.Errorf("%w: latency law %q: %s %v is above the %v limit of a simulated latency", rag.ErrInvalidRequest, l.String(), what, d, limit)
+	}
+	switch l.Kind {
+	case LawFixed:
+		if l.Scale > limit {
+			return over("the value", l.Scale)
+		}
+	case LawUniform:
+		if l.Max > limit {
+			return over("the maximum", l.Max)
+		}
+	case LawLognormal, LawPareto:
+		switch {
+		case l.Scale > limit:
+			return over("the scale", l.Scale)
+		case l.Max > limit:
+			return over("the cap", l.Max)
+		case l.Max == 0:
+			if tail := l.quantileNS(TailQuantile); !(tail <= float64(limit)) {
+				return fmt.Errorf("%w: latency law %q: its P99.9 is %s, above the %v limit of a simulated latency: "+
+					"give it a cap of at most %v (%s), or a smaller scale or a larger shape", rag.ErrInvalidRequest,
+					l.String(), formatNS(tail), limit, limit, Law{Kind: l.Kind, Scale: l.Scale, Shape: l.Shape, Max: limit})
+			}
+		}
+	}
+	return nil
+}
+
+// formatNS writes a length of time in nanoseconds that may be past what a time.Duration holds.
+func formatNS(ns float64) string {
+	if ns < float64(math.MaxInt64) {
+		return time.Duration(ns).String()
+	}
+	return strconv.FormatFloat(ns/1e9, 'g', 3, 64) + "s"
 }
 
 // Fixed returns a law that always yields d.
@@ -54,8 +108,19 @@ func Fixed(d time.Duration) Law {
 	return Law{Kind: LawFixed, Scale: d}
 }
 
-// Parse parses the text form of a latency law (see Law).
+// Parse parses the text form of a latency law (see Law), within Limit (see CheckLimit).
 func Parse(s string) (Law, error) {
+	l, err := parse(s)
+	if err != nil {
+		return Law{}, err
+	}
+	if err := l.CheckLimit(Limit); err != nil {
+		return Law{}, err
+	}
+	return l, nil
+}
+
+func parse(s string) (Law, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "none" || s == "0" {
 		return Law{Kind: LawNone}, nil
@@ -144,9 +209,11 @@ func (l Law) String() string {
 // MarshalText implements encoding.TextMarshaler so a Law reads naturally in JSON and flags.
 func (l Law) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler.
+// UnmarshalText implements encoding.TextUnmarshaler. It reads the text form as Parse does but
+// without the limit, which the document holding the law checks (CheckLimit) so that its error
+// names the law's key.
 func (l *Law) UnmarshalText(b []byte) error {
-	v, err := Parse(string(b))
+	v, err := parse(string(b))
 	if err != nil {
 		return err
 	}
@@ -183,15 +250,21 @@ func (l Law) Sample(r *rand.Rand) time.Duration {
 // Quantile returns the law's q-quantile (0 < q < 1), ignoring any cap. It is the analytic
 // figure that sampled latencies are checked against.
 func (l Law) Quantile(q float64) time.Duration {
+	return time.Duration(l.quantileNS(q))
+}
+
+// quantileNS is Quantile in nanoseconds, as a float that a heavy tail may take past what a
+// time.Duration holds.
+func (l Law) quantileNS(q float64) float64 {
 	switch l.Kind {
 	case LawFixed:
-		return l.Scale
+		return float64(l.Scale)
 	case LawUniform:
-		return l.Scale + time.Duration(q*float64(l.Max-l.Scale))
+		return float64(l.Scale) + q*float64(l.Max-l.Scale)
 	case LawLognormal:
-		return time.Duration(float64(l.Scale) * math.Exp(l.Shape*math.Sqrt2*math.Erfinv(2*q-1)))
+		return float64(l.Scale) * math.Exp(l.Shape*math.Sqrt2*math.Erfinv(2*q-1))
 	case LawPareto:
-		return time.Duration(float64(l.Scale) / math.Pow(1-q, 1/l.Shape))
+		return float64(l.Scale) / math.Pow(1-q, 1/l.Shape)
 	}
 	return 0
 }
@@ -216,14 +289,15 @@ func (d *Delay) Law() Law {
 	return d.law
 }
 
-// Sample draws one latency.
+// Sample draws one latency, at most Limit: the rare draw of an uncapped heavy tail beyond it
+// (CheckLimit keeps them under 0.1%) waits Limit.
 func (d *Delay) Sample() time.Duration {
 	if d == nil || d.law.Kind == LawNone || d.law.Kind == "" {
 		return 0
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.law.Sample(d.rng)
+	return min(d.law.Sample(d.rng), Limit)
 }
 
 // Wait draws one latency and waits for it, or until ctx is done. It returns the latency drawn and

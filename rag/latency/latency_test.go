@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +139,77 @@ func BenchmarkDelaySample(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = d.Sample()
+	}
+}
+
+// TestCheckLimit holds every law given as text to one rule: none may add more than Limit, and
+// an uncapped heavy tail is judged by its P99.9. pareto:10ms,0.1 (P99.9 of 10^28 s) put 17 of
+// 20 requests over 20 s, and fixed:1000000h was accepted as a fault's delay.
+func TestCheckLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		law  string
+		want string // "" accepts; else in the error
+	}{
+		{law: "none"},
+		{law: "fixed:1m"},
+		{law: "fixed:1000000h", want: "the value 1000000h0m0s is above the 1m0s limit"},
+		{law: "uniform:1ms,1m"},
+		{law: "uniform:1ms,61s", want: "the maximum 1m1s is above the 1m0s limit"},
+		{law: "lognormal:5ms,0.5"},
+		{law: "lognormal:1s,1.5", want: "P99.9 is 1m43"},
+		{law: "lognormal:1s,1.5,1m"},
+		{law: "lognormal:5ms,0.5,2m", want: "the cap 2m0s is above the 1m0s limit"},
+		{law: "pareto:10ms,1.5"},
+		{law: "pareto:10ms,0.1", want: "P99.9 is 1e+28s, above the 1m0s limit of a simulated latency: give it a cap of at most 1m0s (pareto:10ms,0.1,1m0s)"},
+		{law: "pareto:10ms,0.1,1m"},
+		{law: "pareto:2m,3", want: "the scale 2m0s is above"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.law, func(t *testing.T) {
+			t.Parallel()
+			law, err := latency.Parse(tt.law)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Parse(%q) = %v", tt.law, err)
+				}
+				if err := law.CheckLimit(latency.Limit); err != nil {
+					t.Fatalf("CheckLimit = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, rag.ErrInvalidRequest) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Parse(%q) = %v; want an error containing %q", tt.law, err, tt.want)
+			}
+			var unchecked latency.Law
+			if err := unchecked.UnmarshalText([]byte(tt.law)); err != nil {
+				t.Fatalf("UnmarshalText: %v", err)
+			}
+			if err := unchecked.CheckLimit(latency.Limit); err == nil || err.Error() != mustErr(latency.Parse(tt.law)).Error() {
+				t.Errorf("CheckLimit = %v, Parse said otherwise", err)
+			}
+		})
+	}
+}
+
+func mustErr(_ latency.Law, err error) error { return err }
+
+// TestDelayStaysWithinLimit draws from a law built in Go, which no CheckLimit saw: Delay still
+// never waits past Limit.
+func TestDelayStaysWithinLimit(t *testing.T) {
+	t.Parallel()
+	law := latency.Law{Kind: latency.LawPareto, Scale: 10 * time.Second, Shape: 3} // P99.9 of 100 s
+	d := latency.NewDelay(law, 7)
+	cut := 0
+	for range 1000 {
+		if v := d.Sample(); v > latency.Limit {
+			t.Fatalf("sample %v above the limit", v)
+		} else if v == latency.Limit {
+			cut++
+		}
+	}
+	// P(X > 60 s) = (10/60)^3 = 0.46%: about 5 of 1000.
+	if cut == 0 {
+		t.Fatal("no draw reached the limit, so the test tests nothing")
 	}
 }

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/latency"
 )
 
 // maxSpecLen bounds the text Parse accepts.
 const maxSpecLen = 256
 
-// maxDuration bounds every duration a Spec holds.
-const maxDuration = time.Hour
+// maxDuration bounds every duration a Spec holds: the limit of every simulated latency.
+const maxDuration = latency.Limit
 
 // Spec is what a link does to the traffic it carries: toxiproxy's toxics, all applied on the
 // way back from the backend (downstream), so that Latency is added once per round trip. The

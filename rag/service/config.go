@@ -212,6 +212,17 @@ func (c Config) Validate() error {
 	case c.AdminAddr != "" && !httpapi.IsLoopbackAddr(c.AdminAddr) && c.AdminToken == "":
 		return fmt.Errorf("--admin-addr %s is not a loopback address, so anyone who can reach it could read profiles and traces and change the configuration: set RAGTAIL_ADMIN_TOKEN (every admin route then needs 'Authorization: Bearer TOKEN'), or bind --admin-addr to loopback (127.0.0.1:9464)", c.AdminAddr)
 	}
+	for i, law := range c.ShardLatency {
+		if err := law.CheckLimit(MaxLatency); err != nil {
+			return fmt.Errorf("--shard-latency (law %d): %w", i+1, err)
+		}
+	}
+	if err := c.EmbedLatency.CheckLimit(MaxLatency); err != nil {
+		return fmt.Errorf("--embed-latency: %w", err)
+	}
+	if err := c.FetchLatency.CheckLimit(MaxLatency); err != nil {
+		return fmt.Errorf("--fetch-latency: %w", err)
+	}
 	if err := c.Backends.Validate(); err != nil {
 		return err
 	}

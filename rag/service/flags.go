@@ -211,7 +211,14 @@ func (f lawFlag) String() string {
 	return f.law.String()
 }
 
-func (f lawFlag) Set(s string) error { return f.law.UnmarshalText([]byte(s)) }
+func (f lawFlag) Set(s string) error {
+	law, err := latency.Parse(s)
+	if err != nil {
+		return err
+	}
+	*f.law = law
+	return nil
+}
 
 // lawList is a flag.Value holding latency laws separated by ';'.
 type lawList []latency.Law

@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 
@@ -133,6 +134,46 @@ func TestConfigFlagsParsed(t *testing.T) {
 			}
 			if zero := c.FetchLatency.String() == (latency.Law{}).String(); zero != tt.wantFetchZero {
 				t.Errorf("fetch latency %v", c.FetchLatency)
+			}
+		})
+	}
+}
+
+// TestLatencyFlagsWithinTheLimit gives the latency flags the laws /admin/config refuses: each
+// flag refuses them too, saying the limit, before anything starts.
+func TestLatencyFlagsWithinTheLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string // "" accepts
+	}{
+		{name: "heavy shard latency", args: []string{"--shard-latency", "pareto:10ms,0.1"}, want: "its P99.9 is 1e+28s, above the 1m0s limit"},
+		{name: "heavy shard latency with a cap", args: []string{"--shard-latency", "pareto:10ms,0.1,1m"}},
+		{name: "fetch latency past the limit", args: []string{"--fetch-latency", "fixed:2m"}, want: "above the 1m0s limit"},
+		{name: "embed latency past the limit", args: []string{"--embed-latency", "uniform:1ms,1h"}, want: "above the 1m0s limit"},
+		{name: "fault delay of a million hours", args: []string{"--fault", "stage=embed;delay=fixed:1000000h"}, want: "above the 1m0s limit"},
+		{name: "link latency past the limit", args: []string{"--link", "llm=latency:2m"}, want: "between 0 and 1m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := DefaultConfig()
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			c.RegisterFlags(fs)
+			err := fs.Parse(tt.args)
+			if err == nil {
+				err = c.Validate()
+			}
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("%v: %v", tt.args, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("%v: %v; want an error containing %q", tt.args, err, tt.want)
 			}
 		})
 	}

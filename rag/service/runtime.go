@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -273,10 +274,9 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	changedLinks := next.Links
 	next.Links = rt.cur.Links
 	if len(changedLinks) > 0 {
-		next.Links = maps.Clone(rt.cur.Links)
-		for name, spec := range changedLinks {
-			next.Links[name] = spec
-		}
+		next.Links = make(map[string]link.Spec, len(rt.cur.Links)+len(changedLinks)) // the service may run no link
+		maps.Copy(next.Links, rt.cur.Links)
+		maps.Copy(next.Links, changedLinks)
 	}
 	if rt.cur.LLM == nil && raw["llm"] != nil && string(raw["llm"]) != "null" {
 		return nil, invalid("llm: generation goes to a real LLM (--llm-url); profile and kv_alloc apply to the simulated engine only")
@@ -455,14 +455,15 @@ const (
 	MaxCacheSize = 1 << 20
 	// MaxAsyncDeadline bounds async_deadline.
 	MaxAsyncDeadline = time.Minute
-	// MaxLatency bounds the value and the cap of a latency law (fetch_latency, shard_latency).
-	MaxLatency = time.Minute
+	// MaxLatency bounds a latency law (fetch_latency, shard_latency, a fault's delay): the one
+	// rule of latency.Law.CheckLimit, at latency.Limit.
+	MaxLatency = latency.Limit
 )
 
-// lawBounded checks that law's scale and cap are at most MaxLatency.
+// lawBounded checks law against MaxLatency (see latency.Law.CheckLimit).
 func lawBounded(law latency.Law) error {
-	if law.Scale > MaxLatency || law.Max > MaxLatency {
-		return fmt.Errorf("%s: latencies must be at most %v", law, MaxLatency)
+	if err := law.CheckLimit(MaxLatency); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }

@@ -38,6 +38,17 @@ func TestRuntimeApplyBounds(t *testing.T) {
 		{name: "async quorum beyond the shards", body: `{"async_quorum":5}`, wantErr: "async_quorum must be at most the 4 shards"},
 		{name: "fetch latency too long", body: `{"fetch_latency":"fixed:2m"}`, wantErr: "fetch_latency"},
 		{name: "shard latency cap too long", body: `{"shard_latency":["lognormal:5ms,0.5,1h"]}`, wantErr: "shard_latency"},
+		// pareto:10ms,0.1 put 17 of 20 requests over 20 s; its P99.9 is 10^28 s.
+		{name: "shard latency with a P99.9 past the limit", body: `{"shard_latency":["pareto:10ms,0.1"]}`, wantErr: "shard_latency[0]: latency law \"pareto:10ms,0.1\": its P99.9 is 1e+28s, above the 1m0s limit"},
+		{name: "fetch latency with a P99.9 past the limit", body: `{"fetch_latency":"lognormal:1s,1.5"}`, wantErr: "fetch_latency: latency law \"lognormal:1s,1.5\": its P99.9 is 1m43"},
+		{name: "heavy shard latency with a cap", body: `{"shard_latency":["pareto:10ms,0.1,1m"]}`},
+		// A fault's delay of a million hours was accepted and cut to 60 s without a word.
+		{name: "fault delay past the limit", body: `{"faults":[{"name":"slow","stage":"embed","delay":"fixed:1000000h"}]}`, wantErr: "the value 1000000h0m0s is above the 1m0s limit"},
+		{name: "heavy fault delay", body: `{"faults":[{"name":"slow","stage":"embed","delay":"pareto:10ms,0.1"}]}`, wantErr: "above the 1m0s limit"},
+		{name: "relative fault floor past the limit", body: `{"faults":[{"name":"slow","stage":"embed","relative":{"floor":"2m"}}]}`, wantErr: "at most the 1m0s limit"},
+		{name: "link latency past the limit", body: `{"links":{"llm":"latency:2m"}}`, wantErr: "between 0 and 1m0s"},
+		// A service without links used to panic on a PUT naming one (an entry in a nil map).
+		{name: "link the service does not run", body: `{"links":{"llm":"latency:5ms"}}`, wantErr: "no link runs in front of llm"},
 		{name: "too many fault rules", body: `{"faults":[` + strings.Repeat(`{"name":"x","stage":"embed","delay":"fixed:1ms"},`, 256) + `{"name":"y","stage":"embed","delay":"fixed:1ms"}]}`, wantErr: "at most 256"},
 		{name: "fault cut too large", body: `{"faults":[{"name":"cut","route":"/v1/chat/completions","cut_after_tokens":2000000000}]}`, wantErr: "faults"},
 	}
