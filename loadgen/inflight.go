@@ -1,5 +1,7 @@
 package loadgen
 
+import "fmt"
+
 // MaxInFlightCeiling is the most requests the open loop keeps in flight by default (when
 // Config.Concurrency is 0). Each one holds a sender goroutine and a connection (a file
 // descriptor, buffers, two transport goroutines and the GC's headroom over them: about 100 KB
@@ -23,4 +25,37 @@ func maxInFlightFor(limit uint64, known bool) int {
 		return MaxInFlightCeiling
 	}
 	return int(max(limit, fdReserve+1) - fdReserve)
+}
+
+// MaxConcurrency is the most requests a run may keep in flight, or closed-loop users it may run,
+// when Concurrency is given: one connection, so one file descriptor, each, under the process's
+// open-file limit (RLIMIT_NOFILE) less fdReserve; no bound when the limit is unknown. Past it,
+// requests fail to connect ("too many open files") instead of measuring the server.
+func MaxConcurrency() (n int, limit uint64, known bool) {
+	limit, known = openFileLimit()
+	return maxConcurrencyFor(limit, known), limit, known
+}
+
+// maxConcurrencyFor is MaxConcurrency under an open-file limit (known tells whether there is one).
+func maxConcurrencyFor(limit uint64, known bool) int {
+	if !known || limit > 1<<40 {
+		return 1 << 40
+	}
+	return int(max(limit, fdReserve+1) - fdReserve)
+}
+
+// CheckConcurrency refuses a Concurrency past MaxConcurrency with ErrTooConcurrent, saying the
+// cap and why; closedLoop names the count as users rather than requests in flight.
+func CheckConcurrency(concurrency int, closedLoop bool) error {
+	n, limit, _ := MaxConcurrency()
+	if concurrency <= n {
+		return nil
+	}
+	what := "requests in flight"
+	if closedLoop {
+		what = "closed-loop users"
+	}
+	return fmt.Errorf("%w: %d %s need a connection, and so a file descriptor, each; the open-file limit (RLIMIT_NOFILE) is %d, "+
+		"%d of them kept for files and DNS, so at most %d: give fewer, or raise the limit (ulimit -n)",
+		ErrTooConcurrent, concurrency, what, limit, fdReserve, n)
 }

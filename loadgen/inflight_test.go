@@ -136,3 +136,21 @@ func TestStopWithAFullBacklog(t *testing.T) {
 		t.Errorf("error kinds %v, want 2 drained and 18 canceled", kinds)
 	}
 }
+
+func TestMaxConcurrencyFor(t *testing.T) {
+	tests := []struct {
+		limit uint64
+		known bool
+		want  int
+	}{
+		{0, false, 1 << 40},
+		{20000, true, 20000 - fdReserve},
+		{fdReserve, true, 1},
+		{1 << 62, true, 1 << 40},
+	}
+	for _, tt := range tests {
+		if got := maxConcurrencyFor(tt.limit, tt.known); got != tt.want {
+			t.Errorf("maxConcurrencyFor(%d, %v) = %d, want %d", tt.limit, tt.known, got, tt.want)
+		}
+	}
+}

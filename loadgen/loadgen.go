@@ -150,6 +150,9 @@ type Progress struct {
 var (
 	ErrNoWorkload = errors.New("loadgen: no workload")
 	ErrNoClient   = errors.New("loadgen: no client")
+	// ErrTooConcurrent is returned for a Concurrency past MaxConcurrency: more connections than
+	// the process may open.
+	ErrTooConcurrent = errors.New("loadgen: concurrency above the open-file limit")
 	// ErrClosedLoopNeedsUsers is returned for a closed loop without users (Concurrency < 1).
 	ErrClosedLoopNeedsUsers = errors.New("loadgen: a closed loop needs Concurrency >= 1 users")
 	// ErrNegativeWarmup is returned for a negative Warmup or WarmupDuration.

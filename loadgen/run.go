@@ -56,6 +56,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case cfg.Warmup < 0 || cfg.WarmupDuration < 0:
 		return nil, ErrNegativeWarmup
 	}
+	if err := CheckConcurrency(cfg.Concurrency, cfg.ClosedLoop); err != nil {
+		return nil, err
+	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
@@ -301,19 +304,30 @@ func (r *runner) sender(work <-chan openItem, first openItem) {
 }
 
 // closedLoop runs Concurrency users until the claims run out, Duration passes or ctx is done.
+//
+// The duration runs from the run's start, and users start one after another while sending
+// goes on: with many users, starting them all first took longer than the duration itself
+// (10 million users and --duration 2s ran 22.5 s).
 func (r *runner) closedLoop(ctx context.Context) {
-	for range r.cfg.Concurrency {
-		r.wg.Add(1)
-		go r.user()
-	}
 	var durationC <-chan time.Time
 	if r.duration > 0 {
-		t := time.NewTimer(r.duration)
+		t := time.NewTimer(time.Until(r.start.Add(r.duration)))
 		defer t.Stop()
 		durationC = t.C
 	}
+	started := make(chan struct{}) // closed when no more users will start
+	go func() {
+		defer close(started)
+		for range r.cfg.Concurrency {
+			if ctx.Err() != nil || r.claimsEnded() {
+				return
+			}
+			r.wg.Add(1)
+			go r.user()
+		}
+	}()
 	allDone := make(chan struct{})
-	go func() { r.wg.Wait(); close(allDone) }()
+	go func() { <-started; r.wg.Wait(); close(allDone) }()
 	select {
 	case <-r.claimsDone:
 	case <-durationC:
@@ -321,7 +335,18 @@ func (r *runner) closedLoop(ctx context.Context) {
 	case <-allDone:
 	}
 	r.endClaims()
+	<-started // the drain waits for the users: none may start after it began
 	r.sendingEnded = r.since()
+}
+
+// claimsEnded reports whether the closed loop's users may claim no more items.
+func (r *runner) claimsEnded() bool {
+	select {
+	case <-r.claimsDone:
+		return true
+	default:
+		return false
+	}
 }
 
 // user is one closed-loop user: it sends its next item when the previous one ended.

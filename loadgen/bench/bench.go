@@ -806,6 +806,9 @@ func (o *Options) validate() error {
 	case o.Load.MaxTokens < 1:
 		return errors.New("--max-tokens must be positive")
 	}
+	if err := loadgen.CheckConcurrency(o.Concurrency, math.IsInf(o.RequestRate, 1)); err != nil {
+		return fmt.Errorf("--concurrency: %w", err)
+	}
 	if err := o.ServerMetrics.validate(); err != nil {
 		return err
 	}

@@ -277,6 +277,9 @@ func (o *SweepOptions) ladder() (rates []float64, users []int, err error) {
 			if err != nil || n < 1 {
 				return nil, nil, fmt.Errorf("--concurrencies: %q is not a positive count", f)
 			}
+			if err := loadgen.CheckConcurrency(n, true); err != nil {
+				return nil, nil, fmt.Errorf("--concurrencies: %w", err)
+			}
 			users = append(users, n)
 		}
 	}
