@@ -47,6 +47,7 @@ type config struct {
 	propagator propagation.TextMapPropagator
 	faults     RouteFaults
 	embedder   Embedder
+	admitter   Admitter
 }
 
 // WithDocuments serves GET /v1/documents/{id} from docs (through its cache and Bloom guard).

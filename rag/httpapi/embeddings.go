@@ -40,6 +40,20 @@ func WithEmbeddings(e Embedder) Option {
 	return optionFunc(func(c *config) { c.embedder = e })
 }
 
+// Admitter bounds how many requests run at once (the pipeline's admission pool).
+type Admitter interface {
+	// Acquire waits for a slot. It returns a release func to call exactly once when the request
+	// is done, or an error matching rag.ErrOverloaded if the request is shed, or ctx's error.
+	Acquire(ctx context.Context) (release func(), err error)
+}
+
+// WithAdmission makes POST /v1/embeddings take a slot of a, the admission pool chat requests go
+// through, so that embeddings are queued and shed (503 with Retry-After) with them instead of
+// taking the CPU beside them unbounded. Without it, embeddings are not admitted.
+func WithAdmission(a Admitter) Option {
+	return optionFunc(func(c *config) { c.admitter = a })
+}
+
 // embeddingsRequest is OpenAI's embeddings request body.
 type embeddingsRequest struct {
 	Input          json.RawMessage `json:"input"`
@@ -78,6 +92,9 @@ func decodeEmbeddings(body []byte, model string, dim int) (embeddingsRequest, []
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, nil, 0, badEmbedding("", "request body is not a valid embeddings request: "+truncateErr(err))
+	}
+	if dec.More() {
+		return req, nil, 0, badEmbedding("", "request body has data after the JSON object")
 	}
 	if len(req.Model) > openai.MaxModelLen {
 		return req, nil, 0, badEmbedding("model", fmt.Sprintf("model name is %d bytes long; at most %d are accepted", len(req.Model), openai.MaxModelLen))
@@ -148,6 +165,16 @@ func (a *API) embeddings(w http.ResponseWriter, r *http.Request) {
 	span := trace.SpanFromContext(r.Context())
 	span.SetAttributes(attribute.String("gen_ai.operation.name", "embeddings"), attribute.String("gen_ai.request.model", model),
 		attribute.Int("gen_ai.usage.input_tokens", tokens), attribute.Int("gen_ai.embeddings.dimension.count", e.Dimension()))
+	if a := a.cfg.admitter; a != nil {
+		release, err := a.Acquire(r.Context())
+		if err != nil {
+			if r.Context().Err() == nil {
+				openai.WriteError(w, rag.AtStage(rag.StageAdmission, err))
+			}
+			return
+		}
+		defer release()
+	}
 	vecs, err := e.EmbedBatch(r.Context(), inputs)
 	if err != nil {
 		if r.Context().Err() != nil {

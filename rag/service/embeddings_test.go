@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -114,4 +115,55 @@ func decodeBase64Floats(tb testing.TB, raw string) []float64 {
 		out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	}
 	return out
+}
+
+// TestEmbeddingsGoThroughAdmission fills the admission pool chat requests go through: an
+// embeddings request is then shed as a chat request is (503 with Retry-After), and served once
+// the slot is free. Embeddings skipped admission: 32 clients of 1 MB bodies slowed chat from
+// 180 to 650-880 ms and none was shed.
+func TestEmbeddingsGoThroughAdmission(t *testing.T) {
+	t.Parallel()
+	svc, api, _ := testService(t)
+	if _, err := svc.Runtime.Apply(context.Background(), []byte(`{"admission":{"workers":1,"queue":0,"queue_target":"off","policy":"reject"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	release, err := svc.Pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"input":"what is a prefix cache?"}`
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {
+		b := body
+		if path == "/v1/chat/completions" {
+			b = `{"model":"` + svc.Model + `","messages":[{"role":"user","content":"what is a prefix cache?"}],"max_tokens":4}`
+		}
+		resp, text := request(t, http.MethodPost, api.URL+path, b)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s with the pool full: %d, Retry-After %q: %.200s", path, resp.StatusCode, resp.Header.Get("Retry-After"), text)
+		}
+	}
+	release()
+	if resp, text := request(t, http.MethodPost, api.URL+"/v1/embeddings", body); resp.StatusCode != http.StatusOK {
+		t.Errorf("with the slot free: %d %.200s", resp.StatusCode, text)
+	}
+	if st := svc.Pool.Stats(); st.InFlight != 0 {
+		t.Errorf("%d requests still hold a slot", st.InFlight)
+	}
+}
+
+// TestEmbeddingsRefuseTrailingData sends a second JSON value after the request: it is refused,
+// as POST /v1/chat/completions refuses it, rather than ignored.
+func TestEmbeddingsRefuseTrailingData(t *testing.T) {
+	t.Parallel()
+	_, api, _ := testService(t)
+	for _, path := range []string{"/v1/embeddings", "/v1/chat/completions"} {
+		b := `{"input":"x"} {"input":"y"}`
+		if path == "/v1/chat/completions" {
+			b = `{"messages":[{"role":"user","content":"x"}]} {"x":1}`
+		}
+		resp, text := request(t, http.MethodPost, api.URL+path, b)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text, "after the JSON object") {
+			t.Errorf("%s with trailing data: %d %.200s", path, resp.StatusCode, text)
+		}
+	}
 }

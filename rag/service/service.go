@@ -327,7 +327,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	apiOpts := []httpapi.Option{httpapi.WithDocuments(docs), httpapi.WithLimits(limits), httpapi.WithLogger(logger),
 		httpapi.WithClock(tel.Now), httpapi.WithReadiness(ready), httpapi.WithRouteFaults(faultHook{faults})}
 	if e, ok := emb.(httpapi.Embedder); ok {
-		apiOpts = append(apiOpts, httpapi.WithEmbeddings(e))
+		apiOpts = append(apiOpts, httpapi.WithEmbeddings(e), httpapi.WithAdmission(pool))
 	}
 	if tel.TracerProvider != nil {
 		apiOpts = append(apiOpts, httpapi.WithTracerProvider(tel.TracerProvider))
