@@ -47,9 +47,10 @@ func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
 			return nil, invalid("", "request body is empty: send a JSON object with model and messages")
 		}
 		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
-			return nil, invalid(te.Field, fmt.Sprintf("%s has the wrong type: %v", te.Field, err))
+			field := Truncate(te.Field, maxEchoLen)
+			return nil, invalid(field, fmt.Sprintf("%s has the wrong type: want %s, got %s", field, te.Type, Truncate(te.Value, maxEchoLen)))
 		}
-		return nil, invalid("", "request body is not valid JSON: "+err.Error())
+		return nil, invalid("", "request body is not valid JSON: "+Truncate(err.Error(), 4*maxEchoLen))
 	}
 	if dec.More() {
 		return nil, invalid("", "request body has data after the JSON object")
@@ -110,6 +111,11 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 			return q, invalid("temperature", fmt.Sprintf("temperature must be between 0 and 2, got %v", t))
 		}
 		q.Temperature = t
+	}
+	if r.TopP != nil {
+		if p := *r.TopP; math.IsNaN(p) || p < 0 || p > 1 {
+			return q, invalid("top_p", fmt.Sprintf("top_p must be between 0 and 1, got %v", p))
+		}
 	}
 	if r.N != nil && *r.N != 1 {
 		return q, invalid("n", "only n=1 is supported")

@@ -45,6 +45,12 @@ func TestChatRequestQuery(t *testing.T) {
 		{name: "image part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, wantErr: "only text parts"},
 		{name: "n=2", body: `{"model":"m","n":2,"messages":[{"role":"user","content":"x"}]}`, wantErr: "n=1"},
 		{name: "negative max_tokens", body: `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"x"}]}`, wantErr: "max_tokens"},
+		// OpenAI's ranges: top_p -5 was accepted.
+		{name: "top_p -5", body: `{"model":"m","top_p":-5,"messages":[{"role":"user","content":"x"}]}`, wantErr: "top_p must be between 0 and 1, got -5"},
+		{name: "top_p 1.5", body: `{"model":"m","top_p":1.5,"messages":[{"role":"user","content":"x"}]}`, wantErr: "top_p must be between 0 and 1"},
+		{name: "top_p 0 and 1", body: `{"model":"m","top_p":0,"temperature":0,"messages":[{"role":"user","content":"x"}]}`},
+		{name: "top_p 1", body: `{"model":"m","top_p":1,"temperature":2,"messages":[{"role":"user","content":"x"}]}`},
+		{name: "temperature 2.5", body: `{"model":"m","temperature":2.5,"messages":[{"role":"user","content":"x"}]}`, wantErr: "temperature must be between 0 and 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +81,16 @@ func TestDecodeTooLarge(t *testing.T) {
 	_, err := openai.DecodeChatRequest(r)
 	if he := openai.ToHTTPError(err); he.Status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d for %v", he.Status, err)
+	}
+}
+
+// TestErrorMessageIsBounded gives an error a message of a megabyte, as one quoting a client's
+// field could be: the body written carries at most MaxErrorMessage bytes of it.
+func TestErrorMessageIsBounded(t *testing.T) {
+	t.Parallel()
+	he := &openai.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: strings.Repeat("é", 1<<19)}
+	if m := he.Body().Error.Message; len(m) > openai.MaxErrorMessage+3 || !strings.HasSuffix(m, "...") {
+		t.Errorf("message of %d bytes, ending %q", len(m), m[len(m)-8:])
 	}
 }
 

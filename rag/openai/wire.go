@@ -89,7 +89,7 @@ func (c *TextContent) UnmarshalJSON(b []byte) error {
 		var sb strings.Builder
 		for i, p := range parts {
 			if p.Type != "text" {
-				return fmt.Errorf("content part %d has type %q: only text parts are supported", i, p.Type)
+				return fmt.Errorf("content part %d has type %q: only text parts are supported", i, Truncate(p.Type, maxEchoLen))
 			}
 			sb.WriteString(p.Text)
 		}
@@ -258,9 +258,16 @@ func ToHTTPError(err error) *HTTPError {
 	return e
 }
 
-// Body returns the OpenAI error JSON for e.
+// MaxErrorMessage bounds the message of an error response: a message may quote what the client
+// sent (a 900 KB field came back whole), and nothing a client needs to read is longer.
+const MaxErrorMessage = 1024
+
+// maxEchoLen bounds one value of the client's quoted in an error message.
+const maxEchoLen = 64
+
+// Body returns the OpenAI error JSON for e, its message cut at MaxErrorMessage bytes.
 func (e *HTTPError) Body() ErrorBody {
-	b := ErrorBody{Error: ErrorDetail{Message: e.Message, Type: e.Type}}
+	b := ErrorBody{Error: ErrorDetail{Message: Truncate(e.Message, MaxErrorMessage), Type: e.Type}}
 	if e.Param != "" {
 		p := e.Param
 		b.Error.Param = &p
