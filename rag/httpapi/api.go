@@ -127,6 +127,7 @@ func New(p *pipeline.Pipeline, opts ...Option) *API {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	cfg.propagator = baggageGuard{cfg.propagator}
 	a := &API{p: p, cfg: cfg, failures: newLogLimiter(logBurst, logInterval, time.Now)}
 	r := chi.NewRouter()
 	// otelhttp runs inside the router so that chi has set the route pattern on the request by
