@@ -116,6 +116,7 @@ func TestBenchTraceFlagErrors(t *testing.T) {
 		{"wrong format", []string{"--dataset", "mooncake:" + trace}, "line 1"},
 		{"bad speedup", []string{"--dataset", "azure:" + trace, "--trace-speedup", "0.0", "--trace-start", "-1s"}, "must not be negative"},
 		{"empty window", []string{"--dataset", "azure:" + trace, "--trace-start", "1h"}, "holds none"},
+		{"speedup of 1e-300", []string{"--dataset", "azure:" + trace, "--trace-speedup", "1e-300"}, "speedup 1e-300 is outside 0.001 to 1e+06"},
 		{"with a rate", []string{"--dataset", "azure:" + trace, "--request-rate", "5"}, "not a request rate"},
 		{"with sessions", []string{"--dataset", "azure:" + trace, "--sessions", "synthetic"}, "does not combine"},
 	}

@@ -80,7 +80,7 @@ func (o *Load) registerKeys(fs *flag.FlagSet) {
 // RegisterFlags registers the flags of a trace replay (--dataset mooncake:FILE, azure:FILE or
 // burstgpt:FILE).
 func (t *TraceOptions) RegisterFlags(fs *flag.FlagSet) {
-	fs.Float64Var(&t.Speedup, "trace-speedup", 1, "trace datasets: divide the trace's gaps by this (2: twice as fast)")
+	fs.Float64Var(&t.Speedup, "trace-speedup", 1, "trace datasets: divide the trace's gaps by this (2: twice as fast), from 0.001 to 1e6")
 	fs.DurationVar(&t.Start, "trace-start", 0, "trace datasets: skip the requests of this first stretch of trace time")
 	fs.DurationVar(&t.Length, "trace-length", 0, "trace datasets: replay this much trace time from --trace-start (0: to the end)")
 }

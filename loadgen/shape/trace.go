@@ -271,7 +271,14 @@ func readTraceCSV(r io.Reader, cols traceColumns) ([]TraceRequest, error) {
 	return out, nil
 }
 
-// maxTraceSpan bounds the offsets of a trace's requests from its first: a year either way.
+// The range of TraceWindow.Speedup.
+const (
+	MinTraceSpeedup = 1e-3
+	MaxTraceSpeedup = 1e6
+)
+
+// maxTraceSpan bounds the offsets of a trace's requests from its first (a year either way), and
+// the length of a replay.
 const maxTraceSpan = 365 * 24 * time.Hour
 
 func traceTime(ns float64) (time.Duration, error) {
@@ -301,7 +308,8 @@ type TraceWindow struct {
 	Start time.Duration
 	// Length keeps the requests of this much trace time from Start (0: to the end).
 	Length time.Duration
-	// Speedup divides the trace's gaps: 2 replays twice as fast (default 1).
+	// Speedup divides the trace's gaps: 2 replays twice as fast (default 1), from
+	// MinTraceSpeedup to MaxTraceSpeedup, and the replay of the window may last a year at most.
 	Speedup float64
 }
 
@@ -318,6 +326,9 @@ func Trace(reqs []TraceRequest, w TraceWindow, seed uint64) (loadgen.Workload, e
 	if w.Start < 0 || w.Length < 0 || !(w.Speedup > 0) || math.IsInf(w.Speedup, 1) {
 		return nil, fmt.Errorf("trace window: start (%v) and length (%v) must not be negative, speedup (%v) must be positive", w.Start, w.Length, w.Speedup)
 	}
+	if w.Speedup < MinTraceSpeedup || w.Speedup > MaxTraceSpeedup {
+		return nil, fmt.Errorf("trace window: speedup %g is outside %g to %g: a thousand times slower or a million times faster at most", w.Speedup, MinTraceSpeedup, MaxTraceSpeedup)
+	}
 	lo, _ := slices.BinarySearchFunc(reqs, w.Start, func(r TraceRequest, t time.Duration) int { return cmp.Compare(r.At, t) })
 	hi := len(reqs)
 	if w.Length > 0 {
@@ -325,6 +336,12 @@ func Trace(reqs []TraceRequest, w TraceWindow, seed uint64) (loadgen.Workload, e
 	}
 	if lo >= hi {
 		return nil, fmt.Errorf("trace window from %v for %v holds none of the trace's %d requests", w.Start, w.Length, len(reqs))
+	}
+	// Replayed, the window must fit in a time.Duration with room to spare: gaps divided by
+	// 1e-300 became offsets past its range, and all but one request were lost without a word.
+	if replay := float64(reqs[hi-1].At-w.Start) / w.Speedup; replay > float64(maxTraceSpan) {
+		return nil, fmt.Errorf("trace window: %v of trace time replayed at speedup %g lasts %.3g years; a year at most: raise --trace-speedup or shorten the window",
+			reqs[hi-1].At-w.Start, w.Speedup, replay/float64(maxTraceSpan))
 	}
 	return &trace{reqs: reqs[lo:hi], w: w, salt: mix(seed ^ streamPrompts)}, nil
 }

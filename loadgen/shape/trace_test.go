@@ -163,6 +163,51 @@ func TestTraceSchedule(t *testing.T) {
 	}
 }
 
+// TestTraceSpeedupRange replays a trace of 41 s at speedups that no replay can honour: each is
+// refused with the range, where 1e-300 used to turn offsets past a time.Duration's range and
+// send one request of three without a word. The ends of the range replay every request.
+func TestTraceSpeedupRange(t *testing.T) {
+	reqs := readSample(t, "mooncake_sample.jsonl", Mooncake)
+	tests := []struct {
+		name    string
+		w       TraceWindow
+		wantErr string
+	}{
+		{"1e-300", TraceWindow{Speedup: 1e-300}, "speedup 1e-300 is outside 0.001 to 1e+06"},
+		{"2e6", TraceWindow{Speedup: 2e6}, "outside"},
+		{"the slowest", TraceWindow{Speedup: MinTraceSpeedup}, ""},
+		{"the fastest", TraceWindow{Speedup: MaxTraceSpeedup}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := Trace(reqs, tt.w, 1)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Trace = %v; want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			items := drain(t, w)
+			if len(items) != len(reqs) {
+				t.Fatalf("%d of %d requests replayed", len(items), len(reqs))
+			}
+			for i, it := range items {
+				if want := time.Duration(float64(reqs[i].At) / tt.w.Speedup); it.At != want || it.At < 0 {
+					t.Errorf("item %d at %v, want %v", i, it.At, want)
+				}
+			}
+		})
+	}
+	// A trace of two days slowed a thousand times would last five years.
+	long := []TraceRequest{{At: 0, InputTokens: 1, OutputTokens: 1}, {At: 48 * time.Hour, InputTokens: 1, OutputTokens: 1}}
+	if _, err := Trace(long, TraceWindow{Speedup: MinTraceSpeedup}, 1); err == nil || !strings.Contains(err.Error(), "a year at most") {
+		t.Errorf("a replay of five years: %v", err)
+	}
+}
+
 // TestTracePrefixSharing checks that Mooncake requests sharing hash ids share exactly that
 // many blocks of prompt text, and that prompts have InputTokens words.
 func TestTracePrefixSharing(t *testing.T) {
