@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -179,7 +180,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.Serve
 
 func (a *API) models(w http.ResponseWriter, _ *http.Request) {
 	list := openai.ModelList{Object: "list"}
-	for _, m := range a.p.Models() {
+	models := a.p.Models()
+	// The embedding model too, so that a client can discover what POST /v1/embeddings takes.
+	if e := a.cfg.embedder; e != nil && !slices.Contains(models, e.Model()) {
+		models = append(slices.Clip(models), e.Model())
+	}
+	for _, m := range models {
 		list.Data = append(list.Data, openai.ModelCard{ID: m, Object: "model", Created: 0, OwnedBy: "ragtail"})
 	}
 	openai.WriteJSON(w, http.StatusOK, list)

@@ -167,3 +167,27 @@ func TestEmbeddingsRefuseTrailingData(t *testing.T) {
 		}
 	}
 }
+
+// TestModelsListTheEmbeddingModel lists the models with the openai-go SDK: the chat model and
+// the embedding model POST /v1/embeddings takes (only the chat model was listed, so a client
+// could not discover ragtail-hash-384).
+func TestModelsListTheEmbeddingModel(t *testing.T) {
+	t.Parallel()
+	svc, api, _ := testService(t)
+	client := openai.NewClient(option.WithBaseURL(api.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	page, err := client.Models.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	emb, err := embed.NewHash(embed.WithDimension(DefaultConfig().Dim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, []string{svc.Model, emb.Model()}) {
+		t.Errorf("models %q, want the chat model %q and the embedding model %q", ids, svc.Model, emb.Model())
+	}
+}
