@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen/lab"
+	"github.com/ragtail/ragtail/rag"
 	"github.com/ragtail/ragtail/rag/service"
 )
 
@@ -27,7 +28,8 @@ latency. Drives it with ragtail's load generator in each coupling mode (sync, fa
 once, prints TTFT and end-to-end latency percentiles per mode with 95% confidence intervals, and
 ends with the sync-async gap at P50 and P95 and whether the intervals overlap. Latency is
 measured from each request's intended send time, so a slow server cannot hide its queueing.
---shard-latency and --link qdrant=TOXICS change the world. Needs nothing else running.`)
+--coupling drives that mode alone, at the whole rate. --shard-latency and --link qdrant=TOXICS
+change the world. Needs nothing else running.`)
 	o.service.register(fs)
 	fs.Float64Var(&o.rate, "request-rate", 4.5, "requests per second over all modes (Poisson arrivals, a third of them per mode)")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "how long to send")
@@ -36,6 +38,15 @@ measured from each request's intended send time, so a slow server cannot hide it
 		return err
 	}
 	run := lab.DemoConfig{Rate: o.rate, Duration: o.duration, MaxTokens: o.maxToks, Seed: o.service.cfg.Seed, Progress: stdout}
+	if flagGiven(fs, "coupling") {
+		// The service's default coupling would be overridden by every request's own: the demo
+		// drives that mode alone instead.
+		c, err := rag.ParseCoupling(o.service.cfg.Coupling)
+		if err != nil {
+			return fmt.Errorf("--coupling: %w", err)
+		}
+		run.Couplings = []string{string(c)}
+	}
 	if err := run.Validate(); err != nil {
 		return err
 	}
@@ -70,7 +81,11 @@ measured from each request's intended send time, so a slow server cannot hide it
 	run.URL, run.Model, run.Questions = base+"/v1/chat/completions", svc.Model, svc.Questions
 	fmt.Fprintf(stdout, "ragtail demo: service on %s (%s, %d shards, model %s)\n", ln.Addr(), svc.Profile, svc.Shards, svc.Model)
 	fmt.Fprintf(stdout, "world: %s\n", world)
-	fmt.Fprintf(stdout, "load: Poisson %.1f req/s, a third per mode (sync, fanout, async) at the same time, max_tokens %d, streaming\n", o.rate, o.maxToks)
+	if len(run.Couplings) == 1 {
+		fmt.Fprintf(stdout, "load: Poisson %.1f req/s, all in coupling mode %s (--coupling), max_tokens %d, streaming\n", o.rate, run.Couplings[0], o.maxToks)
+	} else {
+		fmt.Fprintf(stdout, "load: Poisson %.1f req/s, a third per mode (sync, fanout, async) at the same time, max_tokens %d, streaming\n", o.rate, o.maxToks)
+	}
 	fmt.Fprintf(stdout, "running %s ...\n", o.duration)
 	res, err := lab.RunDemo(ctx, run)
 	if err != nil {

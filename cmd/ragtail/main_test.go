@@ -229,6 +229,32 @@ func TestDemoPrintsEveryCoupling(t *testing.T) {
 	}
 }
 
+// TestDemoCouplingFlag runs the demo with --coupling async: it drives that mode alone, at the
+// whole rate (the flag was parsed and then overridden by every request's own mode).
+func TestDemoCouplingFlag(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"demo", "--profile", "tiny", "--corpus-docs", "60", "--duration", "1500ms",
+		"--request-rate", "20", "--max-tokens", "16", "--log-level", "warn", "--coupling", "async"}, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(mode string) []string {
+		return regexp.MustCompile(`(?m)^\s*` + mode + `\s+(\d+)\s+[\d.]+`).FindStringSubmatch(out.String())
+	}
+	if row("async") == nil || row("sync") != nil || row("fanout") != nil {
+		t.Errorf("want an async row alone:\n%s", out.String())
+	}
+	for _, want := range []string{"all in coupling mode async (--coupling)", "One coupling mode driven (async)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := run(context.Background(), []string{"demo", "--coupling", "eventually"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "coupling") {
+		t.Errorf("--coupling eventually: %v", err)
+	}
+}
+
 func TestHealthcheck(t *testing.T) {
 	t.Parallel()
 	addr, _, _ := startServe(t, "--profile", "tiny", "--corpus-docs", "20", "--profiling=false")

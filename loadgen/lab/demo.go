@@ -26,13 +26,15 @@ var DemoPercentiles = []float64{50, 90, 95, 99}
 // demoGapPercentiles are the percentiles the demo's conclusion compares sync and async at.
 var demoGapPercentiles = []float64{50, 95}
 
-// DemoConfig is one run of the demo: three open-loop Poisson streams, one per coupling mode, at
-// the same time against one service.
+// DemoConfig is one run of the demo: open-loop Poisson streams, one per coupling mode, at the
+// same time against one service.
 type DemoConfig struct {
 	URL       string   // the chat completions URL, e.g. http://127.0.0.1:8080/v1/chat/completions
 	Model     string   // the model sent
 	Questions []string // the prompts, drawn at random
-	Rate      float64  // requests per second over all modes, a third per mode
+	// Couplings are the modes driven, in the order printed; nil drives DemoCouplings.
+	Couplings []string
+	Rate      float64 // requests per second over all modes, an equal share per mode
 	Duration  time.Duration
 	MaxTokens int
 	Seed      uint64
@@ -49,11 +51,24 @@ type DemoMode struct {
 
 // DemoResult is what a demo run measured.
 type DemoResult struct {
-	Modes []DemoMode // in DemoCouplings order
+	Modes []DemoMode // in DemoConfig.Couplings order
 }
 
-// Validate says what is wrong with c's load (rate, duration, max_tokens), or nil.
+// couplings are the modes c drives.
+func (c DemoConfig) couplings() []string {
+	if len(c.Couplings) == 0 {
+		return DemoCouplings
+	}
+	return c.Couplings
+}
+
+// Validate says what is wrong with c's load (modes, rate, duration, max_tokens), or nil.
 func (c DemoConfig) Validate() error {
+	for i, mode := range c.Couplings {
+		if !slices.Contains(DemoCouplings, mode) || slices.Contains(c.Couplings[:i], mode) {
+			return fmt.Errorf("coupling %.32q: want each of %s at most once", mode, strings.Join(DemoCouplings, ", "))
+		}
+	}
 	switch {
 	case !(c.Rate > 0 && c.Rate <= 10000):
 		return fmt.Errorf("--request-rate must be between 0 and 10000, got %v", c.Rate)
@@ -65,9 +80,9 @@ func (c DemoConfig) Validate() error {
 	return nil
 }
 
-// RunDemo runs one open-loop Poisson stream per coupling mode, all at once: three Poisson
-// streams of a third of the rate add up to one of the full rate, and every mode meets the same
-// engine load at the same time. Each request asks for its mode in the "rag" body object.
+// RunDemo runs one open-loop Poisson stream per coupling mode, all at once: n Poisson streams
+// of an n-th of the rate add up to one of the full rate, and every mode meets the same engine
+// load at the same time. Each request asks for its mode in the "rag" body object.
 func RunDemo(ctx context.Context, c DemoConfig) (*DemoResult, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -79,12 +94,13 @@ func RunDemo(ctx context.Context, c DemoConfig) (*DemoResult, error) {
 	for i, q := range c.Questions {
 		prompts[i] = shape.Prompt{Messages: []loadgen.Message{{Role: "user", Content: q}}}
 	}
-	n := len(DemoCouplings)
+	modes := c.couplings()
+	n := len(modes)
 	p := &demoProgress{w: c.Progress, latest: make([]loadgen.Progress, n)}
 	res := &DemoResult{Modes: make([]DemoMode, n)}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, mode := range DemoCouplings {
+	for i, mode := range modes {
 		cfg, cl, err := c.modeRun(i, mode, prompts, p)
 		if err != nil {
 			return nil, err
@@ -107,7 +123,7 @@ func RunDemo(ctx context.Context, c DemoConfig) (*DemoResult, error) {
 // modeRun is the generator configuration of mode's stream.
 func (c DemoConfig) modeRun(i int, mode string, prompts []shape.Prompt, p *demoProgress) (loadgen.Config, *client.Client, error) {
 	seed := c.Seed + uint64(i)*0x9e37
-	rate := c.Rate / float64(len(DemoCouplings))
+	rate := c.Rate / float64(len(c.couplings()))
 	cl, err := client.New(c.URL, client.WithModel(c.Model), client.WithMaxTokens(c.MaxTokens),
 		client.WithBody(map[string]any{"rag": map[string]any{"coupling": mode}}))
 	if err != nil {
@@ -206,6 +222,9 @@ func (r *DemoResult) Gaps() []DemoGap {
 // Conclusion writes what the gaps say, each sentence computed from the numbers.
 func (r *DemoResult) Conclusion() []string {
 	gaps := r.Gaps()
+	if len(gaps) == 0 && len(r.Modes) == 1 {
+		return []string{fmt.Sprintf("One coupling mode driven (%s): nothing to compare it with; run without --coupling to compare sync, fanout and async.", r.Modes[0].Coupling)}
+	}
 	if len(gaps) == 0 {
 		return []string{"No conclusion: the sync or the async run has no results."}
 	}

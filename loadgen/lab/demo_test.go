@@ -75,8 +75,30 @@ func TestDemoConclusion(t *testing.T) {
 }
 
 func TestDemoConclusionWithoutAsync(t *testing.T) {
-	r := &DemoResult{Modes: []DemoMode{{Coupling: "sync", Bench: demoBench(report.PercentileStat{}, report.PercentileStat{})}}}
+	sync := DemoMode{Coupling: "sync", Bench: demoBench(report.PercentileStat{}, report.PercentileStat{})}
+	r := &DemoResult{Modes: []DemoMode{sync, {Coupling: "fanout"}, {Coupling: "async"}}} // the async run failed
 	if got := r.Conclusion(); len(got) != 1 || !strings.HasPrefix(got[0], "No conclusion") {
 		t.Errorf("conclusion %q, want no conclusion", got)
+	}
+	one := &DemoResult{Modes: []DemoMode{sync}} // --coupling sync
+	if got := one.Conclusion(); len(got) != 1 || !strings.HasPrefix(got[0], "One coupling mode driven (sync)") {
+		t.Errorf("conclusion of one mode %q", got)
+	}
+}
+
+func TestDemoConfigCouplings(t *testing.T) {
+	ok := DemoConfig{Rate: 3, Duration: time.Second, MaxTokens: 8}
+	for _, tt := range []struct {
+		modes   []string
+		wantErr bool
+	}{
+		{nil, false}, {[]string{"async"}, false}, {[]string{"sync", "async"}, false},
+		{[]string{"eventual"}, true}, {[]string{"sync", "sync"}, true},
+	} {
+		c := ok
+		c.Couplings = tt.modes
+		if err := c.Validate(); (err != nil) != tt.wantErr {
+			t.Errorf("couplings %q: %v", tt.modes, err)
+		}
 	}
 }
