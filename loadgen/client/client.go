@@ -48,7 +48,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/loadgen"
-	"github.com/ragtail/ragtail/loadgen/client/h1"
+	"github.com/ragtail/ragtail/loadgen/client/internal/h1"
 )
 
 var _ loadgen.Doer = (*Client)(nil)
