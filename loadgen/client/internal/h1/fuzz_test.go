@@ -3,11 +3,18 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // FuzzReadResponse feeds the response parser (status line, headers, 1xx, framing, chunks and
@@ -75,3 +82,111 @@ func parseAll(raw []byte, method string) (*http.Response, []byte, error) {
 	}
 	return resp, data, err
 }
+
+// FuzzWriteRequest builds requests from arbitrary parts, writes them as a round trip does, and
+// parses the bytes with net/http's server-side parser (http.ReadRequest). A request h1 accepts
+// must follow net/http's rules (httpguts) and those of the request line, and parse back to the
+// method, target, Host, header, body and Connection: close that were asked for, with nothing
+// else but framing; a request h1 refuses must break one of those rules, and nothing may be
+// written for it.
+func FuzzWriteRequest(f *testing.F) {
+	f.Add("POST", "/v1/chat/completions", "stream=true", "", "Content-Type", "application/json", []byte(`{"model":"m"}`), false, false)
+	f.Add("", "/", "", "example.test:8080", "X-A", " \tpadded value\t ", []byte(nil), false, true)
+	f.Add("PUT", "/a b/%zz", "q=1&r=a%20b", "bücher.example", "user-agent", "ragtail-bench", []byte("streamed"), true, false)
+	f.Fuzz(func(t *testing.T, method, path, rawQuery, host, key, value string, body []byte, chunked, closeReq bool) {
+		req := &http.Request{
+			Method: method,
+			URL:    &url.URL{Scheme: "http", Host: "example.test", Path: path, RawQuery: rawQuery},
+			Host:   host,
+			Header: http.Header{key: {value}},
+			Close:  closeReq,
+		}
+		if len(body) > 0 {
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			req.ContentLength = int64(len(body))
+			if chunked {
+				req.ContentLength = -1
+			}
+		}
+		var out bytes.Buffer
+		c := newConn(&bufConn{w: &out}, nil)
+		head, err := checkHead(req)
+		if err == nil {
+			err = writeRequest(c, req, head, closeReq, nil)
+		}
+		if err != nil {
+			if !errors.Is(err, errInvalidRequest) {
+				t.Fatalf("write: %v", err)
+			}
+			if out.Len() > 0 {
+				t.Fatalf("refused (%v) after writing %q", err, out.Bytes())
+			}
+			if followsRules(req) {
+				t.Fatalf("refused a request net/http's rules accept: %v", err)
+			}
+			return
+		}
+		if !followsRules(req) {
+			t.Fatalf("wrote a request net/http's rules refuse: %q", out.Bytes())
+		}
+		got, err := http.ReadRequest(bufio.NewReader(&out))
+		if err != nil {
+			t.Fatalf("net/http cannot read what h1 wrote: %v\n%q", err, out.Bytes())
+		}
+		wantMethod := cmp.Or(method, http.MethodGet)
+		wantHost, _ := httpguts.PunycodeHostPort(cmp.Or(host, req.URL.Host))
+		if got.Method != wantMethod || got.RequestURI != req.URL.RequestURI() || got.Host != wantHost || got.Close != closeReq {
+			t.Fatalf("read %s %s Host %q close %v, want %s %s Host %q close %v", got.Method, got.RequestURI, got.Host, got.Close,
+				wantMethod, req.URL.RequestURI(), wantHost, closeReq)
+		}
+		ck := http.CanonicalHeaderKey(key)
+		framed := ck == "Host" || ck == "Content-Length" || ck == "Transfer-Encoding" || ck == "Connection" || ck == "Trailer"
+		if want := strings.Trim(value, " \t"); !framed && fmt.Sprint(got.Header[ck]) != fmt.Sprint([]string{want}) {
+			t.Fatalf("header %s: read %q, want %q", ck, got.Header[ck], want)
+		}
+		for k := range got.Header {
+			switch {
+			case k == ck && !framed, k == "Content-Length", k == "Connection" && closeReq:
+			case k == "Cache-Control" && ck == "Pragma": // ReadRequest's own addition for Pragma: no-cache
+			default:
+				t.Fatalf("read header %s: %q, not asked for", k, got.Header[k])
+			}
+		}
+		gotBody, err := io.ReadAll(got.Body)
+		if err != nil || !bytes.Equal(gotBody, body) {
+			t.Fatalf("body %q (%v), want %q", gotBody, err, body)
+		}
+	})
+}
+
+// followsRules reports whether req passes net/http's checks of what it writes: a method and
+// header names that are tokens, header values without control characters, a valid Host, and a
+// request target that fits the request line.
+func followsRules(req *http.Request) bool {
+	host, err := httpguts.PunycodeHostPort(cmp.Or(req.Host, req.URL.Host))
+	if err != nil || !httpguts.ValidHostHeader(host) || !httpguts.ValidHeaderFieldName(cmp.Or(req.Method, http.MethodGet)) {
+		return false
+	}
+	for k, vs := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
+	target := req.URL.RequestURI()
+	return (target == "*" || strings.HasPrefix(target, "/")) && !strings.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f })
+}
+
+// bufConn is a connection that keeps what is written to it.
+type bufConn struct {
+	net.Conn // nil: only Write, Close and SetDeadline are called
+	w        *bytes.Buffer
+}
+
+func (c *bufConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *bufConn) Close() error                { return nil }
+func (c *bufConn) SetDeadline(time.Time) error { return nil }

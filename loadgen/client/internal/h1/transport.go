@@ -14,10 +14,24 @@
 //
 // The pool keeps connections per host for reuse (most recently used first), closes those idle
 // longer than the idle timeout, and with WithMaxConns limits the connections open to a host:
-// callers wait for one, as with net/http's MaxConnsPerHost. A reused connection that fails
-// before any byte of its response came is retried once on a fresh connection, when the
-// request's body can be sent again: that is how a connection the server closed while it sat
-// idle shows (there is no reader goroutine to notice it earlier). Context cancellation and
+// callers wait for one, as with net/http's MaxConnsPerHost.
+//
+// A request is sent again only when it provably never reached the server (net/http's rule for
+// requests that are not idempotent; h1 applies it to every method): before an idle connection
+// is reused, a non-blocking read checks that nothing arrived on it while it sat in the pool; a
+// connection the server closed (EOF, reset) or that received bytes nobody asked for (an
+// unsolicited or duplicated response, logged as net/http logs it) is closed and another taken,
+// so that a stray response is never read as the next request's answer. A reused connection whose write fails before any byte of the request went out is
+// retried on another connection, when the request's body can be sent again (GetBody). Once a
+// byte of the request is written, an error ends the round trip, whatever the method: a server
+// that read a POST and closed without answering gets it once, and the caller sees the error.
+// (The check needs the connection's file descriptor: on a connection from WithDialContext that
+// does not implement syscall.Conn, and off Unix, it is skipped.)
+//
+// Request heads are checked as net/http checks them before anything is written: the method and
+// header names must be tokens, header values and the Host must be valid (httpguts), and the
+// request target must start with / and hold no space or control character; the error names
+// what is wrong, never a header's value. Context cancellation and
 // deadlines reach dialling (through the dialer), writing and reading (context.AfterFunc sets a
 // past deadline on the connection, so waiting costs no goroutine). The httptrace hooks GetConn,
 // GotConn, WroteHeaders, WroteRequest, GotFirstResponseByte, Got100Continue, Got1xxResponse and
@@ -35,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -42,7 +57,10 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Default settings of New.
@@ -61,6 +79,9 @@ var ErrUnsupportedScheme = errors.New("h1: only http:// URLs are supported (send
 
 // errInvalidRequest marks a request that cannot be written as it is: no new connection helps.
 var errInvalidRequest = errors.New("h1: invalid request")
+
+// errBodyRead marks a request whose body could not be read: no new connection helps.
+var errBodyRead = errors.New("h1: read request body")
 
 // errBodyClosed is returned by a Body read after Close.
 var errBodyClosed = errors.New("h1: read on closed response body")
@@ -145,14 +166,40 @@ type host struct {
 type waiter struct{ ch chan *conn }
 
 // conn is one connection. It is the bufio.Reader's source, so that it can bound what the
-// reader takes from the network while headers are read.
+// reader takes from the network while headers are read, and the request's writer, so that it
+// knows whether any byte of the request went out.
 type conn struct {
 	nc     net.Conn
 	host   *host
 	reused bool
 	idleAt time.Time
 	limit  int64 // bytes the reader may still take while headers are read; -1: no limit
-	nread  int64 // bytes read from the network during the current round trip
+	nwrite int64 // bytes written during the current round trip
+
+	// The idle check (see stale): the connection's descriptor, and the peek's function and
+	// results kept here so that a check allocates nothing.
+	raw     syscall.RawConn // nil: no descriptor to check
+	peekFn  func(fd uintptr)
+	peekN   int
+	peekErr error
+	peekBuf [1]byte
+}
+
+func newConn(nc net.Conn, h *host) *conn {
+	c := &conn{nc: nc, host: h, limit: -1}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+			c.peekFn = c.peek
+		}
+	}
+	return c
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	n, err := c.nc.Write(p)
+	c.nwrite += int64(n)
+	return n, err
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -165,7 +212,6 @@ func (c *conn) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := c.nc.Read(p)
-	c.nread += int64(n)
 	if c.limit >= 0 {
 		c.limit -= int64(n)
 	}
@@ -225,6 +271,10 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Host == "" {
 		return nil, errors.New("h1: request URL has no host")
 	}
+	head, err := checkHead(req)
+	if err != nil {
+		return nil, err
+	}
 	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
 	h := t.host(req.URL)
@@ -240,11 +290,11 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp, retry, err := t.exchange(ctx, c, req, trace)
+		resp, retry, err := t.exchange(ctx, c, req, head, trace)
 		if err == nil {
 			return resp, nil
 		}
-		if !retry || attempt > 0 || ctx.Err() != nil {
+		if !retry || attempt+1 >= maxAttempts || ctx.Err() != nil {
 			return nil, err
 		}
 		if req.Body != nil && req.Body != http.NoBody {
@@ -261,15 +311,26 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// maxAttempts bounds the connections one round trip tries when writes fail before any byte.
+const maxAttempts = 3
+
+// nothingWrittenError is the error of a request write that sent no byte: the server cannot
+// have seen the request.
+type nothingWrittenError struct{ error }
+
+func (e nothingWrittenError) Unwrap() error { return e.error }
+
 // exchange writes req on c and reads the response's head. On error c is closed, and retry says
-// whether the request may go again on a new connection: c was reused and no byte of a response
-// came.
-func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, bool, error) {
+// whether the request may go again on another connection: c was reused (a fresh connection
+// that fails says something about the server, not about a stale pool) and its write failed
+// before any byte of the request went out.
+func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, head requestHead, trace *httptrace.ClientTrace) (*http.Response, bool, error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-	c.nread = 0
+	c.nwrite = 0
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
-		retry := c.reused && c.nread == 0 && !errors.Is(err, errInvalidRequest)
+		var nothing nothingWrittenError
+		retry := c.reused && errors.As(err, &nothing)
 		t.closeConn(c)
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
@@ -277,7 +338,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, tr
 		return nil, retry, err
 	}
 	closeReq := req.Close || hasToken(req.Header["Connection"], "close")
-	if err := t.writeRequest(c, req, closeReq, trace); err != nil {
+	if err := writeRequest(c, req, head, closeReq, trace); err != nil {
 		return fail(err)
 	}
 	r := getReader(c)
@@ -327,8 +388,29 @@ func (t *Transport) host(u *url.URL) *host {
 	return h
 }
 
-// getConn returns an idle connection of h, or dials one when h is under the limit, or waits.
+// getConn returns an idle connection of h that is still fit for a request (see stale), or
+// dials one when h is under the limit, or waits.
 func (t *Transport) getConn(ctx context.Context, h *host, trace *httptrace.ClientTrace) (*conn, error) {
+	for {
+		c, idleFor, err := t.takeConn(ctx, h, trace)
+		if err != nil || !c.reused {
+			return c, err
+		}
+		if stray, dead := c.stale(); dead {
+			reportStray(h.addr, stray)
+			t.closeConn(c)
+			continue
+		}
+		if trace != nil && trace.GotConn != nil {
+			trace.GotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: true, WasIdle: idleFor > 0, IdleTime: idleFor})
+		}
+		return c, nil
+	}
+}
+
+// takeConn returns an idle connection of h (reused set, with how long it was idle), or dials
+// one when h is under the limit, or waits for one.
+func (t *Transport) takeConn(ctx context.Context, h *host, trace *httptrace.ClientTrace) (*conn, time.Duration, error) {
 	t.mu.Lock()
 	if n := len(h.idle); n > 0 {
 		c := h.idle[n-1]
@@ -337,8 +419,8 @@ func (t *Transport) getConn(ctx context.Context, h *host, trace *httptrace.Clien
 			h.idle[n-1] = nil
 			h.idle = h.idle[:n-1]
 			t.mu.Unlock()
-			gotConn(trace, c, idleFor)
-			return c, nil
+			c.reused = true
+			return c, idleFor, nil
 		}
 		// The newest idle connection expired, so did all the older ones: close them all and
 		// take one's slot for a new connection.
@@ -349,12 +431,14 @@ func (t *Transport) getConn(ctx context.Context, h *host, trace *httptrace.Clien
 		for _, s := range stale {
 			_ = s.nc.Close()
 		}
-		return t.dial(ctx, h, trace)
+		c, err := t.dial(ctx, h, trace)
+		return c, 0, err
 	}
 	if t.cfg.maxConns == 0 || h.open < t.cfg.maxConns {
 		h.open++
 		t.mu.Unlock()
-		return t.dial(ctx, h, trace)
+		c, err := t.dial(ctx, h, trace)
+		return c, 0, err
 	}
 	w := &waiter{ch: make(chan *conn, 1)}
 	h.queue = append(h.queue, w)
@@ -362,17 +446,18 @@ func (t *Transport) getConn(ctx context.Context, h *host, trace *httptrace.Clien
 	select {
 	case c := <-w.ch:
 		if c == nil {
-			return t.dial(ctx, h, trace)
+			c, err := t.dial(ctx, h, trace)
+			return c, 0, err
 		}
-		gotConn(trace, c, 0)
-		return c, nil
+		c.reused = true
+		return c, 0, nil
 	case <-ctx.Done():
 		t.mu.Lock()
 		for i, q := range h.queue {
 			if q == w {
 				h.queue = append(h.queue[:i], h.queue[i+1:]...)
 				t.mu.Unlock()
-				return nil, ctx.Err()
+				return nil, 0, ctx.Err()
 			}
 		}
 		t.mu.Unlock()
@@ -382,14 +467,7 @@ func (t *Transport) getConn(ctx context.Context, h *host, trace *httptrace.Clien
 		} else {
 			t.releaseSlot(h)
 		}
-		return nil, ctx.Err()
-	}
-}
-
-func gotConn(trace *httptrace.ClientTrace, c *conn, idleFor time.Duration) {
-	c.reused = true
-	if trace != nil && trace.GotConn != nil {
-		trace.GotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: true, WasIdle: idleFor > 0, IdleTime: idleFor})
+		return nil, 0, ctx.Err()
 	}
 }
 
@@ -404,7 +482,7 @@ func (t *Transport) dial(ctx context.Context, h *host, trace *httptrace.ClientTr
 		}
 		return nil, fmt.Errorf("dial %s: %w", h.addr, err)
 	}
-	c := &conn{nc: nc, host: h, limit: -1}
+	c := newConn(nc, h)
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: nc})
 	}
@@ -500,50 +578,85 @@ func (t *Transport) IdleConns() (idle, open int) {
 	return idle, open
 }
 
-// writeRequest writes req on c: its head and, when short enough, its body in one write.
-func (t *Transport) writeRequest(c *conn, req *http.Request, closeReq bool, trace *httptrace.ClientTrace) (err error) {
+// requestHead is what the request line and Host header of a checked request carry.
+type requestHead struct {
+	method, target, host string
+}
+
+// checkHead checks req as net/http does before it writes anything, so that a request that
+// cannot be written as it is fails before a connection is taken: the method and every header
+// name must be tokens, header values may hold no control character but tab, the Host (the
+// URL's host when req.Host is empty, in its ASCII form) must be a valid Host header, and the
+// request target must start with / (or be *) and hold no space or control character. The
+// errors match errInvalidRequest.
+func checkHead(req *http.Request) (requestHead, error) {
+	h := requestHead{method: req.Method, target: req.URL.RequestURI(), host: req.Host}
+	if h.method == "" {
+		h.method = http.MethodGet
+	}
+	if !httpguts.ValidHeaderFieldName(h.method) { // a method is a token, as a header name
+		return h, fmt.Errorf("%w: method %q is not a token", errInvalidRequest, truncate(h.method))
+	}
+	if h.host == "" {
+		h.host = req.URL.Host
+	}
+	host, err := httpguts.PunycodeHostPort(h.host)
+	if err != nil {
+		return h, fmt.Errorf("%w: Host %q: %w", errInvalidRequest, truncate(h.host), err)
+	}
+	if !httpguts.ValidHostHeader(host) {
+		return h, fmt.Errorf("%w: Host %q holds a character a Host header may not", errInvalidRequest, truncate(host))
+	}
+	h.host = host
+	if h.target != "*" && !strings.HasPrefix(h.target, "/") {
+		return h, fmt.Errorf("%w: the URL's path %q does not start with /", errInvalidRequest, truncate(h.target))
+	}
+	if !validTarget(h.target) {
+		return h, fmt.Errorf("%w: the URL's path or query holds a space or a control character: escape it", errInvalidRequest)
+	}
+	for k, vs := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return h, fmt.Errorf("%w: header name %q is not a token", errInvalidRequest, truncate(k))
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				// Not the value itself: it may be a credential.
+				return h, fmt.Errorf("%w: the value of header %s holds a control character", errInvalidRequest, k)
+			}
+		}
+	}
+	return h, nil
+}
+
+// writeRequest writes req, checked by checkHead into head, on c: its head and, when short
+// enough, its body in one write. A write that fails before any byte went out returns a
+// nothingWrittenError.
+func writeRequest(c *conn, req *http.Request, head requestHead, closeReq bool, trace *httptrace.ClientTrace) (err error) {
 	buf := writeBufs.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer func() {
 		if buf.Cap() <= maxPooledWrite {
 			writeBufs.Put(buf)
 		}
+		if err != nil && c.nwrite == 0 && !errors.Is(err, errBodyRead) {
+			err = nothingWrittenError{err}
+		}
 		if trace != nil && trace.WroteRequest != nil {
 			trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
 		}
 	}()
-	method := req.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	if !validMethod(method) {
-		return fmt.Errorf("%w: method %q", errInvalidRequest, method)
-	}
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
-	if !validValue(host) {
-		return fmt.Errorf("%w: Host %q", errInvalidRequest, host)
-	}
+	method := head.method
 	buf.WriteString(method)
 	buf.WriteByte(' ')
-	buf.WriteString(req.URL.RequestURI())
+	buf.WriteString(head.target)
 	buf.WriteString(" HTTP/1.1\r\nHost: ")
-	buf.WriteString(host)
+	buf.WriteString(head.host)
 	buf.WriteString("\r\n")
 	for k, vs := range req.Header {
-		switch k {
-		case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
+		if framing(k) {
 			continue // framed by the transport
 		}
-		if !validName(k) {
-			return fmt.Errorf("%w: header name %q", errInvalidRequest, k)
-		}
 		for _, v := range vs {
-			if !validValue(v) {
-				return fmt.Errorf("%w: value of header %s", errInvalidRequest, k)
-			}
 			buf.WriteString(k)
 			buf.WriteString(": ")
 			buf.WriteString(v)
@@ -569,7 +682,7 @@ func (t *Transport) writeRequest(c *conn, req *http.Request, closeReq bool, trac
 		trace.WroteHeaders()
 	}
 	if !hasBody {
-		_, err = c.nc.Write(buf.Bytes())
+		_, err = c.Write(buf.Bytes())
 		return err
 	}
 	defer func() { _ = req.Body.Close() }()
@@ -578,33 +691,33 @@ func (t *Transport) writeRequest(c *conn, req *http.Request, closeReq bool, trac
 		buf.Grow(int(length))
 		b := buf.AvailableBuffer()[:length]
 		if _, err := io.ReadFull(req.Body, b); err != nil {
-			return fmt.Errorf("h1: read request body: %w", err)
+			return fmt.Errorf("%w: %w", errBodyRead, err)
 		}
 		buf.Write(b)
 		if buf.Len() != head+int(length) {
-			return errors.New("h1: request body shorter than its ContentLength")
+			return fmt.Errorf("%w: shorter than its ContentLength", errBodyRead)
 		}
-		_, err = c.nc.Write(buf.Bytes())
+		_, err = c.Write(buf.Bytes())
 		return err
 	}
-	if _, err := c.nc.Write(buf.Bytes()); err != nil {
+	if _, err := c.Write(buf.Bytes()); err != nil {
 		return err
 	}
 	if length > 0 {
-		n, err := io.Copy(c.nc, io.LimitReader(req.Body, length))
+		n, err := io.Copy(c, io.LimitReader(req.Body, length))
 		if err != nil {
 			return err
 		}
 		if n != length {
-			return fmt.Errorf("h1: request body of %d bytes, ContentLength %d", n, length)
+			return fmt.Errorf("%w: %d bytes, ContentLength %d", errBodyRead, n, length)
 		}
 		return nil
 	}
-	cw := &chunkWriter{w: c.nc}
+	cw := &chunkWriter{w: c}
 	if _, err := io.Copy(cw, req.Body); err != nil {
 		return err
 	}
-	_, err = io.WriteString(c.nc, "0\r\n\r\n")
+	_, err = io.WriteString(c, "0\r\n\r\n")
 	return err
 }
 
@@ -642,34 +755,33 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// validMethod reports whether m is an HTTP token.
-func validMethod(m string) bool { return m != "" && validName(m) }
-
-// validName reports whether s is an HTTP token (RFC 9110 5.6.2).
-func validName(s string) bool {
-	if s == "" {
-		return false
-	}
+// validTarget reports whether a request target may go on the request line: no space, which
+// would end it, and no control character (net/http refuses those too).
+func validTarget(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if !isTokenByte(s[i]) {
+		if b := s[i]; b <= ' ' || b == 0x7f {
 			return false
 		}
 	}
 	return true
 }
 
-func isTokenByte(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
+// framing reports whether a header names one the transport writes itself, in any case: a
+// caller's "transfer-encoding" must not reach the wire beside the transport's framing.
+func framing(k string) bool {
+	switch len(k) {
+	case len("Host"):
+		return strings.EqualFold(k, "Host")
+	case len("Trailer"):
+		return strings.EqualFold(k, "Trailer")
+	case len("Connection"):
+		return strings.EqualFold(k, "Connection")
+	case len("Content-Length"):
+		return strings.EqualFold(k, "Content-Length")
+	case len("Transfer-Encoding"):
+		return strings.EqualFold(k, "Transfer-Encoding")
 	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
-
-// validValue reports whether s may be sent as a header value: no CR, LF or NUL, which would
-// split the request.
-func validValue(s string) bool {
-	return strings.IndexByte(s, '\r') < 0 && strings.IndexByte(s, '\n') < 0 && strings.IndexByte(s, 0) < 0
+	return false
 }
 
 // hasToken reports whether a comma-separated header value of vs lists token (case-insensitive).
@@ -682,4 +794,23 @@ func hasToken(vs []string, token string) bool {
 		}
 	}
 	return false
+}
+
+// maxStray bounds the bytes of an unsolicited response quoted in the log.
+const maxStray = 64
+
+// reportStray logs bytes that arrived on an idle connection to addr without a request, as
+// net/http's transport logs them ("Unsolicited response received on idle HTTP channel"); the
+// connection is closed and never read. A 408 Request Timeout is how some servers announce that
+// they close an idle connection: it is not reported.
+func reportStray(addr string, stray []byte) {
+	if len(stray) == 0 || is408(stray) {
+		return
+	}
+	log.Printf("h1: unsolicited response received on idle connection to %s starting with %q; connection closed", addr, stray)
+}
+
+// is408 reports whether b starts an HTTP/1.x 408 response.
+func is408(b []byte) bool {
+	return len(b) >= len("HTTP/1.x 408") && string(b[:7]) == "HTTP/1." && string(b[8:12]) == " 408"
 }

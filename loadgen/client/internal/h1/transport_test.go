@@ -314,57 +314,150 @@ func TestRawServers(t *testing.T) {
 	}
 }
 
-// TestStaleIdleRetried: a server that closes an idle connection after its first response makes
-// the second request fail on the reused connection before any response byte; it goes again on
-// a new connection, POST included (its body can be sent again).
-func TestStaleIdleRetried(t *testing.T) {
+// TestServerClosesAfterReading is the first regression of issue 35: a server that reads a
+// request on a reused connection and closes it without answering (a crash, a proxy's timeout, a
+// drain) may have done the work. The POST must go on the wire once and the round trip fail, as
+// with net/http; it was sent again, and reported a success, for every reused connection.
+func TestServerClosesAfterReading(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int64
-	url := rawServer(t, func(_ int, c net.Conn) {
-		conns.Add(1)
-		req, err := readRequestHead(bufio.NewReader(c))
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-		// The connection closes here, without Connection: close: it looks reusable.
-	})
-	tr := newTransport(t)
-	for _, path := range []string{"/one", "/two", "/three"} {
-		var reused []bool
-		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
-		req := newRequest(t, "POST", url+path, strings.NewReader("body"))
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
-		time.Sleep(20 * time.Millisecond) // let the server's close arrive
-		_, body := do(t, tr, req)
-		if body != path {
-			t.Errorf("body %q, want %q", body, path)
-		}
-		if path != "/one" && fmt.Sprint(reused) != "[true false]" {
-			t.Errorf("%s: connections reused %v, want [true false] (a retry on a new one)", path, reused)
-		}
-	}
-	if n := conns.Load(); n != 3 {
-		t.Errorf("%d connections, want 3", n)
+	for _, tc := range []struct {
+		name string
+		rt   func(tb testing.TB) http.RoundTripper
+	}{
+		{"h1", func(tb testing.TB) http.RoundTripper { return newTransport(tb) }},
+		{"net/http", func(tb testing.TB) http.RoundTripper {
+			tr := &http.Transport{DisableCompression: true}
+			tb.Cleanup(tr.CloseIdleConnections)
+			return tr
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var posts atomic.Int64
+			url := rawServer(t, func(_ int, c net.Conn) {
+				br := bufio.NewReader(c)
+				for n := 1; ; n++ {
+					if _, err := readRequestHead(br); err != nil {
+						return
+					}
+					posts.Add(1)
+					if n == 2 {
+						return // read, then closed without an answer
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+			rt := tc.rt(t)
+			do(t, rt, newRequest(t, "POST", url, strings.NewReader(`{"n":1}`)))
+			resp, err := rt.RoundTrip(newRequest(t, "POST", url, strings.NewReader(`{"n":2}`)))
+			if err == nil {
+				_ = resp.Body.Close()
+				t.Errorf("the POST the server read and dropped succeeded (status %d)", resp.StatusCode)
+			}
+			if n := posts.Load(); n != 2 {
+				t.Errorf("%d POSTs on the wire for 2 round trips, want 2", n)
+			}
+			// The pool is usable after it: the next request goes on a new connection.
+			do(t, rt, newRequest(t, "POST", url, strings.NewReader(`{"n":3}`)))
+			if n := posts.Load(); n != 3 {
+				t.Errorf("%d POSTs on the wire for 3 round trips, want 3", n)
+			}
+		})
 	}
 }
 
-// TestNoRetryWithoutGetBody: a body that cannot be sent again is not retried.
-func TestNoRetryWithoutGetBody(t *testing.T) {
+// failingConn fails the write numbered failAt (from 1) on its connection: it sends the first
+// partial bytes of it, then returns an error.
+type failingConn struct {
+	net.Conn
+	writes  int
+	failAt  int
+	partial int
+}
+
+func (c *failingConn) Write(p []byte) (int, error) {
+	c.writes++
+	if c.writes != c.failAt {
+		return c.Conn.Write(p)
+	}
+	n := 0
+	if c.partial > 0 {
+		n, _ = c.Conn.Write(p[:min(c.partial, len(p))])
+	}
+	return n, errors.New("write: broken pipe")
+}
+
+// TestWriteFailure: a write that fails before any byte went out on a reused connection is
+// retried on another, when the body can be sent again; once a byte went out, never; nor on a
+// fresh connection. The connections come from a dialer wrapping them, so the idle check does
+// not see them: the write is what fails.
+func TestWriteFailure(t *testing.T) {
 	t.Parallel()
-	url := rawServer(t, func(_ int, c net.Conn) {
-		if _, err := readRequestHead(bufio.NewReader(c)); err == nil {
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		}
-	})
-	tr := newTransport(t)
-	do(t, tr, newRequest(t, "GET", url, nil))
-	time.Sleep(20 * time.Millisecond)
-	req := newRequest(t, "POST", url, io.NopCloser(strings.NewReader("once")))
-	req.ContentLength = 4
-	if resp, err := tr.RoundTrip(req); err == nil {
-		_ = resp.Body.Close()
-		t.Fatal("a request on a connection the server closed succeeded without a retry")
+	tests := []struct {
+		name      string
+		failConn  int  // the connection (from 0) whose write fails
+		failWrite int  // its write that fails (from 1)
+		partial   int  // bytes of that write sent first
+		getBody   bool // the second request's body can be sent again
+		wantErr   bool
+		wantPosts int64 // requests the server read, both round trips
+		wantConns int64
+	}{
+		{name: "nothing written, reused", failConn: 0, failWrite: 2, getBody: true, wantPosts: 2, wantConns: 2},
+		{name: "nothing written, body cannot be sent again", failConn: 0, failWrite: 2, wantErr: true, wantPosts: 1, wantConns: 1},
+		{name: "part written, reused", failConn: 0, failWrite: 2, partial: 10, getBody: true, wantErr: true, wantPosts: 1, wantConns: 1},
+		{name: "nothing written, fresh connection", failConn: 1, failWrite: 1, getBody: true, wantErr: true, wantPosts: 1, wantConns: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var posts atomic.Int64
+			url := rawServer(t, func(_ int, c net.Conn) {
+				br := bufio.NewReader(c)
+				for {
+					if _, err := readRequestHead(br); err != nil {
+						return
+					}
+					posts.Add(1)
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+			var dialled atomic.Int64
+			dialer := &net.Dialer{}
+			tr := newTransport(t, WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dialer.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				fc := &failingConn{Conn: c, partial: tt.partial}
+				if int(dialled.Add(1)-1) == tt.failConn {
+					fc.failAt = tt.failWrite
+				}
+				return fc, nil
+			}))
+			first := newRequest(t, "POST", url, strings.NewReader("first"))
+			if tt.failConn == 1 {
+				first.Close = true // the second request dials connection 1
+			}
+			do(t, tr, first)
+			second := newRequest(t, "POST", url, strings.NewReader("second"))
+			if !tt.getBody {
+				second.GetBody = nil
+			}
+			resp, err := tr.RoundTrip(second)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			if (err != nil) != tt.wantErr {
+				t.Errorf("error %v, want an error: %v", err, tt.wantErr)
+			}
+			if n := posts.Load(); n != tt.wantPosts {
+				t.Errorf("%d requests on the wire, want %d", n, tt.wantPosts)
+			}
+			if n := dialled.Load(); n != tt.wantConns {
+				t.Errorf("%d connections dialled, want %d", n, tt.wantConns)
+			}
+		})
 	}
 }
 
@@ -632,26 +725,62 @@ func TestTraceHooks(t *testing.T) {
 	}
 }
 
+// TestRejects: requests net/http refuses to write are refused before a connection is taken,
+// with an error that names what is wrong (and not a header's value, which may be a secret).
 func TestRejects(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	tr := newTransport(t)
+	var dials atomic.Int64
+	dialer := &net.Dialer{}
+	tr := newTransport(t, WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dialer.DialContext(ctx, network, addr)
+	}))
+	withHeader := func(k, v string) func() *http.Request {
+		return func() *http.Request {
+			r := newRequest(t, "GET", srv.URL, nil)
+			r.Header[k] = []string{v}
+			return r
+		}
+	}
 	tests := []struct {
 		name string
 		req  func() *http.Request
 		want string
 	}{
 		{name: "https", req: func() *http.Request { return newRequest(t, "GET", "https://example.test/", nil) }, want: "only http://"},
-		{name: "header injection", req: func() *http.Request {
+		{name: "header injection", req: withHeader("X-A", "a\r\nX-Injected: 1"), want: "invalid request: the value of header X-A holds a control character"},
+		{name: "control character in a value", req: withHeader("X-A", "secret\x01"), want: "invalid request: the value of header X-A"},
+		{name: "NUL in a value", req: withHeader("Authorization", "Bearer \x00"), want: "invalid request: the value of header Authorization"},
+		{name: "DEL in a value", req: withHeader("X-A", "a\x7f"), want: "invalid request: the value of header X-A"},
+		{name: "bad header name", req: withHeader("Bad Name", "a"), want: `invalid request: header name "Bad Name" is not a token`},
+		{name: "colon in a header name", req: withHeader("X-A:", "a"), want: "invalid request: header name"},
+		{name: "bad value in a framing header", req: withHeader("Content-Length", "1\r\n"), want: "invalid request: the value of header Content-Length"},
+		{name: "space in Host", req: func() *http.Request {
 			r := newRequest(t, "GET", srv.URL, nil)
-			r.Header["X-A"] = []string{"a\r\nX-Injected: 1"}
+			r.Host = "example.test evil"
 			return r
-		}, want: "invalid request: value"},
-		{name: "bad header name", req: func() *http.Request {
+		}, want: `invalid request: Host "example.test evil"`},
+		{name: "CRLF in Host", req: func() *http.Request {
 			r := newRequest(t, "GET", srv.URL, nil)
-			r.Header["Bad Name"] = []string{"a"}
+			r.Host = "a\r\nX-Injected: 1"
 			return r
-		}, want: "invalid request: header name"},
+		}, want: "invalid request: Host"},
+		{name: "method not a token", req: func() *http.Request {
+			r := newRequest(t, "GET", srv.URL, nil)
+			r.Method = "GET /x HTTP/1.1\r\n"
+			return r
+		}, want: "invalid request: method"},
+		{name: "space in the query", req: func() *http.Request {
+			r := newRequest(t, "GET", srv.URL, nil)
+			r.URL.RawQuery = "a=b c"
+			return r
+		}, want: "invalid request: the URL's path or query"},
+		{name: "control character in the query", req: func() *http.Request {
+			r := newRequest(t, "GET", srv.URL, nil)
+			r.URL.RawQuery = "a=\x01"
+			return r
+		}, want: "invalid request: the URL's path or query"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -659,6 +788,23 @@ func TestRejects(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one with %q", err, tt.want)
 			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("error %v shows the header's value", err)
+			}
 		})
+	}
+	if n := dials.Load(); n != 0 {
+		t.Errorf("%d connections dialled for requests refused before any", n)
+	}
+	// A non-ASCII host goes in its ASCII (punycode) form, as net/http sends it.
+	hosts := make(chan string, 1)
+	idn, _ := newServer(t, func(_ http.ResponseWriter, r *http.Request) { hosts <- r.Host })
+	r := newRequest(t, "GET", idn.URL, nil)
+	r.Host = "bücher.example"
+	if resp, _ := do(t, tr, r); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d for a non-ASCII Host, want 200", resp.StatusCode)
+	}
+	if host := <-hosts; host != "xn--bcher-kva.example" {
+		t.Errorf("Host %q, want the punycode form", host)
 	}
 }
