@@ -3,6 +3,8 @@ package loadgen
 import (
 	"runtime/debug"
 	"strings"
+
+	"github.com/ragtail/ragtail/internal/redact"
 )
 
 // Bounds on what WithRequests and WithProvenance keep, so that a result file stays small
@@ -11,12 +13,6 @@ const (
 	maxSettingLen  = 512
 	maxCommandArgs = 128
 )
-
-// Redacted replaces the values WithProvenance does not keep.
-const Redacted = "[redacted]"
-
-// secretFlags name the flags whose values are credentials; a header flag keeps its name.
-var secretFlags = map[string]bool{"api-key": true, "header": true, "H": true, "server-metrics-token": true, "admin-token": true}
 
 // WithRequests records what every request sent beyond its prompt: the dataset it came from,
 // whether responses streamed, and the temperature (nil for the server's default).
@@ -29,13 +25,18 @@ func (i RunInfo) WithRequests(dataset string, stream bool, temperature *float64)
 	return i
 }
 
-// WithProvenance records the version of the generator and its command line, shell-quoted,
-// with the values of --api-key, --server-metrics-token, --admin-token and of --header (past the
-// header's name) redacted, each
-// argument cut at 512 bytes and at most 128 arguments kept.
+// WithProvenance records the version of the generator and its command line (os.Args, the
+// program's name first), shell-quoted, with credentials hidden by redact.Args (the values of
+// secret flags such as --api-key, --server-metrics-token and --admin-token, of --header past the
+// header's name, URL passwords and secret query parameters), at most 128 arguments kept and
+// each cut at 512 bytes.
 func (i RunInfo) WithProvenance(version string, args []string) RunInfo {
 	i.Version = bound(version)
-	i.Command = ShellJoin(RedactArgs(args))
+	args = redact.Args(args[:min(len(args), maxCommandArgs)])
+	for k, a := range args {
+		args[k] = bound(a)
+	}
+	i.Command = ShellJoin(args)
 	return i
 }
 
@@ -57,43 +58,6 @@ func ShellJoin(args []string) string {
 }
 
 const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/@+%"
-
-// RedactArgs returns a bounded copy of a command line with credentials replaced by Redacted.
-func RedactArgs(args []string) []string {
-	out := make([]string, 0, min(len(args), maxCommandArgs))
-	secretNext := ""
-	for _, a := range args {
-		if len(out) == maxCommandArgs {
-			break
-		}
-		switch {
-		case secretNext != "":
-			a = redactValue(secretNext, a)
-			secretNext = ""
-		case strings.HasPrefix(a, "-"):
-			name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if secretFlags[name] {
-				if hasVal {
-					a = a[:len(a)-len(val)] + redactValue(name, val)
-				} else {
-					secretNext = name
-				}
-			}
-		}
-		out = append(out, bound(a))
-	}
-	return out
-}
-
-// redactValue hides a secret flag's value; a header keeps its name.
-func redactValue(flag, v string) string {
-	if flag == "header" || flag == "H" {
-		if name, _, ok := strings.Cut(v, ":"); ok {
-			return name + ": " + Redacted
-		}
-	}
-	return Redacted
-}
 
 // bound cuts s at maxSettingLen bytes, on a rune boundary.
 func bound(s string) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -53,7 +52,7 @@ Examples:
 		return err
 	}
 	cfg.Progress = service.IngestProgress(stderr, *progressEvery)
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := newLogger(stderr, "warn")
 	sum, err := service.Ingest(ctx, cfg, logger)
 	if err != nil {
 		if sum != nil && sum.Written < sum.Chunks && ctx.Err() != nil {

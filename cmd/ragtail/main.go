@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/ragtail/ragtail/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -50,10 +52,14 @@ func main() {
 	case errors.Is(err, errUsage):
 		os.Exit(2)
 	default:
-		fmt.Fprintln(os.Stderr, "ragtail:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(1)
 	}
 }
+
+// errorLine is the line a command's error ends the program with, credentials hidden
+// (redact.String): an error may quote a flag's URL.
+func errorLine(err error) string { return "ragtail: " + redact.String(err.Error()) }
 
 // errUsage marks a command line that could not be parsed; the usage has already been printed.
 var errUsage = errors.New("usage")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -303,5 +304,14 @@ func TestVersionLine(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"version"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "ragtail ") {
 		t.Errorf("ragtail version: %q, %v", out.String(), err)
+	}
+}
+
+// TestErrorLineHidesPasswords: the line a failed command ends with may quote a flag's URL.
+func TestErrorLineHidesPasswords(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("list the models of --llm-url %s: %w", "http://u:pw-7070@llm:8000/v1", errors.New("connection refused"))
+	if got, want := errorLine(err), "ragtail: list the models of --llm-url http://u:xxxxx@llm:8000/v1: connection refused"; got != want {
+		t.Errorf("errorLine = %q, want %q", got, want)
 	}
 }

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testpeer"
 	"github.com/ragtail/ragtail/rag/llmsim"
 )
 
@@ -77,8 +80,9 @@ func TestServeRefusesOffLoopbackAdminWithoutToken(t *testing.T) {
 }
 
 // TestServeKeepsSecretsOutOfLogsAndConfig runs serve at debug level with every API key flag
-// set, against a real OpenAI-compatible LLM server (llm-sim), makes a request, and looks for
-// the keys in everything serve wrote and in GET /admin/config and /admin/stats.
+// set and a password in --llm-url, against a real OpenAI-compatible LLM server (llm-sim), makes
+// a request, and looks for the secrets in everything serve wrote and in GET /admin/config and
+// /admin/stats.
 func TestServeKeepsSecretsOutOfLogsAndConfig(t *testing.T) {
 	t.Parallel()
 	prof, _ := llmsim.ProfileByName("tiny")
@@ -90,14 +94,15 @@ func TestServeKeepsSecretsOutOfLogsAndConfig(t *testing.T) {
 	sim := httptest.NewServer(llmsim.NewHandler(engine))
 	defer sim.Close()
 
-	const llmKey, qdrantKey = "sk-llm-secret-4242", "qd-secret-4343"
+	const llmKey, qdrantKey, urlPassword = "sk-llm-secret-4242", "qd-secret-4343", "url-secret-4444"
+	llmURL := "http://ragtail:" + urlPassword + "@" + strings.TrimPrefix(sim.URL, "http://") + "/v1"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	errc := make(chan error, 1)
 	go func() {
 		errc <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "debug",
-			"--profiling=false", "--corpus-docs", "20", "--llm-url", sim.URL + "/v1", "--llm-model", prof.Model,
+			"--profiling=false", "--corpus-docs", "20", "--llm-url", llmURL, "--llm-model", prof.Model,
 			"--llm-api-key", llmKey, "--qdrant-api-key=" + qdrantKey}, stdout, stderr)
 	}()
 	var api, admin string
@@ -146,9 +151,101 @@ func TestServeKeepsSecretsOutOfLogsAndConfig(t *testing.T) {
 	if !strings.Contains(stderr.String(), "ragtail serving") {
 		t.Fatalf("no startup log captured at debug level: %q", stderr.String())
 	}
-	for _, secret := range []string{llmKey, qdrantKey} {
+	if !strings.Contains(stderr.String(), "url=http://ragtail:xxxxx@") {
+		t.Errorf("the llm line does not show the URL with its password hidden: %q", stderr.String())
+	}
+	for _, secret := range []string{llmKey, qdrantKey, urlPassword} {
 		if strings.Contains(seen.String(), secret) {
 			t.Errorf("the key %s appears in serve's output or admin config/stats", secret)
+		}
+	}
+}
+
+// TestServeAdminHidesURLPasswords is the acceptance of issue 35's secrets item: a serve started
+// with passwords in --docstore (a real PostgreSQL, which trusts any password on loopback) and
+// --cache (a Redis that is not there: the cache fails, serve does not) shows neither in
+// /debug/pprof/cmdline, its logs, /admin/config or /admin/stats. It sets os.Args, which the
+// cmdline route shows, to the command line serve runs with, so it does not run in parallel.
+func TestServeAdminHidesURLPasswords(t *testing.T) {
+	pg := testpeer.StartPostgres(t)
+	const pgPassword, redisPassword = "s3cret-pg-5151", "pw-redis-5252"
+	dsn := "postgres://postgres:" + pgPassword + "@" + pg.Addr + "/postgres?sslmode=disable"
+	cache := fmt.Sprintf("redis://:%s@127.0.0.1:%d/0", redisPassword, testpeer.FreePort(t))
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "debug", "--profiling=false",
+		"--corpus-docs", "20", "--docstore", dsn, "--cache", cache}
+	saved := os.Args
+	os.Args = append([]string{"ragtail"}, args...)
+	defer func() { os.Args = saved }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, args, stdout, stderr) }()
+	var api, admin string
+	for deadline := time.Now().Add(60 * time.Second); api == ""; {
+		if m := servingLine.FindStringSubmatch(stdout.String()); m != nil {
+			api, admin = m[1], adminLine.FindStringSubmatch(stdout.String())[1]
+			break
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start within 60 s\n%s", stderr.String())
+		}
+	}
+	get := func(route, host string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+route, nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// A request that fetches chunks, so that the doc store and its failing cache are used.
+	model := regexp.MustCompile(`\(model "([^"]+)"\)`).FindStringSubmatch(stdout.String())[1]
+	body := `{"model":"` + model + `","max_tokens":2,"messages":[{"role":"user","content":"How do caches shape the tail?"}]}`
+	resp, err := http.Post("http://"+api+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	var seen strings.Builder
+	status, cmdline := get("/debug/pprof/cmdline", admin)
+	if status != 200 {
+		t.Fatalf("cmdline: %d %s", status, cmdline)
+	}
+	for _, want := range []string{"--docstore\x00postgres://postgres:xxxxx@" + pg.Addr, "--cache\x00redis://:xxxxx@127.0.0.1:"} {
+		if !strings.Contains(cmdline, want) {
+			t.Errorf("cmdline %q lacks %q", cmdline, want)
+		}
+	}
+	seen.WriteString(cmdline)
+	for _, route := range []string{"/admin/config", "/admin/stats", "/debug/traces"} {
+		status, b := get(route, admin)
+		if status != 200 {
+			t.Errorf("GET %s: %d, want 200 (%.200s)", route, status, b)
+		}
+		seen.WriteString(b)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	seen.WriteString(stdout.String())
+	seen.WriteString(stderr.String())
+	for _, secret := range []string{pgPassword, redisPassword} {
+		if strings.Contains(seen.String(), secret) {
+			t.Errorf("the password %s appears in the cmdline, serve's output or the admin reads", secret)
 		}
 	}
 }

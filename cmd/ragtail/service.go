@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ragtail/ragtail/internal/redact"
 	"github.com/ragtail/ragtail/rag/service"
 	"github.com/ragtail/ragtail/telemetry"
 	"github.com/ragtail/ragtail/telemetry/profile"
@@ -161,10 +162,13 @@ func buildService(ctx context.Context, cfg service.Config, to telemetryOptions, 
 	return rs, nil
 }
 
+// newLogger returns the text logger of a command at level (info when it does not parse), with
+// credentials hidden from every record (redact.NewHandler): a backend's URL is logged without
+// its password, whoever logs it.
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(redact.NewHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})))
 }

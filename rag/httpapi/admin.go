@@ -5,13 +5,14 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ragtail/ragtail/internal/redact"
 	"github.com/ragtail/ragtail/rag/openai"
 )
 
@@ -66,7 +67,7 @@ func WithAccess(a AdminAccess) AdminOption {
 // exemplars when the scraper asks for it), /debug/pprof/*, /healthz, and /debug/traces,
 // /debug/profiles and /admin/config when their handlers are given. Every route but /healthz
 // follows the AdminAccess rules of WithAccess; /debug/pprof/cmdline shows the command line with
-// the values of secret flags redacted (RedactArgs).
+// credentials hidden (redact.Args).
 func NewAdmin(reg *prometheus.Registry, opts ...AdminOption) http.Handler {
 	var cfg adminConfig
 	for _, o := range opts {
@@ -124,57 +125,11 @@ func mountPprof(r chi.Router, cfg adminConfig) {
 	r.Handle("/debug/pprof", http.RedirectHandler("/debug/pprof/", http.StatusMovedPermanently))
 }
 
-// redactedCmdline is net/http/pprof's Cmdline with RedactArgs applied: the program's arguments
+// redactedCmdline is net/http/pprof's Cmdline with credentials hidden by redact.Args (secret
+// flags, header values, URL passwords, secret query parameters): the program's arguments
 // separated by NUL bytes.
 func redactedCmdline(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, strings.Join(RedactArgs(os.Args), "\x00"))
-}
-
-// Redacted replaces the value of a secret flag in RedactArgs's output.
-const Redacted = "REDACTED"
-
-// secretWords mark a flag whose value is a secret when its name contains one of them
-// (--llm-api-key, --embed-api-key, --qdrant-api-key, --admin-token, --db-password, ...).
-var secretWords = []string{"key", "token", "password", "passwd", "secret", "credential"}
-
-// RedactArgs returns a copy of a command line (os.Args) with the value of every flag whose name
-// contains key, token, password, secret or credential replaced by Redacted, whether it is given
-// as --name=value or as the next argument. The program name and everything after "--" are kept.
-func RedactArgs(args []string) []string {
-	out := slices.Clone(args)
-	for i := 1; i < len(out); i++ {
-		a := out[i]
-		if a == "--" {
-			break
-		}
-		if len(a) < 2 || a[0] != '-' {
-			continue
-		}
-		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !secretFlag(name) {
-			continue
-		}
-		if hasValue {
-			out[i] = a[:strings.Index(a, "=")+1] + Redacted
-			continue
-		}
-		// A string flag takes the next argument whatever it looks like, as package flag does.
-		if i+1 < len(out) {
-			out[i+1] = Redacted
-			i++
-		}
-	}
-	return out
-}
-
-func secretFlag(name string) bool {
-	name = strings.ToLower(name)
-	for _, w := range secretWords {
-		if strings.Contains(name, w) {
-			return true
-		}
-	}
-	return false
+	_, _ = io.WriteString(w, strings.Join(redact.Args(os.Args), "\x00"))
 }
