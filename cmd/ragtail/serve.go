@@ -33,8 +33,9 @@ Server-Timing and X-Ragtail-Time (the service's clock, Unix nanoseconds).
 Admin listener (--admin-addr): GET /metrics (OpenMetrics with trace_id exemplars on request),
 /debug/pprof/*, GET /debug/traces (recent traces, ?slowest=N, ?trace_id=X, with per-stage
 waterfalls), GET /debug/profiles (profile windows; ?trace_id=X for what ran during a trace),
-GET|PUT /admin/config, GET /admin/stats. On loopback (the default) reads are open and a PUT must
-be application/json from the listener's own origin; off loopback every admin route needs
+GET|PUT /admin/config, GET /admin/stats. On loopback (the default) reads are open to requests
+addressed to localhost or a loopback IP (any other Host gets 403), and a PUT must be
+application/json from the listener's own origin; off loopback every admin route needs
 RAGTAIL_ADMIN_TOKEN as 'Authorization: Bearer TOKEN', and serve refuses to start without it.
 
 Telemetry: every request is traced into an in-process ring; set OTEL_EXPORTER_OTLP_ENDPOINT to

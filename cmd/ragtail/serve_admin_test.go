@@ -164,7 +164,8 @@ func TestServeKeepsSecretsOutOfLogsAndConfig(t *testing.T) {
 // TestServeAdminHidesURLPasswords is the acceptance of issue 35's secrets item: a serve started
 // with passwords in --docstore (a real PostgreSQL, which trusts any password on loopback) and
 // --cache (a Redis that is not there: the cache fails, serve does not) shows neither in
-// /debug/pprof/cmdline, its logs, /admin/config or /admin/stats. It sets os.Args, which the
+// /debug/pprof/cmdline, its logs, /admin/config or /admin/stats; and its loopback admin listener
+// refuses reads addressed to another host name (DNS rebinding). It sets os.Args, which the
 // cmdline route shows, to the command line serve runs with, so it does not run in parallel.
 func TestServeAdminHidesURLPasswords(t *testing.T) {
 	pg := testpeer.StartPostgres(t)
@@ -231,11 +232,16 @@ func TestServeAdminHidesURLPasswords(t *testing.T) {
 	}
 	seen.WriteString(cmdline)
 	for _, route := range []string{"/admin/config", "/admin/stats", "/debug/traces"} {
-		status, b := get(route, admin)
+		status, b := get(route, "localhost:1")
 		if status != 200 {
-			t.Errorf("GET %s: %d, want 200 (%.200s)", route, status, b)
+			t.Errorf("GET %s with Host localhost:1: %d, want 200 (%.200s)", route, status, b)
 		}
 		seen.WriteString(b)
+	}
+	for _, route := range []string{"/debug/pprof/cmdline", "/admin/config", "/debug/traces", "/debug/pprof/heap"} {
+		if status, b := get(route, "evil.example"); status != http.StatusForbidden {
+			t.Errorf("GET %s with Host evil.example: %d, want 403 (%.200s)", route, status, b)
+		}
 	}
 	cancel()
 	if err := <-errc; err != nil {

@@ -139,6 +139,61 @@ func TestPprofRoutes(t *testing.T) {
 	}
 }
 
+// TestLoopbackAdminRefusesForeignHost: on the loopback admin listener, a read addressed to
+// another name (a web page that rebinds evil.example to 127.0.0.1) is refused; loopback names
+// with any port, and the listener's own address, are served. /healthz stays open.
+func TestLoopbackAdminRefusesForeignHost(t *testing.T) {
+	t.Parallel()
+	srv := fullAdmin(t, httpapi.AdminAccess{})
+	own := strings.TrimPrefix(srv.URL, "http://")
+	tests := []struct {
+		host string
+		want int
+	}{
+		{"evil.example", 403},
+		{"evil.example:" + own[strings.LastIndex(own, ":")+1:], 403},
+		{"127.0.0.1.evil.example", 403},
+		{"localhost.evil.example:80", 403},
+		{own, 200},
+		{"127.0.0.1:8080", 200},
+		{"localhost", 200},
+		{"LOCALHOST:9464", 200},
+		{"[::1]:9464", 200},
+		{"127.0.0.2", 200},
+	}
+	for _, route := range []string{"/admin/config", "/debug/traces", "/debug/pprof/cmdline", "/metrics", "/debug/pprof/heap?debug=1"} {
+		for _, tt := range tests {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+route, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = tt.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("GET %s with Host %s: %d, want %d (%.200s)", route, tt.host, resp.StatusCode, tt.want, b)
+			}
+			if tt.want == 403 && !strings.Contains(string(b), "foreign_host") {
+				t.Errorf("GET %s with Host %s: %s, want a foreign_host error", route, tt.host, b)
+			}
+		}
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+"/healthz", nil)
+	req.Host = "evil.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /healthz with a foreign Host: %d, want 200", resp.StatusCode)
+	}
+}
+
 // TestPprofCmdlineRedacted checks /debug/pprof/cmdline on the admin handler, with net/http/pprof's
 // handlers and with a replacement (the continuous profiler's): flag names and URLs show, their
 // secrets do not. It sets os.Args, so it does not run in parallel.

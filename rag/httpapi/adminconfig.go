@@ -38,7 +38,10 @@ const MaxConfigBody = 1 << 20
 // ::, a host name) is reachable by anyone on the network, and a sidecar proxy in front of it
 // connects from 127.0.0.1, so the peer address proves nothing. Without a Token such a listener
 // answers 403 to everything. On loopback, reads are open (only processes on the host can connect)
-// and a write needs Token when one is set.
+// and a write needs Token when one is set; every request must be addressed to the listener by a
+// loopback name (localhost, a loopback IP, any port) or its own address, or it gets 403: a web
+// page in a browser on the host that rebinds its DNS name to 127.0.0.1 sends its own name, and
+// must not read the command line, traces, profiles or the configuration.
 type AdminAccess struct {
 	// Token is RAGTAIL_ADMIN_TOKEN; "" means none is configured.
 	Token string
@@ -164,6 +167,24 @@ func (hs hostSet) matches(hostport, defaultPort string) bool {
 	return hs.names[strings.ToLower(host)] && (hs.port == "" || port == hs.port)
 }
 
+// loopbackHost reports whether r is addressed to a loopback listener by a loopback name: its
+// Host is localhost or a loopback IP, with any port (a tunnel or port forward may front the
+// listener), or one of the listener's own addresses. A browser always sends the name of the
+// page's origin, so a page whose DNS name was rebound to 127.0.0.1 is refused here.
+func loopbackHost(r *http.Request, access AdminAccess) bool {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	return host != "" && ownHosts(r, access).hostMatches(r.Host)
+}
+
 // isRead reports whether r only reads.
 func isRead(r *http.Request) bool {
 	return r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
@@ -186,6 +207,10 @@ func (a AdminAccess) guard(next http.Handler) http.Handler {
 // check returns the error to answer r with, or nil if it may proceed.
 func (a AdminAccess) check(r *http.Request) *openai.HTTPError {
 	loopback := a.onLoopback(r)
+	if loopback && !loopbackHost(r, a) {
+		return &openai.HTTPError{Status: http.StatusForbidden, Type: "permission_error", Code: "foreign_host",
+			Message: fmt.Sprintf("the admin listener is on loopback and answers only requests addressed to 127.0.0.1, [::1] or localhost (any port) or to its own address, not Host %.64q: a web page that rebinds its DNS name to 127.0.0.1 sends its own name", r.Host)}
+	}
 	if loopback && (isRead(r) || a.Token == "") {
 		return nil
 	}
