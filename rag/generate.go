@@ -8,6 +8,11 @@ type GenRequest struct {
 	MaxTokens   int
 	Temperature float64
 	Priority    int // scheduling priority, lower runs first (vLLM's request field); 0 by default
+	// Tools are the functions the model may call; with none it answers in text.
+	Tools []Tool
+	// ToolChoice is OpenAI's tool_choice: "" or "auto" (the model decides), "none" (answer in
+	// text), "required" (call a tool).
+	ToolChoice string
 }
 
 // TokenStream is a running generation. Recv returns deltas in order; after the last delta (the

@@ -55,6 +55,37 @@ func ParseCoupling(s string) (Coupling, error) {
 	return "", fmt.Errorf("%w: coupling %q: want sync, fanout or async", ErrInvalidRequest, s)
 }
 
+// Mode is how a request is answered: single-shot (retrieve, then generate once), or agentic,
+// where the model is given a search tool and decides when to search and when to answer.
+type Mode string
+
+// The modes.
+const (
+	// ModeSingle retrieves once with the question and generates once: the default, "".
+	ModeSingle Mode = ""
+	// ModeAgentic calls the model with a search tool; each call of it runs retrieval and feeds
+	// the results back as a tool message, until the model answers or the step limit forces it to.
+	ModeAgentic Mode = "agentic"
+)
+
+// DefaultMaxSteps and MaxMaxSteps bound the model calls of an agentic request: the default, and
+// the most a request may ask for.
+const (
+	DefaultMaxSteps = 5
+	MaxMaxSteps     = 16
+)
+
+// ParseMode returns the mode named s ("" or "single" for single-shot, "agentic").
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "single":
+		return ModeSingle, nil
+	case "agentic":
+		return ModeAgentic, nil
+	}
+	return "", fmt.Errorf("%w: mode %.32q: want single or agentic", ErrInvalidRequest, s)
+}
+
 // Sentinel errors. Match them with errors.Is; the HTTP layer maps each one to a status code.
 var (
 	// ErrInvalidRequest means the request is malformed or its parameters are out of range (400).

@@ -6,6 +6,56 @@ import "time"
 type Message struct {
 	Role    string // system, user, assistant, tool
 	Content string
+	// ToolCalls are the calls an assistant message makes (OpenAI's tool_calls).
+	ToolCalls []ToolCall
+	// ToolCallID is the call a tool message answers (OpenAI's tool_call_id).
+	ToolCallID string
+}
+
+// Tool is a function the model may call (OpenAI's tool of type "function").
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the JSON schema of the function's arguments, as JSON text.
+	Parameters string
+}
+
+// ToolCall is one call of a tool the model asked for.
+type ToolCall struct {
+	ID        string // the id a tool message answering it names
+	Name      string
+	Arguments string // JSON text
+}
+
+// ToolCallDelta is a piece of a tool call a model is streaming, as OpenAI streams them: the
+// first piece of a call carries its Index, ID and Name, later pieces of the same Index add to its
+// Arguments.
+type ToolCallDelta struct {
+	Index     int
+	ID, Name  string
+	Arguments string
+}
+
+// AppendToolCalls adds the pieces in deltas to calls, the calls assembled so far (indexed by
+// their Index), and returns the result.
+func AppendToolCalls(calls []ToolCall, deltas []ToolCallDelta) []ToolCall {
+	for _, d := range deltas {
+		if d.Index < 0 || d.Index > len(calls) {
+			continue // a piece of a call that never started: nothing to add it to
+		}
+		if d.Index == len(calls) {
+			calls = append(calls, ToolCall{})
+		}
+		c := &calls[d.Index]
+		if d.ID != "" {
+			c.ID = d.ID
+		}
+		if d.Name != "" {
+			c.Name = d.Name
+		}
+		c.Arguments += d.Arguments
+	}
+	return calls
 }
 
 // Query is one RAG request as the pipeline sees it, after validation.
@@ -19,6 +69,14 @@ type Query struct {
 	TopK        int      // 0 means the pipeline's default
 	UserID      string   // from X-User-ID, for dye only
 	Priority    int      // scheduling priority passed to the generator, lower runs first
+	// Mode is single-shot (the default) or agentic; MaxSteps bounds an agentic request's model
+	// calls (0 means DefaultMaxSteps).
+	Mode     Mode
+	MaxSteps int
+	// Tools and ToolChoice are the client's own tools, for a generator that serves them (the
+	// simulated engine); the RAG pipeline refuses them.
+	Tools      []Tool
+	ToolChoice string
 }
 
 // Question returns the content of the last user message, which is what gets embedded.
@@ -56,13 +114,14 @@ type Usage struct {
 	ReasoningTokens  int // completion tokens spent reasoning before the answer (completion_tokens_details.reasoning_tokens)
 }
 
-// Delta is a piece of generated output: one or more tokens of text. The last delta of a stream
-// carries the finish reason and usage.
+// Delta is a piece of generated output: one or more tokens of text, or pieces of the tool calls
+// the model makes. The last delta of a stream carries the finish reason and usage.
 type Delta struct {
 	Text         string
-	Tokens       int    // number of tokens in Text
-	FinishReason string // "" until the last delta: "stop", "length" or "abort"
-	Usage        *Usage // set on the last delta
+	Tokens       int             // number of tokens in Text or ToolCalls
+	ToolCalls    []ToolCallDelta // pieces of tool calls (see AppendToolCalls)
+	FinishReason string          // "" until the last delta: "stop", "length", "tool_calls" or "abort"
+	Usage        *Usage          // set on the last delta
 }
 
 // StageTiming is how long one stage took for one request.

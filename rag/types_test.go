@@ -1,6 +1,9 @@
 package rag
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestCacheResultString(t *testing.T) {
 	tests := []struct {
@@ -17,5 +20,22 @@ func TestCacheResultString(t *testing.T) {
 		if got := tt.r.String(); got != tt.want {
 			t.Errorf("CacheResult(%d).String() = %q, want %q", tt.r, got, tt.want)
 		}
+	}
+}
+
+func TestAppendToolCalls(t *testing.T) {
+	t.Parallel()
+	var calls []ToolCall
+	for _, d := range [][]ToolCallDelta{
+		{{Index: 0, ID: "call_1", Name: "search"}},
+		{{Index: 0, Arguments: `{"query":`}},
+		{{Index: 0, Arguments: `"tail latency"}`}, {Index: 1, ID: "call_2", Name: "search", Arguments: `{}`}},
+		{{Index: 5, Arguments: "ignored"}},
+	} {
+		calls = AppendToolCalls(calls, d)
+	}
+	want := []ToolCall{{ID: "call_1", Name: "search", Arguments: `{"query":"tail latency"}`}, {ID: "call_2", Name: "search", Arguments: `{}`}}
+	if !slices.Equal(calls, want) {
+		t.Errorf("calls %+v, want %+v", calls, want)
 	}
 }

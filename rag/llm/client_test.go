@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -553,5 +554,57 @@ func BenchmarkStream(b *testing.B) {
 		if _, err := drain(s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestToolCalls: a request with tools, an assistant message calling one and the tool's answer
+// reaches the server in OpenAI's form, and a streamed tool call (vLLM's pieces) comes back as
+// deltas whose pieces assemble into the call, with finish reason tool_calls and the usage.
+func TestToolCalls(t *testing.T) {
+	checkGoroutines(t)
+	srv := newLLMServer(t, replay(transcript(t, "vllm_tool_calls.sse")))
+	c := newClient(t, srv.URL)
+	req := genRequest()
+	req.Tools = []rag.Tool{{Name: "search", Description: "Search the corpus.", Parameters: `{"type":"object","properties":{"query":{"type":"string"}}}`}}
+	req.ToolChoice = "auto"
+	req.Messages = append(req.Messages,
+		rag.Message{Role: "assistant", ToolCalls: []rag.ToolCall{{ID: "call_0", Name: "search", Arguments: `{"query":"blocks"}`}}},
+		rag.Message{Role: "tool", ToolCallID: "call_0", Content: "[1] Blocks of 16 tokens."})
+	s, err := c.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas, err := drain(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []rag.ToolCall
+	for _, d := range deltas {
+		calls = rag.AppendToolCalls(calls, d.ToolCalls)
+	}
+	last := deltas[len(deltas)-1]
+	if want := []rag.ToolCall{{ID: "chatcmpl-tool-4f2a", Name: "search", Arguments: `{"query": "paged attention KV cache"}`}}; !reflect.DeepEqual(calls, want) {
+		t.Errorf("tool calls %+v, want %+v", calls, want)
+	}
+	if last.FinishReason != "tool_calls" || last.Usage == nil || last.Usage.CompletionTokens != 9 {
+		t.Errorf("last delta %+v", last)
+	}
+
+	body := srv.request(0).body
+	tools, _ := body["tools"].([]any)
+	if len(tools) != 1 || body["tool_choice"] != "auto" {
+		t.Fatalf("tools %v, tool_choice %v", body["tools"], body["tool_choice"])
+	}
+	fn := tools[0].(map[string]any)["function"].(map[string]any)
+	if fn["name"] != "search" || fn["parameters"].(map[string]any)["type"] != "object" {
+		t.Errorf("tool %v", tools[0])
+	}
+	msgs := body["messages"].([]any)
+	call := msgs[2].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
+	if call["id"] != "call_0" || call["type"] != "function" || call["function"].(map[string]any)["arguments"] != `{"query":"blocks"}` {
+		t.Errorf("assistant tool call %v", call)
+	}
+	if tool := msgs[3].(map[string]any); tool["role"] != "tool" || tool["tool_call_id"] != "call_0" || tool["content"] != "[1] Blocks of 16 tokens." {
+		t.Errorf("tool message %v", tool)
 	}
 }

@@ -13,10 +13,11 @@ import (
 
 // Completion is a whole, non-streamed answer.
 type Completion struct {
-	Model        string     // the model that answered, as the server names it
-	Text         string     // the answer
-	FinishReason string     // "stop", "length", ...
-	Usage        *rag.Usage // nil if the server did not report usage
+	Model        string         // the model that answered, as the server names it
+	Text         string         // the answer
+	ToolCalls    []rag.ToolCall // the tools the model called, when it called any
+	FinishReason string         // "stop", "length", "tool_calls", ...
+	Usage        *rag.Usage     // nil if the server did not report usage
 }
 
 // Complete asks for a whole completion (stream false). It retries like Generate, since nothing
@@ -55,7 +56,11 @@ func (c *Client) completeOnce(parent context.Context, params openai.ChatCompleti
 	if len(resp.Choices) == 0 {
 		return Completion{}, true, fmt.Errorf("chat: %w: llm server answered without choices", rag.ErrUnavailable)
 	}
-	comp := Completion{Model: resp.Model, Text: resp.Choices[0].Message.Content, FinishReason: resp.Choices[0].FinishReason}
+	msg := resp.Choices[0].Message
+	comp := Completion{Model: resp.Model, Text: msg.Content, FinishReason: resp.Choices[0].FinishReason}
+	for _, tc := range msg.ToolCalls {
+		comp.ToolCalls = append(comp.ToolCalls, rag.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
 	if resp.JSON.Usage.Valid() {
 		comp.Usage = &rag.Usage{PromptTokens: int(resp.Usage.PromptTokens), CompletionTokens: int(resp.Usage.CompletionTokens)}
 	}
@@ -76,7 +81,11 @@ func newCompletionStream(c Completion) *completionStream {
 	if c.Usage != nil {
 		tokens = c.Usage.CompletionTokens
 	}
-	return &completionStream{delta: rag.Delta{Text: c.Text, Tokens: tokens, FinishReason: c.FinishReason, Usage: c.Usage}}
+	d := rag.Delta{Text: c.Text, Tokens: tokens, FinishReason: c.FinishReason, Usage: c.Usage}
+	for i, tc := range c.ToolCalls {
+		d.ToolCalls = append(d.ToolCalls, rag.ToolCallDelta{Index: i, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+	}
+	return &completionStream{delta: d}
 }
 
 func (s *completionStream) Recv() (rag.Delta, error) {

@@ -22,6 +22,7 @@ package llm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -364,10 +366,27 @@ func (c *Client) params(req rag.GenRequest, stream bool) (openai.ChatCompletionN
 		case "user":
 			p.Messages = append(p.Messages, openai.UserMessage(m.Content))
 		case "assistant":
-			p.Messages = append(p.Messages, openai.AssistantMessage(m.Content))
+			p.Messages = append(p.Messages, assistantMessage(m))
+		case "tool":
+			p.Messages = append(p.Messages, openai.ToolMessage(m.Content, m.ToolCallID))
 		default:
-			return p, fmt.Errorf("%w: message %d has role %q: the LLM client sends system, developer, user and assistant messages", rag.ErrInvalidRequest, i, m.Role)
+			return p, fmt.Errorf("%w: message %d has role %q: the LLM client sends system, developer, user, assistant and tool messages", rag.ErrInvalidRequest, i, m.Role)
 		}
+	}
+	for _, t := range req.Tools {
+		def := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		if t.Parameters != "" {
+			if err := json.Unmarshal([]byte(t.Parameters), &def.Parameters); err != nil {
+				return p, fmt.Errorf("%w: tool %q: parameters are not a JSON object: %w", rag.ErrInvalidRequest, t.Name, err)
+			}
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(def))
+	}
+	if req.ToolChoice != "" && len(req.Tools) > 0 {
+		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(req.ToolChoice)}
 	}
 	if req.MaxTokens > 0 {
 		if c.cfg.maxCompletionTokens {
@@ -385,6 +404,20 @@ func (c *Client) params(req rag.GenRequest, stream bool) (openai.ChatCompletionN
 		p.SetExtraFields(map[string]any{"priority": req.Priority})
 	}
 	return p, nil
+}
+
+// assistantMessage is m as the SDK sends an assistant message: its text, and its tool calls.
+func assistantMessage(m rag.Message) openai.ChatCompletionMessageParamUnion {
+	msg := openai.AssistantMessage(m.Content)
+	for _, c := range m.ToolCalls {
+		msg.OfAssistant.ToolCalls = append(msg.OfAssistant.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{ID: c.ID,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: c.Arguments}}})
+	}
+	if len(m.ToolCalls) > 0 && m.Content == "" {
+		msg.OfAssistant.Content = openai.ChatCompletionAssistantMessageParamContentUnion{} // null, as OpenAI sends it
+	}
+	return msg
 }
 
 // Sentinel causes of the client's own cancellations, told apart with context.Cause.

@@ -172,13 +172,17 @@ func (s *stream) handle(chunk openai.ChatCompletionChunk) {
 		return // nothing follows the finish but usage
 	}
 	choice := chunk.Choices[0]
-	if text := choice.Delta.Content; text != "" {
+	var calls []rag.ToolCallDelta
+	for _, tc := range choice.Delta.ToolCalls {
+		calls = append(calls, rag.ToolCallDelta{Index: int(tc.Index), ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	if text := choice.Delta.Content; text != "" || len(calls) > 0 {
 		if !s.started.Load() {
 			s.started.Store(true)
 			s.timer.Reset(s.c.cfg.idleTimeout)
 		}
 		s.tokens++
-		s.queue = append(s.queue, rag.Delta{Text: text, Tokens: 1})
+		s.queue = append(s.queue, rag.Delta{Text: text, Tokens: 1, ToolCalls: calls})
 	}
 	if choice.FinishReason != "" {
 		s.final = &rag.Delta{FinishReason: choice.FinishReason}

@@ -58,6 +58,62 @@ func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
 	return &req, nil
 }
 
+// MaxTools bounds the tools of one request, as OpenAI does.
+const MaxTools = 128
+
+// tools validates the request's tools and tool_choice into q.
+func (r *ChatRequest) tools(q *rag.Query) error {
+	if len(r.Tools) > MaxTools {
+		return invalid("tools", fmt.Sprintf("too many tools: %d, at most %d", len(r.Tools), MaxTools))
+	}
+	for i, t := range r.Tools {
+		if t.Type != "function" {
+			return invalid(fmt.Sprintf("tools[%d].type", i), fmt.Sprintf("tools[%d].type %.32q: only function tools are supported", i, t.Type))
+		}
+		if !validFunctionName(t.Function.Name) {
+			return invalid(fmt.Sprintf("tools[%d].function.name", i), fmt.Sprintf("tools[%d].function.name %.64q: want 1 to 64 letters, digits, _ or -", i, t.Function.Name))
+		}
+		q.Tools = append(q.Tools, rag.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: string(t.Function.Parameters)})
+	}
+	if len(r.ToolChoice) == 0 || string(r.ToolChoice) == "null" {
+		return nil
+	}
+	var choice string
+	if err := json.Unmarshal(r.ToolChoice, &choice); err == nil {
+		switch choice {
+		case "auto", "none", "required":
+			q.ToolChoice = choice
+			return nil
+		}
+		return invalid("tool_choice", fmt.Sprintf("tool_choice %.32q: want auto, none, required or a function", choice))
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(r.ToolChoice, &named); err != nil || named.Type != "function" || !validFunctionName(named.Function.Name) {
+		return invalid("tool_choice", `tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":...}}`)
+	}
+	q.ToolChoice = "required" // one named function: ragtail's tools are one function a request
+	return nil
+}
+
+// validFunctionName reports whether name is a function name OpenAI accepts: 1 to 64 letters,
+// digits, underscores and dashes.
+func validFunctionName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // MaxPriority bounds the absolute value of a request's priority field.
 const MaxPriority = 1 << 20
 
@@ -84,13 +140,30 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 	hasUser := false
 	for i, m := range r.Messages {
 		switch m.Role {
-		case "system", "developer", "assistant", "tool":
+		case "system", "developer", "assistant":
+		case "tool":
+			if m.ToolCallID == "" {
+				return q, invalid(fmt.Sprintf("messages[%d].tool_call_id", i), fmt.Sprintf("messages[%d] has role tool but no tool_call_id naming the call it answers", i))
+			}
 		case "user":
 			hasUser = true
 		default:
 			return q, invalid(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf("messages[%d].role %.32q is not one of system, developer, user, assistant, tool", i, m.Role))
 		}
-		q.Messages = append(q.Messages, rag.Message{Role: m.Role, Content: string(m.Content)})
+		msg := rag.Message{Role: m.Role, Content: string(m.Content), ToolCallID: m.ToolCallID}
+		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+			return q, invalid(fmt.Sprintf("messages[%d].tool_calls", i), fmt.Sprintf("messages[%d] has tool_calls but role %.32q: only assistant messages call tools", i, m.Role))
+		}
+		for j, c := range m.ToolCalls {
+			if c.Function.Name == "" {
+				return q, invalid(fmt.Sprintf("messages[%d].tool_calls[%d].function.name", i, j), "a tool call needs the name of the function it calls")
+			}
+			msg.ToolCalls = append(msg.ToolCalls, rag.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+		q.Messages = append(q.Messages, msg)
+	}
+	if err := r.tools(&q); err != nil {
+		return q, err
 	}
 	if !hasUser {
 		return q, invalid("messages", "messages must contain at least one user message")
@@ -128,6 +201,18 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 	}
 	q.Model = r.Model
 	if r.RAG != nil {
+		mode, err := rag.ParseMode(r.RAG.Mode)
+		if err != nil {
+			return q, invalid("rag.mode", err.Error())
+		}
+		q.Mode = mode
+		if r.RAG.MaxSteps < 0 || r.RAG.MaxSteps > rag.MaxMaxSteps {
+			return q, invalid("rag.max_steps", fmt.Sprintf("rag.max_steps must be between 1 and %d, got %d", rag.MaxMaxSteps, r.RAG.MaxSteps))
+		}
+		if r.RAG.MaxSteps > 0 && mode != rag.ModeAgentic {
+			return q, invalid("rag.max_steps", `rag.max_steps applies to "mode": "agentic" only`)
+		}
+		q.MaxSteps = r.RAG.MaxSteps
 		if r.RAG.Coupling != "" {
 			if len(r.RAG.Coupling) > 16 {
 				return q, invalid("rag.coupling", "rag.coupling must be sync, fanout or async")

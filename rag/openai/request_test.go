@@ -50,6 +50,38 @@ func TestChatRequestQuery(t *testing.T) {
 		{name: "top_p 1.5", body: `{"model":"m","top_p":1.5,"messages":[{"role":"user","content":"x"}]}`, wantErr: "top_p must be between 0 and 1"},
 		{name: "top_p 0 and 1", body: `{"model":"m","top_p":0,"temperature":0,"messages":[{"role":"user","content":"x"}]}`},
 		{name: "top_p 1", body: `{"model":"m","top_p":1,"temperature":2,"messages":[{"role":"user","content":"x"}]}`},
+		{name: "agentic mode", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"agentic","max_steps":4}}`,
+			check: func(t *testing.T, q rag.Query) {
+				if q.Mode != rag.ModeAgentic || q.MaxSteps != 4 {
+					t.Errorf("mode %q, max steps %d", q.Mode, q.MaxSteps)
+				}
+			}},
+		{name: "unknown mode", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"plan"}}`, wantErr: "want single or agentic"},
+		{name: "max_steps over the bound", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"agentic","max_steps":99}}`, wantErr: "rag.max_steps must be between 1 and 16"},
+		{name: "max_steps without agentic", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"max_steps":3}}`, wantErr: `applies to "mode": "agentic" only`},
+		{name: "tools and a tool round trip", body: `{"model":"m","tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}}],"tool_choice":"auto",
+			"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"search","arguments":"{\"query\":\"x\"}"}}]},
+			{"role":"tool","tool_call_id":"call_1","content":"found"}]}`,
+			check: func(t *testing.T, q rag.Query) {
+				if len(q.Tools) != 1 || q.Tools[0].Name != "search" || q.Tools[0].Parameters != `{"type":"object"}` || q.ToolChoice != "auto" {
+					t.Errorf("tools %+v, choice %q", q.Tools, q.ToolChoice)
+				}
+				m := q.Messages
+				if len(m) != 3 || len(m[1].ToolCalls) != 1 || m[1].ToolCalls[0] != (rag.ToolCall{ID: "call_1", Name: "search", Arguments: `{"query":"x"}`}) ||
+					m[2].Role != "tool" || m[2].ToolCallID != "call_1" || m[2].Content != "found" {
+					t.Errorf("messages %+v", m)
+				}
+			}},
+		{name: "named tool choice", body: `{"model":"m","tools":[{"type":"function","function":{"name":"search"}}],"tool_choice":{"type":"function","function":{"name":"search"}},"messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, q rag.Query) {
+				if q.ToolChoice != "required" {
+					t.Errorf("tool choice %q", q.ToolChoice)
+				}
+			}},
+		{name: "tool message without its call", body: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"tool","content":"r"}]}`, wantErr: "no tool_call_id"},
+		{name: "bad tool name", body: `{"model":"m","tools":[{"type":"function","function":{"name":"rm -rf"}}],"messages":[{"role":"user","content":"x"}]}`, wantErr: "tools[0].function.name"},
+		{name: "bad tool type", body: `{"model":"m","tools":[{"type":"code_interpreter"}],"messages":[{"role":"user","content":"x"}]}`, wantErr: "only function tools"},
+		{name: "bad tool choice", body: `{"model":"m","tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]}`, wantErr: "tool_choice"},
 		{name: "temperature 2.5", body: `{"model":"m","temperature":2.5,"messages":[{"role":"user","content":"x"}]}`, wantErr: "temperature must be between 0 and 2"},
 	}
 	for _, tt := range tests {

@@ -39,6 +39,39 @@ type ChatRequest struct {
 	// Priority is vLLM's request priority extension: lower runs first under the engine's
 	// priority scheduling policy, 0 by default, at most MaxPriority either way.
 	Priority *int `json:"priority,omitempty"`
+	// Tools are the functions the model may call; ToolChoice is "auto", "none", "required" or an
+	// object naming one function.
+	Tools             []ToolSpec      `json:"tools,omitempty"`
+	ToolChoice        json.RawMessage `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls,omitempty"`
+}
+
+// ToolSpec is one tool of a request: OpenAI's {"type":"function","function":{...}}.
+type ToolSpec struct {
+	Type     string       `json:"type"`
+	Function FunctionSpec `json:"function"`
+}
+
+// FunctionSpec describes a function a model may call.
+type FunctionSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// ToolCall is one tool call of an assistant message, or a piece of one in a streamed delta
+// (Index set, and ID, Type and the function's name only on a call's first piece).
+type ToolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is the function a tool call calls and its arguments, JSON text.
+type FunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // StreamOptions is OpenAI's stream_options object.
@@ -50,14 +83,20 @@ type StreamOptions struct {
 type RAGOptions struct {
 	Coupling string `json:"coupling,omitempty"`
 	TopK     int    `json:"top_k,omitempty"`
+	// Mode is "agentic" for a tool-calling retrieval loop of at most MaxSteps model calls;
+	// "" (or "single") for single-shot retrieval.
+	Mode     string `json:"mode,omitempty"`
+	MaxSteps int    `json:"max_steps,omitempty"`
 }
 
 // ChatMessage is one message on the wire. Content is either a string or an array of content
 // parts; only text parts are supported.
 type ChatMessage struct {
-	Role    string      `json:"role"`
-	Content TextContent `json:"content"`
-	Name    string      `json:"name,omitempty"`
+	Role       string      `json:"role"`
+	Content    TextContent `json:"content"`
+	Name       string      `json:"name,omitempty"`
+	ToolCalls  []ToolCall  `json:"tool_calls,omitempty"`   // an assistant message's calls
+	ToolCallID string      `json:"tool_call_id,omitempty"` // the call a tool message answers
 }
 
 // TextContent is message content that decodes from a JSON string, null, or an array of
@@ -125,10 +164,11 @@ type ChunkChoice struct {
 // answer under both names in use: reasoning_content (DeepSeek's and vLLM's original field) and
 // reasoning (vLLM's name since late 2025), with the same text.
 type ChunkDelta struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent string  `json:"reasoning_content,omitempty"`
-	Reasoning        string  `json:"reasoning,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	Reasoning        string     `json:"reasoning,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // ChatCompletion is a non-streamed response (object "chat.completion").
@@ -153,10 +193,11 @@ type ChatChoice struct {
 // ResponseMessage is the assistant message of a non-streamed response; the reasoning fields
 // are as in ChunkDelta.
 type ResponseMessage struct {
-	Role             string `json:"role"`
-	Content          string `json:"content"`
-	ReasoningContent string `json:"reasoning_content,omitempty"`
-	Reasoning        string `json:"reasoning,omitempty"`
+	Role             string     `json:"role"`
+	Content          string     `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	Reasoning        string     `json:"reasoning,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // WireUsage is OpenAI's usage object.

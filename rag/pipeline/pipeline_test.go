@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -577,7 +578,7 @@ func TestPromptAndResult(t *testing.T) {
 	if len(req.Messages) != 4 || req.Messages[0].Role != "system" || req.Messages[0].Content != wantSystem {
 		t.Fatalf("system message = %q; want %q", req.Messages[0].Content, wantSystem)
 	}
-	if !slices.Equal(req.Messages[1:], q.Messages) {
+	if !reflect.DeepEqual(req.Messages[1:], q.Messages) {
 		t.Fatalf("conversation = %v; want %v after the context", req.Messages[1:], q.Messages)
 	}
 	if req.ID != q.ID || req.Model != q.Model || req.MaxTokens != q.MaxTokens || req.Temperature != q.Temperature {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestBuildMessagesChunkOrder(t *testing.T) {
 			t.Parallel()
 			before := append([]rag.Chunk(nil), tc.chunks...)
 			msgs := buildMessages("SYS", tc.order, tc.chunks, conv)
-			if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1] != conv[0] {
+			if len(msgs) != 2 || msgs[0].Role != "system" || !reflect.DeepEqual(msgs[1], conv[0]) {
 				t.Fatalf("messages %+v", msgs)
 			}
 			var want strings.Builder
