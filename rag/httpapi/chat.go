@@ -116,7 +116,7 @@ func (c *tokenCut) wrote(tokens int) { c.sent += tokens }
 func (a *API) stream(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, q *pipeline.Request) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	w.Header().Set("Trailer", "Server-Timing")
-	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync,
+	sink := &streamSink{cs: openai.NewChatStream(w, q.ID, q.Model, includeUsage), progress: q.Coupling == rag.CouplingAsync || q.Mode == rag.ModeAgentic,
 		cut: newCut(r.Context())}
 	res, err := a.p.Do(r.Context(), q, sink)
 	switch {
@@ -145,6 +145,7 @@ type progressEvent struct {
 	Failed    bool      `json:"failed,omitempty"`
 	ElapsedMS float64   `json:"elapsed_ms"`
 	Message   string    `json:"message"`
+	Step      int       `json:"step,omitempty"` // agentic: the model call that asked for a search
 }
 
 // errClientGone marks a failed write to the client, so the pipeline stops generating.
@@ -166,7 +167,7 @@ func (s *streamSink) Progress(ev pipeline.Progress) error {
 	s.started = true
 	b, err := json.Marshal(progressEvent{
 		Stage: ev.Stage, Shard: ev.Shard, Hits: ev.Hits, Late: ev.Late, Failed: ev.Failed,
-		ElapsedMS: float64(ev.Elapsed) / float64(time.Millisecond), Message: ev.Message,
+		ElapsedMS: float64(ev.Elapsed) / float64(time.Millisecond), Message: ev.Message, Step: ev.Step,
 	})
 	if err != nil {
 		return err

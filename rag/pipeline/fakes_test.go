@@ -363,3 +363,21 @@ func stageDuration(tb testing.TB, res *pipeline.Result, stage rag.Stage) time.Du
 	}
 	return t.Duration
 }
+
+// text returns the text of the deltas the sink got.
+func (s *recordingSink) text() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for _, d := range s.deltas {
+		b.WriteString(d.Text)
+	}
+	return b.String()
+}
+
+// progressEvents returns the progress events the sink got.
+func (s *recordingSink) progressEvents() []pipeline.Progress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.progress)
+}

@@ -23,6 +23,7 @@ var (
 	bucketsTTFT          = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}
 	bucketsTPOT          = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}
 	bucketsDB            = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+	bucketsSteps         = []float64{1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 32}
 	bucketsStage         = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 )
 
@@ -46,6 +47,10 @@ type instruments struct {
 	opInput, opOutput                          metric.Int64Histogram
 	usageInput, usageOutput                    metric.Int64Counter
 	usageCacheRead, usageReasoning             metric.Int64Counter
+
+	// The agent loop's: ragtail's own names by default, the conventions' with the latest names.
+	agentDur, toolDur          metric.Float64Histogram
+	agentCalls, agentToolCalls metric.Int64Histogram
 
 	dbDur      metric.Float64Histogram
 	stageDur   metric.Float64Histogram
@@ -111,6 +116,14 @@ func newInstruments(mp metric.MeterProvider, latest bool) (*instruments, error) 
 		in.tokenUsage = tokenUsage.Int64Histogram
 		keep(err)
 	}
+	agent := map[bool][4]string{
+		false: {"rag.agent.duration", "rag.agent.inference_calls", "rag.agent.tool_calls", "rag.tool.duration"},
+		true:  {"gen_ai.invoke_agent.duration", "gen_ai.invoke_agent.inference_calls", "gen_ai.invoke_agent.tool_calls", "gen_ai.execute_tool.duration"},
+	}[latest]
+	in.agentDur = f64(agent[0], "s", "Duration of an agentic request's loop, from its first model call to its answer.", bucketsGenAIDuration)
+	in.agentCalls = i64(agent[1], "{call}", "Model calls of one agentic request.", bucketsSteps)
+	in.agentToolCalls = i64(agent[2], "{call}", "Tool calls of one agentic request.", bucketsSteps)
+	in.toolDur = f64(agent[3], "s", "Duration of one tool call: the search tool's retrieval.", bucketsGenAIDuration)
 	dbDur, err := dbconv.NewClientOperationDuration(m, metric.WithExplicitBucketBoundaries(bucketsDB...))
 	in.dbDur = dbDur.Float64Histogram
 	keep(err)

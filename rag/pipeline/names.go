@@ -13,6 +13,11 @@ const (
 	SpanAdmission         = ragconv.SpanAdmission
 	SpanFetch             = ragconv.SpanFetch
 	SpanStream            = ragconv.SpanStream
+	SpanAgent             = ragconv.SpanAgent
+	StageAgent            = ragconv.StageAgent
+	StageTool             = ragconv.StageTool
+	AttrAgentSteps        = ragconv.AttrAgentSteps
+	AttrAgentToolCalls    = ragconv.AttrAgentToolCalls
 	EventFirstToken       = ragconv.EventFirstToken
 	EventLateShardDropped = ragconv.EventLateShardDropped
 	AttrStage             = ragconv.AttrStage

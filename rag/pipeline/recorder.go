@@ -186,7 +186,7 @@ func (r *run) finishRun(res *Result, gen *generation, err error) {
 	if err == nil && !gen.firstToken.IsZero() {
 		ok := metric.WithAttributes(chat...)
 		rec.inst.ttft.Record(ctx, res.TimeToFirstToken.Seconds(), ok)
-		if n := res.Usage.CompletionTokens; n > 1 && gen.end.After(gen.firstToken) {
+		if n := gen.usage.CompletionTokens; n > 1 && gen.end.After(gen.firstToken) {
 			rec.inst.tpot.Record(ctx, gen.end.Sub(gen.firstToken).Seconds()/float64(n-1), ok)
 		}
 	}
@@ -213,7 +213,11 @@ func (r *run) begin(name rag.Stage, spanName string) *stage {
 	r.mark = time.Time{}
 	r.timings = append(r.timings, rag.StageTiming{Stage: name, Start: now})
 	st := &stage{name: name, i: len(r.timings) - 1}
-	st.ctx, st.span = r.startSpan(r.ctx, spanName, now, AttrStage.String(string(name)))
+	parent := r.ctx
+	if r.under != nil {
+		parent = r.under
+	}
+	st.ctx, st.span = r.startSpan(parent, spanName, now, AttrStage.String(string(name)))
 	st.ctx, st.profileID = r.withStageLabels(st.ctx, name, st.span)
 	r.setLabels(st.ctx)
 	return st
@@ -411,14 +415,14 @@ func (r *run) endGenerate(st *stage, err error, streaming bool, gen *generation,
 		}
 		if err == nil {
 			attrs = append(attrs, semconv.GenAIResponseModel(req.Model),
-				semconv.GenAIUsageInputTokens(res.Usage.PromptTokens),
-				semconv.GenAIUsageOutputTokens(res.Usage.CompletionTokens),
+				semconv.GenAIUsageInputTokens(gen.usage.PromptTokens),
+				semconv.GenAIUsageOutputTokens(gen.usage.CompletionTokens),
 				semconv.GenAIResponseFinishReasons(res.FinishReason))
-			if res.Usage.CachedTokens > 0 {
-				attrs = append(attrs, semconv.GenAIUsageCacheReadInputTokens(res.Usage.CachedTokens))
+			if gen.usage.CachedTokens > 0 {
+				attrs = append(attrs, semconv.GenAIUsageCacheReadInputTokens(gen.usage.CachedTokens))
 			}
-			if res.Usage.ReasoningTokens > 0 {
-				attrs = append(attrs, semconv.GenAIUsageReasoningOutputTokens(res.Usage.ReasoningTokens))
+			if gen.usage.ReasoningTokens > 0 {
+				attrs = append(attrs, semconv.GenAIUsageReasoningOutputTokens(gen.usage.ReasoningTokens))
 			}
 			if !gen.firstToken.IsZero() {
 				attrs = append(attrs, semconv.GenAIResponseTimeToFirstChunk(gen.firstToken.Sub(start).Seconds()))
@@ -452,7 +456,7 @@ func (r *run) endGenerate(st *stage, err error, streaming bool, gen *generation,
 func (r *run) recordChat(ctx context.Context, start time.Time, d time.Duration, err error, gen *generation, res *Result, chat []attribute.KeyValue) {
 	inst := r.p.rec.inst
 	ok := metric.WithAttributes(chat...)
-	usage := res.Usage
+	usage := gen.usage
 	if !r.p.rec.latest {
 		inst.clientDur.Record(ctx, d.Seconds(), withError(err, chat...))
 		if err == nil && usage != (rag.Usage{}) {
@@ -476,6 +480,81 @@ func (r *run) recordChat(ctx context.Context, start time.Time, d time.Duration, 
 		inst.usageCacheRead.Add(ctx, int64(usage.CachedTokens), ok)
 		inst.usageReasoning.Add(ctx, int64(usage.ReasoningTokens), ok)
 	}
+}
+
+// span is a span of the agent loop (invoke_agent, execute_tool) and when it started.
+type span struct {
+	ctx   context.Context
+	span  trace.Span
+	start time.Time
+}
+
+// AgentName is the gen_ai.agent.name of the agentic mode's invoke_agent span.
+const AgentName = "ragtail"
+
+// agentAttrs are the attributes of the invoke_agent span and the agent metrics.
+func (r *run) agentAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{semconv.GenAIOperationNameInvokeAgent, semconv.GenAIAgentName(AgentName)}
+}
+
+// nextInstant returns the instant the next span begins at, the end of the last stage (left
+// for the stage that begins with it) or now.
+func (r *run) nextInstant() time.Time {
+	if r.mark.IsZero() {
+		r.mark = r.p.now()
+	}
+	return r.mark
+}
+
+// beginAgent starts the invoke_agent span over an agentic request's loop; the model calls'
+// spans go under it.
+func (r *run) beginAgent() *span {
+	at := r.nextInstant()
+	a := &span{start: at}
+	a.ctx, a.span = r.startSpan(r.ctx, SpanAgent, at, append(r.agentAttrs(), AttrStage.String(StageAgent),
+		semconv.GenAIProviderNameKey.String(r.p.rec.genProvider))...)
+	r.under = a.ctx
+	return a
+}
+
+// endAgent ends the invoke_agent span with the loop's steps and records the agent metrics.
+func (r *run) endAgent(a *span, res *Result, err error) {
+	end := r.p.now()
+	r.under = nil
+	calls := 0
+	for _, s := range res.Steps {
+		calls += len(s.Searches)
+	}
+	endSpan(a.span, end, err, AttrAgentSteps.Int(len(res.Steps)), AttrAgentToolCalls.Int(calls))
+	inst := r.p.rec.inst
+	inst.agentDur.Record(a.ctx, end.Sub(a.start).Seconds(), withError(err, r.agentAttrs()...))
+	if err == nil {
+		attrs := metric.WithAttributes(r.agentAttrs()...)
+		inst.agentCalls.Record(a.ctx, int64(len(res.Steps)), attrs)
+		inst.agentToolCalls.Record(a.ctx, int64(calls), attrs)
+	}
+}
+
+// toolAttrs are the attributes of an execute_tool span and the tool metric.
+func toolAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(SearchTool.Name)}
+}
+
+// beginTool starts the execute_tool span of one search call under the agent's span; the
+// retrieval stages' spans go under it.
+func (r *run) beginTool(agent *span, call rag.ToolCall) *span {
+	at := r.nextInstant()
+	t := &span{start: at}
+	t.ctx, t.span = r.startSpan(agent.ctx, "execute_tool "+SearchTool.Name, at, append(toolAttrs(), AttrStage.String(StageTool),
+		semconv.GenAIToolType("function"), semconv.GenAIToolCallID(bound(call.ID, MaxRecordedLen)))...)
+	return t
+}
+
+// endTool ends a search call's span where its last stage ended, and records its duration.
+func (r *run) endTool(t *span, err error) {
+	end := r.nextInstant()
+	endSpan(t.span, end, err)
+	r.p.rec.inst.toolDur.Record(t.ctx, end.Sub(t.start).Seconds(), withError(err, toolAttrs()...))
 }
 
 // streamStage is the stream stage, which runs inside generate: a span from the first hand-over

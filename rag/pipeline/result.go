@@ -29,6 +29,7 @@ type Progress struct {
 	Failed  bool          // the shard failed; its hits are missing
 	Elapsed time.Duration // since the run started
 	Message string        // one human-readable line, safe to show to the client
+	Step    int           // agentic: the model call that asked for a search; 0 otherwise
 }
 
 // Result describes one run: what it did and how long each stage took. Run returns a Result even
@@ -48,8 +49,11 @@ type Result struct {
 	ShardsLate     int // async: shards still searching when generation started; their hits are dropped
 	ChunksMissing  int // hits skipped because the doc store did not have their chunk
 
+	// Usage sums the token counts of every model call (one, but for an agentic request).
 	Usage        rag.Usage
 	FinishReason string
+	// Steps are an agentic request's model calls, in order; nil for a single-shot one.
+	Steps []AgentStep
 	// TimeToFirstToken is from the start of Run to the first delta carrying text.
 	TimeToFirstToken time.Duration
 }
@@ -65,18 +69,45 @@ func (r *Result) Timing(stage rag.Stage) (rag.StageTiming, bool) {
 }
 
 // ServerTiming renders the stage timings as a Server-Timing header value, durations in
-// milliseconds with three decimals:
+// milliseconds with three decimals, each stage once (an agentic request's stages summed over its
+// steps), then, for an agentic request, one entry per step:
 //
 //	admission;dur=0.012, embed;dur=0.300, retrieve;dur=12.100
+//	..., step1;desc="search";dur=812.500, step2;desc="answer";dur=1093.250
 func (r *Result) ServerTiming() string {
-	b := make([]byte, 0, 24*len(r.Timings))
-	for i, t := range r.Timings {
-		if i > 0 {
+	var (
+		order []rag.Stage
+		total = map[rag.Stage]time.Duration{}
+	)
+	for _, t := range r.Timings {
+		if _, ok := total[t.Stage]; !ok {
+			order = append(order, t.Stage)
+		}
+		total[t.Stage] += t.Duration
+	}
+	b := make([]byte, 0, 24*(len(order)+len(r.Steps)))
+	entry := func(name, desc string, d time.Duration) {
+		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, t.Stage...)
+		b = append(b, name...)
+		if desc != "" {
+			b = append(b, `;desc="`...)
+			b = append(b, desc...)
+			b = append(b, '"')
+		}
 		b = append(b, ";dur="...)
-		b = strconv.AppendFloat(b, float64(t.Duration)/float64(time.Millisecond), 'f', 3, 64)
+		b = strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
+	}
+	for _, s := range order {
+		entry(string(s), "", total[s])
+	}
+	for i, s := range r.Steps {
+		desc := "answer"
+		if len(s.Searches) > 0 {
+			desc = "search"
+		}
+		entry("step"+strconv.Itoa(i+1), desc, s.Duration)
 	}
 	return string(b)
 }

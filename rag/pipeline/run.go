@@ -111,7 +111,11 @@ func (p *Pipeline) Do(ctx context.Context, req *Request, sink Sink) (res *Result
 	p.countCoupling(r.req.Coupling)
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	defer r.cleanup()
-	err = r.execute(res, &gen)
+	if r.req.Mode == rag.ModeAgentic {
+		err = r.executeAgentic(res, &gen)
+	} else {
+		err = r.execute(res, &gen)
+	}
 	return res, err
 }
 
@@ -133,6 +137,7 @@ type run struct {
 	timings    []rag.StageTiming // -> Result.Timings
 	root       trace.Span        // rag.pipeline
 	rootCtx    context.Context   // parent with the rag.pipeline span
+	under      context.Context   // agentic: the execute_tool span the retrieval stages run under
 	mark       time.Time         // when the last stage ended, at which the next one begins
 	faultDelay time.Duration     // latency injected by fault rules so far
 }
@@ -154,6 +159,10 @@ func (r *run) validate() error {
 		return fmt.Errorf("%w: max_tokens must not be negative, got %d", rag.ErrInvalidRequest, q.MaxTokens)
 	case !slices.ContainsFunc(q.Messages, func(m rag.Message) bool { return m.Role == "user" }):
 		return fmt.Errorf("%w: messages must contain a user message to answer", rag.ErrInvalidRequest)
+	case len(q.Tools) > 0:
+		return fmt.Errorf(`%w: tools: the RAG service brings its own search tool ("rag": {"mode": "agentic"}) and does not take a client's`, rag.ErrInvalidRequest)
+	case q.Mode != rag.ModeSingle && q.Mode != rag.ModeAgentic:
+		return fmt.Errorf("%w: mode %q: want single or agentic", rag.ErrInvalidRequest, bound(string(q.Mode), 32))
 	}
 	return nil
 }
@@ -186,7 +195,9 @@ func (r *run) execute(res *Result, gen *generation) error {
 	if err := r.announceGeneration(res); err != nil {
 		return err
 	}
-	return r.generate(buildMessages(r.req.cfg.SystemPrompt, r.req.cfg.ChunkOrder, f.chunks, r.req.Messages), res, gen)
+	err = r.generateWith(buildMessages(r.req.cfg.SystemPrompt, r.req.cfg.ChunkOrder, f.chunks, r.req.Messages), nil, "", res, gen)
+	res.Usage = gen.usage
+	return err
 }
 
 // admit takes an admission slot, if the pipeline has an admitter.
@@ -678,19 +689,22 @@ func (r *run) announceGeneration(res *Result) error {
 	return nil
 }
 
-// generation is what the generate stage did, beyond what it puts in the Result.
+// generation is what one generate stage (one model call) did, beyond what it puts in the Result.
 type generation struct {
 	msgs       []rag.Message   // the prompt
 	firstToken time.Time       // when the first delta carrying text arrived
 	end        time.Time       // when the last delta arrived, or the stage failed
-	answer     strings.Builder // the answer, only when content capture is on
+	answer     strings.Builder // the answer: with content capture on, or tools offered
+	usage      rag.Usage       // the call's token counts
+	calls      []rag.ToolCall  // the tools the model called
 	stream     streamStage
 }
 
-// generate runs the LLM under a "chat {model}" span and streams its deltas to the sink under a
-// rag.stream span. It fills res with the answer's usage, finish reason and time to first token,
-// and gen with what the recorder needs of the stage.
-func (r *run) generate(msgs []rag.Message, res *Result, gen *generation) (err error) {
+// generateWith runs the LLM under a "chat {model}" span, offering it tools (none for a
+// single-shot request), and streams its text to the sink under a rag.stream span. It sets res's
+// finish reason and, at the first text of the run, its time to first token, and fills gen with
+// the call's usage, the tool calls it made and what the recorder needs of the stage.
+func (r *run) generateWith(msgs []rag.Message, tools []rag.Tool, toolChoice string, res *Result, gen *generation) (err error) {
 	gen.msgs = msgs
 	gen.stream.i = -1
 	st := r.begin(rag.StageGenerate, r.chatSpanName())
@@ -709,7 +723,7 @@ func (r *run) generate(msgs []rag.Message, res *Result, gen *generation) (err er
 	}
 	stream, err := r.p.gen.Generate(st.ctx, rag.GenRequest{
 		ID: r.req.ID, Model: r.req.Model, Messages: msgs, MaxTokens: r.req.MaxTokens, Temperature: r.req.Temperature,
-		Priority: r.req.Priority,
+		Priority: r.req.Priority, Tools: tools, ToolChoice: toolChoice,
 	})
 	if err != nil {
 		return r.fail(rag.StageGenerate, err)
@@ -719,6 +733,7 @@ func (r *run) generate(msgs []rag.Message, res *Result, gen *generation) (err er
 	defer func() { _ = stream.Close() }()
 
 	completionTokens := 0
+	res.FinishReason = ""
 	for {
 		d, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -731,23 +746,29 @@ func (r *run) generate(msgs []rag.Message, res *Result, gen *generation) (err er
 		}
 		if gen.firstToken.IsZero() && d.Text != "" {
 			gen.firstToken = gen.end
-			res.TimeToFirstToken = gen.end.Sub(r.start)
+			if res.TimeToFirstToken == 0 {
+				res.TimeToFirstToken = gen.end.Sub(r.start)
+			}
 			r.firstToken(st, gen.end)
-		} else if d.Text != "" {
+		} else if d.Text != "" || len(d.ToolCalls) > 0 {
 			r.chunkArrived(st, prev, gen.end)
 		}
 		completionTokens += d.Tokens
 		if d.Usage != nil {
-			res.Usage = *d.Usage
+			gen.usage = *d.Usage
 		}
 		if d.FinishReason != "" {
 			res.FinishReason = d.FinishReason
 		}
-		if r.p.rec.capture {
+		gen.calls = rag.AppendToolCalls(gen.calls, d.ToolCalls)
+		if r.p.rec.capture || len(tools) > 0 {
 			gen.answer.WriteString(d.Text)
 		}
-		if err := r.handOver(st, &gen.stream, func() error { return r.sink.delta(d) }); err != nil {
-			return r.sinkFailed(err)
+		// Only text reaches the client: a tool call is the agent's business.
+		if d.Text != "" || len(tools) == 0 {
+			if err := r.handOver(st, &gen.stream, func() error { return r.sink.delta(d) }); err != nil {
+				return r.sinkFailed(err)
+			}
 		}
 		if d.FinishReason != "" {
 			break
@@ -759,8 +780,8 @@ func (r *run) generate(msgs []rag.Message, res *Result, gen *generation) (err er
 	if res.FinishReason == "" {
 		res.FinishReason = "stop" // the engine ended the stream normally without saying why
 	}
-	if res.Usage == (rag.Usage{}) {
-		res.Usage = rag.Usage{PromptTokens: rag.PromptTokens(msgs), CompletionTokens: completionTokens}
+	if gen.usage == (rag.Usage{}) {
+		gen.usage = rag.Usage{PromptTokens: rag.PromptTokens(msgs), CompletionTokens: completionTokens}
 	}
 	return nil
 }

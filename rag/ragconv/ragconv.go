@@ -15,6 +15,9 @@ const (
 	SpanAdmission = "rag.admission"
 	SpanFetch     = "rag.fetch"
 	SpanStream    = "rag.stream"
+	// SpanAgent is the span over an agentic request's loop (the GenAI conventions' agent span);
+	// its model calls are "chat {model}" spans and its searches "execute_tool search" spans.
+	SpanAgent = "invoke_agent"
 )
 
 // Span event names.
@@ -67,6 +70,20 @@ const (
 	AttrStreamWriteMS   attribute.Key = "rag.stream.write_ms"   // stream: total time spent handing deltas to the client
 	AttrStreamChunks    attribute.Key = "rag.stream.chunks"     // stream: deltas handed to the client
 	AttrAdmissionWaitMS attribute.Key = "rag.admission.wait_ms" // admission: time waited for a slot
+)
+
+// StageAgent and StageTool are the rag.stage of an agentic request's invoke_agent and
+// execute_tool spans. Like StagePipeline they are span attribute values only: the stages under
+// them (generate, embed, retrieve, fetch) are what Server-Timing reports.
+const (
+	StageAgent = "agent"
+	StageTool  = "tool"
+)
+
+// Attributes of the invoke_agent span.
+const (
+	AttrAgentSteps     attribute.Key = "rag.agent.steps"      // model calls made
+	AttrAgentToolCalls attribute.Key = "rag.agent.tool_calls" // search calls made
 )
 
 // StageHTTP is the rag.stage of the HTTP server span. Like StagePipeline it is a span attribute

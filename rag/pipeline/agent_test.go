@@ -1,0 +1,239 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/ragtail/ragtail/rag"
+	"github.com/ragtail/ragtail/rag/pipeline"
+)
+
+// toolGenerator is a model that searches searches times before it answers: offered tools, it
+// calls search (in two streamed pieces) while the conversation holds fewer tool answers than
+// that, unless tool_choice is none; then it answers in text.
+type toolGenerator struct {
+	searches int
+
+	mu   sync.Mutex
+	reqs []rag.GenRequest
+}
+
+func (g *toolGenerator) Models() []string { return []string{"model-a"} }
+
+func (g *toolGenerator) Generate(_ context.Context, req rag.GenRequest) (rag.TokenStream, error) {
+	g.mu.Lock()
+	g.reqs = append(g.reqs, req)
+	g.mu.Unlock()
+	answered := 0
+	for _, m := range req.Messages {
+		if m.Role == "tool" {
+			answered++
+		}
+	}
+	var deltas []rag.Delta
+	if len(req.Tools) > 0 && req.ToolChoice != "none" && answered < g.searches {
+		id := fmt.Sprintf("call_%d", answered)
+		deltas = []rag.Delta{
+			{Tokens: 1, ToolCalls: []rag.ToolCallDelta{{Index: 0, ID: id, Name: "search"}}},
+			{Tokens: 4, ToolCalls: []rag.ToolCallDelta{{Index: 0, Arguments: fmt.Sprintf(`{"query":"hop %d"}`, answered+1)}}},
+			{FinishReason: "tool_calls", Usage: &rag.Usage{PromptTokens: 100, CompletionTokens: 5}},
+		}
+	} else {
+		deltas = []rag.Delta{{Text: "The answer", Tokens: 2}, {Text: ".", Tokens: 1, FinishReason: "stop", Usage: &rag.Usage{PromptTokens: 300, CompletionTokens: 3}}}
+	}
+	return &scriptStream{deltas: deltas}, nil
+}
+
+type scriptStream struct{ deltas []rag.Delta }
+
+func (s *scriptStream) Recv() (rag.Delta, error) {
+	if len(s.deltas) == 0 {
+		return rag.Delta{}, io.EOF
+	}
+	d := s.deltas[0]
+	s.deltas = s.deltas[1:]
+	return d, nil
+}
+
+func (s *scriptStream) Close() error { return nil }
+
+func agenticQuery(maxSteps int) rag.Query {
+	q := query(rag.CouplingFanout, 2)
+	q.Mode, q.MaxSteps = rag.ModeAgentic, maxSteps
+	return q
+}
+
+// TestAgenticRun: a model that searches twice makes three model calls; the trace has the agent
+// span over three chat spans and two execute_tool spans, each with the retrieval stages under
+// it, in order on one clock; the client gets a progress event per search and the answer's text
+// only; Server-Timing sums the stages and has one entry per step.
+func TestAgenticRun(t *testing.T) {
+	t.Parallel()
+	tp, sr := traced(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b := zeroLatency(2)
+	gen := &toolGenerator{searches: 2}
+	p, err := pipeline.New(b.emb, b.ret, b.docs, gen, pipeline.Config{}, pipeline.WithTracerProvider(tp), pipeline.WithMeterProvider(mp),
+		pipeline.WithAdmitter(&fakeAdmitter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordingSink{tb: t}
+	res, err := p.Run(context.Background(), agenticQuery(0), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 3 || len(res.Steps[0].Searches) != 1 || res.Steps[0].Searches[0] != "hop 1" || res.Steps[1].Searches[0] != "hop 2" || len(res.Steps[2].Searches) != 0 {
+		t.Fatalf("steps %+v", res.Steps)
+	}
+	if res.FinishReason != "stop" || res.Usage.PromptTokens != 500 || res.Usage.CompletionTokens != 13 {
+		t.Errorf("finish %q, usage %+v: want stop and the three calls' sums (500, 13)", res.FinishReason, res.Usage)
+	}
+	if got := sink.text(); got != "The answer." {
+		t.Errorf("client got %q, want the answer alone", got)
+	}
+	var steps []int
+	for _, ev := range sink.progressEvents() {
+		steps = append(steps, ev.Step)
+	}
+	if !slices.Equal(steps, []int{1, 2}) {
+		t.Errorf("progress events of steps %v, want one per search [1 2]", steps)
+	}
+	// The model saw its own calls and the tools' answers, each answering its call.
+	last := gen.reqs[len(gen.reqs)-1]
+	var ids []string
+	for _, m := range last.Messages {
+		switch {
+		case m.Role == "assistant" && len(m.ToolCalls) == 1:
+			ids = append(ids, m.ToolCalls[0].ID)
+		case m.Role == "tool":
+			ids = append(ids, m.ToolCallID)
+			if !strings.HasPrefix(m.Content, "[1] ") {
+				t.Errorf("tool answer %q, want numbered passages", m.Content)
+			}
+		}
+	}
+	if !slices.Equal(ids, []string{"call_0", "call_0", "call_1", "call_1"}) {
+		t.Errorf("calls and answers %v", ids)
+	}
+	if len(gen.reqs[0].Tools) != 1 || gen.reqs[0].Tools[0].Name != "search" || gen.reqs[0].ToolChoice != "auto" {
+		t.Errorf("first call's tools %+v, choice %q", gen.reqs[0].Tools, gen.reqs[0].ToolChoice)
+	}
+
+	st := res.ServerTiming()
+	for _, want := range []string{`step1;desc="search";dur=`, `step2;desc="search";dur=`, `step3;desc="answer";dur=`, "generate;dur=", "embed;dur="} {
+		if !strings.Contains(st, want) {
+			t.Errorf("Server-Timing %q lacks %s", st, want)
+		}
+	}
+	if strings.Count(st, "generate;") != 1 {
+		t.Errorf("Server-Timing %q names generate more than once", st)
+	}
+
+	spans := waitSpans(t, sr, 1+1+1+3+2*(2+1+2+1)+1)
+	root := one(t, spans, pipeline.SpanPipeline)
+	agent := one(t, spans, pipeline.SpanAgent)
+	if agent.Parent().SpanID() != root.SpanContext().SpanID() {
+		t.Error("invoke_agent is not a child of rag.pipeline")
+	}
+	chats := byName(spans, "chat model-a")
+	tools := byName(spans, "execute_tool search")
+	if len(chats) != 3 || len(tools) != 2 {
+		t.Fatalf("%d chat and %d execute_tool spans, want 3 and 2", len(chats), len(tools))
+	}
+	var seq []sdktrace.ReadOnlySpan
+	for _, s := range append(chats, tools...) {
+		if s.Parent().SpanID() != agent.SpanContext().SpanID() {
+			t.Errorf("%s is not a child of invoke_agent", s.Name())
+		}
+		seq = append(seq, s)
+	}
+	slices.SortFunc(seq, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
+	for i, want := range []string{"chat", "execute_tool", "chat", "execute_tool", "chat"} {
+		if !strings.HasPrefix(seq[i].Name(), want) {
+			t.Fatalf("span %d by start is %s, want %s", i, seq[i].Name(), want)
+		}
+		if i > 0 && seq[i].StartTime().Before(seq[i-1].EndTime()) {
+			t.Errorf("%s starts before %s ends", seq[i].Name(), seq[i-1].Name())
+		}
+	}
+	for _, tool := range tools {
+		var children []string
+		for _, s := range spans {
+			if s.Parent().SpanID() == tool.SpanContext().SpanID() {
+				children = append(children, s.Name())
+			}
+		}
+		slices.Sort(children)
+		if !slices.Equal(children, []string{"embeddings unknown", pipeline.SpanFetch, "retrieval test"}) {
+			t.Errorf("execute_tool's children %v, want the retrieval stages", children)
+		}
+	}
+	if v, _ := spanAttr(agent, pipeline.AttrAgentSteps); v.AsInt64() != 3 {
+		t.Errorf("invoke_agent rag.agent.steps = %v, want 3", v.AsInt64())
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[int64]:
+				for _, dp := range d.DataPoints {
+					counts[m.Name] += dp.Sum
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					counts[m.Name] += int64(dp.Count)
+				}
+			}
+		}
+	}
+	if counts["rag.agent.inference_calls"] != 3 || counts["rag.agent.tool_calls"] != 2 || counts["rag.tool.duration"] != 2 || counts["rag.agent.duration"] != 1 {
+		t.Errorf("agent metrics %v", counts)
+	}
+}
+
+// TestAgenticStepLimit: at the step limit the model is called with tool_choice none and must
+// answer, whatever it would have searched.
+func TestAgenticStepLimit(t *testing.T) {
+	t.Parallel()
+	b := zeroLatency(2)
+	gen := &toolGenerator{searches: 10}
+	p, err := pipeline.New(b.emb, b.ret, b.docs, gen, pipeline.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Run(context.Background(), agenticQuery(3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gen.reqs) != 3 || gen.reqs[2].ToolChoice != "none" || gen.reqs[1].ToolChoice != "auto" || res.FinishReason != "stop" || len(res.Steps) != 3 {
+		t.Errorf("%d calls, last choice %q, finish %q, %d steps", len(gen.reqs), gen.reqs[len(gen.reqs)-1].ToolChoice, res.FinishReason, len(res.Steps))
+	}
+}
+
+// TestClientToolsRefused: the RAG service brings its own tool; a client's are refused.
+func TestClientToolsRefused(t *testing.T) {
+	t.Parallel()
+	b := zeroLatency(2)
+	p := b.pipeline(t, pipeline.Config{})
+	q := query(rag.CouplingSync, 2)
+	q.Tools = []rag.Tool{{Name: "weather"}}
+	if _, err := p.Run(context.Background(), q, nil); err == nil || !strings.Contains(err.Error(), "own search tool") {
+		t.Errorf("err = %v, want the client's tools refused", err)
+	}
+}
