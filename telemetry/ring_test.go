@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/rag"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -191,10 +190,10 @@ func TestRingBounds(t *testing.T) {
 // pipelineTrace records a trace shaped like one request: server span, rag.pipeline, stage spans,
 // two Query spans under retrieval, and a stream span whose write time is less than its length.
 func pipelineTrace(tr trace.Tracer, start time.Time) trace.TraceID {
-	stage := func(s string) attribute.KeyValue { return ragconv.AttrStage.String(s) }
+	stage := func(s string) attribute.KeyValue { return rag.AttrStage.String(s) }
 	ms := time.Millisecond
 	ctx, server := span(tr, context.Background(), "POST /v1/chat/completions", start, 0, stage("http"))
-	pctx, pipe := span(tr, ctx, ragconv.SpanPipeline, start.Add(ms), 0, stage("pipeline"), ragconv.AttrRequestID.String("req-9"))
+	pctx, pipe := span(tr, ctx, rag.SpanPipeline, start.Add(ms), 0, stage("pipeline"), rag.AttrRequestID.String("req-9"))
 	end := func(s trace.Span, at time.Duration) { s.End(trace.WithTimestamp(start.Add(at))) }
 	_, emb := span(tr, pctx, "embeddings m", start.Add(2*ms), 0, stage("embed"))
 	end(emb, 4*ms)
@@ -203,10 +202,10 @@ func pipelineTrace(tr trace.Tracer, start time.Time) trace.TraceID {
 	_, q1 := span(tr, rctx, "Query c", start.Add(4*ms), 0, stage("retrieve"))
 	end(q0, 7*ms)
 	end(q1, 9*ms)
-	ret.AddEvent(ragconv.EventLateShardDropped, trace.WithTimestamp(start.Add(9*ms)))
+	ret.AddEvent(rag.EventLateShardDropped, trace.WithTimestamp(start.Add(9*ms)))
 	end(ret, 9*ms)
 	_, chat := span(tr, pctx, "chat m", start.Add(10*ms), 0, stage("generate"))
-	_, stream := span(tr, pctx, ragconv.SpanStream, start.Add(12*ms), 0, stage("stream"), ragconv.AttrStreamWriteMS.Float64(0.5))
+	_, stream := span(tr, pctx, rag.SpanStream, start.Add(12*ms), 0, stage("stream"), rag.AttrStreamWriteMS.Float64(0.5))
 	end(stream, 20*ms)
 	end(chat, 20*ms)
 	end(pipe, 21*ms)

@@ -9,9 +9,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/ragtail/ragtail/rag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // SpanRecord is one line of the --trace-file JSONL output: one ended span, with absolute times
@@ -47,7 +46,7 @@ func NewSpanRecord(s sdktrace.ReadOnlySpan) SpanRecord {
 		SpanID:        s.SpanContext().SpanID().String(),
 		Name:          s.Name(),
 		Kind:          s.SpanKind().String(),
-		Stage:         stringAttr(s.Attributes(), ragconv.AttrStage),
+		Stage:         stringAttr(s.Attributes(), rag.AttrStage),
 		StartUnixNano: s.StartTime().UnixNano(),
 		EndUnixNano:   s.EndTime().UnixNano(),
 		DurationMS:    ms(s.EndTime().Sub(s.StartTime())),

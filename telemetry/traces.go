@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragtail/ragtail/rag"
-	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // TraceView is the JSON form of one trace on /debug/traces: the root span's summary, the time
@@ -98,7 +97,7 @@ func (t *Trace) View() TraceView {
 	stageOf := make(map[trace.SpanID]string, len(spans))
 	parentOf := make(map[trace.SpanID]trace.SpanID, len(spans))
 	for _, s := range spans {
-		stageOf[s.SpanContext().SpanID()] = stringAttr(s.Attributes(), ragconv.AttrStage)
+		stageOf[s.SpanContext().SpanID()] = stringAttr(s.Attributes(), rag.AttrStage)
 		parentOf[s.SpanContext().SpanID()] = s.Parent().SpanID()
 	}
 	depth := func(s sdktrace.ReadOnlySpan) int {
@@ -143,7 +142,7 @@ func (t *Trace) View() TraceView {
 		sv := spanView(s, start)
 		v.Waterfall = append(v.Waterfall, sv)
 		rv := roots[rootOf(s.SpanContext().SpanID())]
-		if id := stringAttr(s.Attributes(), ragconv.AttrRequestID); id != "" {
+		if id := stringAttr(s.Attributes(), rag.AttrRequestID); id != "" {
 			if v.RequestID == "" {
 				v.RequestID = id
 			}
@@ -155,7 +154,7 @@ func (t *Trace) View() TraceView {
 			continue // not a stage, or a child of its stage's span (one shard's query)
 		}
 		d := sv.DurationMS
-		if w, ok := sv.Attributes[string(ragconv.AttrStreamWriteMS)].(float64); ok && sv.Stage == string(rag.StageStream) {
+		if w, ok := sv.Attributes[string(rag.AttrStreamWriteMS)].(float64); ok && sv.Stage == string(rag.StageStream) {
 			d = w
 		}
 		v.Stages[sv.Stage] += d
@@ -169,7 +168,7 @@ func (t *Trace) View() TraceView {
 func spanView(s sdktrace.ReadOnlySpan, origin time.Time) SpanView {
 	attrs := s.Attributes()
 	sv := SpanView{
-		Stage:         stringAttr(attrs, ragconv.AttrStage),
+		Stage:         stringAttr(attrs, rag.AttrStage),
 		Name:          s.Name(),
 		SpanID:        s.SpanContext().SpanID().String(),
 		StartOffsetMS: ms(s.StartTime().Sub(origin)),

@@ -166,23 +166,23 @@ func TestStreamedRequestIsTracedStageByStage(t *testing.T) {
 			if v, _ := attrOf(server, "http.route"); v.AsString() != "/v1/chat/completions" {
 				t.Errorf("server span http.route = %q", v.AsString())
 			}
-			root := one(pipeline.SpanPipeline)
+			root := one(rag.SpanPipeline)
 			if root.Parent().SpanID() != server.SpanContext().SpanID() {
 				t.Error("rag.pipeline is not a child of the server span")
 			}
-			if v, _ := attrOf(root, pipeline.AttrUserID); v.AsString() != "user-7" {
+			if v, _ := attrOf(root, rag.AttrUserID); v.AsString() != "user-7" {
 				t.Errorf("rag.user.id = %q, want the X-User-ID header", v.AsString())
 			}
-			if v, _ := attrOf(root, pipeline.AttrRequestID); v.AsString() != resp.Header.Get("X-Request-ID") {
+			if v, _ := attrOf(root, rag.AttrRequestID); v.AsString() != resp.Header.Get("X-Request-ID") {
 				t.Errorf("rag.request.id = %q, X-Request-ID %q", v.AsString(), resp.Header.Get("X-Request-ID"))
 			}
-			if v, _ := attrOf(root, pipeline.AttrChunkIDs); len(v.AsStringSlice()) != 3 {
+			if v, _ := attrOf(root, rag.AttrChunkIDs); len(v.AsStringSlice()) != 3 {
 				t.Errorf("rag.chunk.ids = %v, want 3 ids", v.AsStringSlice())
 			}
 			timings := serverTimings(t, resp.Trailer.Get("Server-Timing"))
 			for stage, name := range map[string]string{
-				"admission": pipeline.SpanAdmission, "embed": "embeddings ragtail-hash-384", "retrieve": "retrieval " + retrieve.DefaultCollection,
-				"fetch": pipeline.SpanFetch, "generate": "chat " + s.model, "stream": pipeline.SpanStream,
+				"admission": rag.SpanAdmission, "embed": "embeddings ragtail-hash-384", "retrieve": "retrieval " + retrieve.DefaultCollection,
+				"fetch": rag.SpanFetch, "generate": "chat " + s.model, "stream": rag.SpanStream,
 			} {
 				sp := one(name)
 				if sp.Parent().SpanID() != root.SpanContext().SpanID() {
@@ -206,9 +206,9 @@ func TestStreamedRequestIsTracedStageByStage(t *testing.T) {
 					t.Errorf("db.system.name = %q", v.AsString())
 				}
 			}
-			fetch := one(pipeline.SpanFetch)
-			hits, _ := attrOf(fetch, pipeline.AttrCacheHits)
-			misses, _ := attrOf(fetch, pipeline.AttrCacheMisses)
+			fetch := one(rag.SpanFetch)
+			hits, _ := attrOf(fetch, rag.AttrCacheHits)
+			misses, _ := attrOf(fetch, rag.AttrCacheMisses)
 			if hits.AsInt64()+misses.AsInt64() != 3 {
 				t.Errorf("fetch cache hits %d + misses %d, want 3 lookups", hits.AsInt64(), misses.AsInt64())
 			}
@@ -226,7 +226,7 @@ func TestStreamedRequestIsTracedStageByStage(t *testing.T) {
 				}
 			}
 			for _, sp := range spans {
-				if _, ok := attrOf(sp, pipeline.AttrStage); !ok {
+				if _, ok := attrOf(sp, rag.AttrStage); !ok {
 					t.Errorf("span %q has no rag.stage", sp.Name())
 				}
 			}

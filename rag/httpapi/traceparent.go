@@ -7,12 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ragtail/ragtail/rag"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // ClockHeader is the response header carrying the service's clock: the Unix time in nanoseconds
@@ -22,8 +21,8 @@ import (
 // X-Ragtail-Time - (t0+t1)/2, within ±(t1-t0)/2, and so place server spans on its own timeline.
 const ClockHeader = "X-Ragtail-Time"
 
-// StageHTTP is the rag.stage of the HTTP server span (ragconv.StageHTTP).
-const StageHTTP = ragconv.StageHTTP
+// StageHTTP is the rag.stage of the HTTP server span (rag.StageHTTP).
+const StageHTTP = rag.StageHTTP
 
 // TraceContext is the W3C trace context of one request as the server sees it: the trace it
 // belongs to and the server's own span id.
@@ -82,7 +81,7 @@ func serverSpan(next http.Handler) http.Handler {
 		sc := span.SpanContext()
 		if sc.IsValid() && !sc.IsRemote() {
 			if span.IsRecording() {
-				span.SetAttributes(ragconv.AttrStage.String(StageHTTP))
+				span.SetAttributes(rag.AttrStage.String(StageHTTP))
 			}
 		} else {
 			// No server span: answer in the caller's trace (or a new one) with a fresh span id.

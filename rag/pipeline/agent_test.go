@@ -141,8 +141,8 @@ func TestAgenticRun(t *testing.T) {
 	}
 
 	spans := waitSpans(t, sr, 1+1+1+3+2*(2+1+2+1)+1)
-	root := one(t, spans, pipeline.SpanPipeline)
-	agent := one(t, spans, pipeline.SpanAgent)
+	root := one(t, spans, rag.SpanPipeline)
+	agent := one(t, spans, rag.SpanAgent)
 	if agent.Parent().SpanID() != root.SpanContext().SpanID() {
 		t.Error("invoke_agent is not a child of rag.pipeline")
 	}
@@ -175,11 +175,11 @@ func TestAgenticRun(t *testing.T) {
 			}
 		}
 		slices.Sort(children)
-		if !slices.Equal(children, []string{"embeddings unknown", pipeline.SpanFetch, "retrieval test"}) {
+		if !slices.Equal(children, []string{"embeddings unknown", rag.SpanFetch, "retrieval test"}) {
 			t.Errorf("execute_tool's children %v, want the retrieval stages", children)
 		}
 	}
-	if v, _ := spanAttr(agent, pipeline.AttrAgentSteps); v.AsInt64() != 3 {
+	if v, _ := spanAttr(agent, rag.AttrAgentSteps); v.AsInt64() != 3 {
 		t.Errorf("invoke_agent rag.agent.steps = %v, want 3", v.AsInt64())
 	}
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
-	"github.com/ragtail/ragtail/rag/ragconv"
 )
 
 // FaultInjector injects latency and failures into the stages of a run (rag/fault implements it
@@ -35,13 +34,6 @@ type FaultDecision struct {
 	// CutErr is the error a cut stream ends with.
 	CutErr error
 }
-
-// Event and attribute names of injected faults on stage spans (see ragconv).
-const (
-	EventFaultInjected = ragconv.EventFaultInjected
-	AttrFaultRule      = ragconv.AttrFaultRule
-	AttrFaultDelayMS   = ragconv.AttrFaultDelayMS
-)
 
 // WithFaults injects faults into every run's stages with f (see FaultInjector): the delays show
 // as an event on the stage's span, in rag.fault.injected_ms on the rag.pipeline span and in

@@ -97,8 +97,8 @@ func TestFaults(t *testing.T) {
 				if len(obs) != 1 || obs[0] >= tt.wantDelay {
 					t.Errorf("observed retrieve latencies %v: want one, without the injected %v", obs, tt.wantDelay)
 				}
-				pipe := one(t, waitSpans(t, sr, 1), pipeline.SpanPipeline)
-				v, _ := spanAttr(pipe, pipeline.AttrFaultInjectedMS)
+				pipe := one(t, waitSpans(t, sr, 1), rag.SpanPipeline)
+				v, _ := spanAttr(pipe, rag.AttrFaultInjectedMS)
 				if got := v.AsFloat64(); got != 30 {
 					t.Errorf("rag.fault.injected_ms = %v, want 30", got)
 				}
@@ -106,10 +106,10 @@ func TestFaults(t *testing.T) {
 			var events int
 			for _, s := range sr.Ended() {
 				for _, ev := range s.Events() {
-					if ev.Name == string(pipeline.EventFaultInjected) {
+					if ev.Name == string(rag.EventFaultInjected) {
 						events++
-						if !hasAttr(ev.Attributes, pipeline.AttrFaultRule) {
-							t.Errorf("fault event without %s", pipeline.AttrFaultRule)
+						if !hasAttr(ev.Attributes, rag.AttrFaultRule) {
+							t.Errorf("fault event without %s", rag.AttrFaultRule)
 						}
 					}
 				}

@@ -153,7 +153,7 @@ func recordError(span trace.Span, at time.Time, err error) {
 // stages run under.
 func (r *run) startRun(ctx context.Context) context.Context {
 	r.p.rec.inst.inflight.Add(ctx, 1)
-	ctx, r.root = r.startSpan(ctx, SpanPipeline, r.start)
+	ctx, r.root = r.startSpan(ctx, rag.SpanPipeline, r.start)
 	r.rootCtx = ctx
 	return ctx
 }
@@ -165,18 +165,18 @@ func (r *run) finishRun(res *Result, gen *generation, err error) {
 	end := r.p.now()
 	ctx := r.rootCtx
 	attrs := []attribute.KeyValue{
-		AttrStage.String(StagePipeline),
-		AttrRequestID.String(bound(req.ID, MaxRecordedLen)),
-		AttrQueryHash.String(QueryHash(req.Question())),
-		AttrFaultInjectedMS.Float64(ms(r.faultDelay)),
+		rag.AttrStage.String(rag.StagePipeline),
+		rag.AttrRequestID.String(bound(req.ID, MaxRecordedLen)),
+		rag.AttrQueryHash.String(QueryHash(req.Question())),
+		rag.AttrFaultInjectedMS.Float64(ms(r.faultDelay)),
 		semconv.GenAIRequestModel(bound(req.Model, MaxRecordedLen)),
-		AttrChunkIDs.StringSlice(res.ChunkIDs),
+		rag.AttrChunkIDs.StringSlice(res.ChunkIDs),
 	}
 	if req.UserID != "" {
-		attrs = append(attrs, AttrUserID.String(bound(req.UserID, MaxRecordedLen)))
+		attrs = append(attrs, rag.AttrUserID.String(bound(req.UserID, MaxRecordedLen)))
 	}
 	if req.resolved {
-		attrs = append(attrs, AttrCoupling.String(string(req.Coupling)), AttrTopK.Int(req.TopK))
+		attrs = append(attrs, rag.AttrCoupling.String(string(req.Coupling)), rag.AttrTopK.Int(req.TopK))
 	}
 	endSpan(r.root, end, err, attrs...)
 
@@ -217,7 +217,7 @@ func (r *run) begin(name rag.Stage, spanName string) *stage {
 	if r.under != nil {
 		parent = r.under
 	}
-	st.ctx, st.span = r.startSpan(parent, spanName, now, AttrStage.String(string(name)))
+	st.ctx, st.span = r.startSpan(parent, spanName, now, rag.AttrStage.String(string(name)))
 	st.ctx, st.profileID = r.withStageLabels(st.ctx, name, st.span)
 	r.setLabels(st.ctx)
 	return st
@@ -230,7 +230,7 @@ func (r *run) end(st *stage, end time.Time, err error, attrs ...attribute.KeyVal
 	d := end.Sub(r.timings[st.i].Start)
 	r.timings[st.i].Duration = d
 	if st.profileID != "" {
-		attrs = append(attrs, AttrProfileID.String(st.profileID))
+		attrs = append(attrs, rag.AttrProfileID.String(st.profileID))
 	}
 	endSpan(st.span, end, err, attrs...)
 	r.recordStage(st.ctx, st.name, d)
@@ -241,7 +241,7 @@ func (r *run) end(st *stage, end time.Time, err error, attrs ...attribute.KeyVal
 
 // recordStage records one stage's duration in rag.stage.duration.
 func (r *run) recordStage(ctx context.Context, name rag.Stage, d time.Duration) {
-	r.p.rec.inst.stageDur.Record(ctx, d.Seconds(), metric.WithAttributes(AttrStage.String(string(name)), AttrCoupling.String(string(r.req.Coupling))))
+	r.p.rec.inst.stageDur.Record(ctx, d.Seconds(), metric.WithAttributes(rag.AttrStage.String(string(name)), rag.AttrCoupling.String(string(r.req.Coupling))))
 }
 
 // endAdmission ends the admission stage; wait is how long the request queued for its slot, as
@@ -249,7 +249,7 @@ func (r *run) recordStage(ctx context.Context, name rag.Stage, d time.Duration) 
 func (r *run) endAdmission(st *stage, err error, wait time.Duration, reported bool, injected time.Duration) time.Duration {
 	var attrs []attribute.KeyValue
 	if reported {
-		attrs = append(attrs, AttrAdmissionWaitMS.Float64(ms(wait)))
+		attrs = append(attrs, rag.AttrAdmissionWaitMS.Float64(ms(wait)))
 	}
 	d := r.end(st, r.p.now(), err, attrs...)
 	inst := r.p.rec.inst
@@ -303,7 +303,7 @@ type shardSpan struct {
 // parent.
 func (r *run) beginShard(parent context.Context, shard int, at time.Time) shardSpan {
 	ss := shardSpan{shard: shard, start: at}
-	ss.ctx, ss.span = r.startSpan(parent, "Query "+r.p.rec.collection, at, AttrStage.String(string(rag.StageRetrieve)))
+	ss.ctx, ss.span = r.startSpan(parent, "Query "+r.p.rec.collection, at, rag.AttrStage.String(string(rag.StageRetrieve)))
 	return ss
 }
 
@@ -311,7 +311,7 @@ func (r *run) beginShard(parent context.Context, shard int, at time.Time) shardS
 // operation's duration. The async collector calls it for late shards while the run goes on.
 func (r *run) endShard(ss *shardSpan, end time.Time, rows int, err error) {
 	db := r.p.rec.dbAttrs()
-	endSpan(ss.span, end, err, append(db, AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))...)
+	endSpan(ss.span, end, err, append(db, rag.AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))...)
 	r.p.rec.inst.dbDur.Record(ss.ctx, end.Sub(ss.start).Seconds(), withError(err, db...))
 }
 
@@ -327,14 +327,14 @@ func (r *run) endRetrieve(st *stage, err error, question string, ret *retrieval)
 	if rec.tracing && st.span.IsRecording() {
 		for shard, late := range ret.late {
 			if late {
-				st.span.AddEvent(EventLateShardDropped, trace.WithTimestamp(ret.cut), trace.WithAttributes(AttrShard.Int(shard)))
+				st.span.AddEvent(rag.EventLateShardDropped, trace.WithTimestamp(ret.cut), trace.WithAttributes(rag.AttrShard.Int(shard)))
 			}
 		}
 		attrs = append(attrs,
 			semconv.GenAIOperationNameKey.String("retrieval"), semconv.GenAIDataSourceID(rec.collection),
-			AttrCoupling.String(string(r.req.Coupling)), AttrTopK.Int(r.req.TopK), AttrShards.Int(ret.shards),
-			AttrHits.Int(len(ret.hits)), AttrShardsAnswered.Int(ret.answered),
-			AttrShardsLate.Int(ret.lateCount), AttrShardsFailed.Int(ret.failed))
+			rag.AttrCoupling.String(string(r.req.Coupling)), rag.AttrTopK.Int(r.req.TopK), rag.AttrShards.Int(ret.shards),
+			rag.AttrHits.Int(len(ret.hits)), rag.AttrShardsAnswered.Int(ret.answered),
+			rag.AttrShardsLate.Int(ret.lateCount), rag.AttrShardsFailed.Int(ret.failed))
 		if rec.latest {
 			attrs = append(attrs, attribute.Int("gen_ai.retrieval.top_k", r.req.TopK))
 		} else {
@@ -356,10 +356,10 @@ func (r *run) endFetch(st *stage, err error, hits int, f *fetched) time.Duration
 	rec := r.p.rec
 	var attrs []attribute.KeyValue
 	if rec.tracing {
-		attrs = append(attrs, AttrHits.Int(hits), AttrChunksMissing.Int(f.missing))
+		attrs = append(attrs, rag.AttrHits.Int(hits), rag.AttrChunksMissing.Int(f.missing))
 		if rec.cache != nil {
-			attrs = append(attrs, AttrCacheHits.Int(int(f.results[rag.CacheHit])), AttrCacheMisses.Int(int(f.results[rag.CacheMiss])),
-				AttrCacheBlocked.Int(int(f.results[rag.CacheBlocked])))
+			attrs = append(attrs, rag.AttrCacheHits.Int(int(f.results[rag.CacheHit])), rag.AttrCacheMisses.Int(int(f.results[rag.CacheMiss])),
+				rag.AttrCacheBlocked.Int(int(f.results[rag.CacheBlocked])))
 		}
 	}
 	d := r.end(st, r.p.now(), err, attrs...)
@@ -384,7 +384,7 @@ func (r *run) chatSpanName() string {
 
 // firstToken marks the first delta carrying text on the chat span.
 func (r *run) firstToken(st *stage, at time.Time) {
-	st.span.AddEvent(EventFirstToken, trace.WithTimestamp(at))
+	st.span.AddEvent(rag.EventFirstToken, trace.WithTimestamp(at))
 }
 
 // chunkArrived records, with the latest conventions, the time per output chunk of a delta that
@@ -443,9 +443,9 @@ func (r *run) endGenerate(st *stage, err error, streaming bool, gen *generation,
 	}
 	ss := &gen.stream
 	write := r.timings[ss.i].Duration
-	attrs = []attribute.KeyValue{AttrStreamChunks.Int(ss.chunks), AttrStreamWriteMS.Float64(ms(write))}
+	attrs = []attribute.KeyValue{rag.AttrStreamChunks.Int(ss.chunks), rag.AttrStreamWriteMS.Float64(ms(write))}
 	if ss.profileID != "" {
-		attrs = append(attrs, AttrProfileID.String(ss.profileID))
+		attrs = append(attrs, rag.AttrProfileID.String(ss.profileID))
 	}
 	endSpan(ss.span, ss.end, streamErr, attrs...)
 	r.recordStage(ss.ctx, rag.StageStream, write)
@@ -511,7 +511,7 @@ func (r *run) nextInstant() time.Time {
 func (r *run) beginAgent() *span {
 	at := r.nextInstant()
 	a := &span{start: at}
-	a.ctx, a.span = r.startSpan(r.ctx, SpanAgent, at, append(r.agentAttrs(), AttrStage.String(StageAgent),
+	a.ctx, a.span = r.startSpan(r.ctx, rag.SpanAgent, at, append(r.agentAttrs(), rag.AttrStage.String(rag.StageAgent),
 		semconv.GenAIProviderNameKey.String(r.p.rec.genProvider))...)
 	r.under = a.ctx
 	return a
@@ -525,7 +525,7 @@ func (r *run) endAgent(a *span, res *Result, err error) {
 	for _, s := range res.Steps {
 		calls += len(s.Searches)
 	}
-	endSpan(a.span, end, err, AttrAgentSteps.Int(len(res.Steps)), AttrAgentToolCalls.Int(calls))
+	endSpan(a.span, end, err, rag.AttrAgentSteps.Int(len(res.Steps)), rag.AttrAgentToolCalls.Int(calls))
 	inst := r.p.rec.inst
 	inst.agentDur.Record(a.ctx, end.Sub(a.start).Seconds(), withError(err, r.agentAttrs()...))
 	if err == nil {
@@ -545,7 +545,7 @@ func toolAttrs() []attribute.KeyValue {
 func (r *run) beginTool(agent *span, call rag.ToolCall) *span {
 	at := r.nextInstant()
 	t := &span{start: at}
-	t.ctx, t.span = r.startSpan(agent.ctx, "execute_tool "+SearchTool.Name, at, append(toolAttrs(), AttrStage.String(StageTool),
+	t.ctx, t.span = r.startSpan(agent.ctx, "execute_tool "+SearchTool.Name, at, append(toolAttrs(), rag.AttrStage.String(rag.StageTool),
 		semconv.GenAIToolType("function"), semconv.GenAIToolCallID(bound(call.ID, MaxRecordedLen)))...)
 	return t
 }
@@ -576,7 +576,7 @@ func (r *run) handOver(gen *stage, ss *streamStage, deliver func() error) error 
 	if ss.i < 0 {
 		ss.i = len(r.timings)
 		r.timings = append(r.timings, rag.StageTiming{Stage: rag.StageStream, Start: start})
-		ss.ctx, ss.span = r.startSpan(r.rootCtx, SpanStream, start, AttrStage.String(string(rag.StageStream)))
+		ss.ctx, ss.span = r.startSpan(r.rootCtx, rag.SpanStream, start, rag.AttrStage.String(string(rag.StageStream)))
 		ss.ctx, ss.profileID = r.withStageLabels(ss.ctx, rag.StageStream, ss.span)
 	}
 	r.setLabels(ss.ctx)
@@ -593,11 +593,11 @@ func (r *run) handOver(gen *stage, ss *streamStage, deliver func() error) error 
 func (r *run) faultInjected(st *stage, dec FaultDecision) {
 	r.faultDelay += dec.Delay
 	for _, rule := range dec.Rules {
-		st.span.AddEvent(string(EventFaultInjected), trace.WithAttributes(AttrFaultRule.String(bound(rule, MaxRecordedLen)),
-			AttrFaultDelayMS.Float64(ms(dec.Delay))))
+		st.span.AddEvent(string(rag.EventFaultInjected), trace.WithAttributes(rag.AttrFaultRule.String(bound(rule, MaxRecordedLen)),
+			rag.AttrFaultDelayMS.Float64(ms(dec.Delay))))
 	}
-	r.root.SetAttributes(AttrFaultInjectedMS.Float64(ms(r.faultDelay)))
-	r.p.rec.inst.faults.Add(st.ctx, int64(len(dec.Rules)), metric.WithAttributes(AttrStage.String(string(st.name))))
+	r.root.SetAttributes(rag.AttrFaultInjectedMS.Float64(ms(r.faultDelay)))
+	r.p.rec.inst.faults.Add(st.ctx, int64(len(dec.Rules)), metric.WithAttributes(rag.AttrStage.String(string(st.name))))
 }
 
 // setLabels makes ctx's pprof labels the current goroutine's, when stage labels are on.
@@ -616,10 +616,10 @@ func (r *run) withStageLabels(ctx context.Context, name rag.Stage, span trace.Sp
 		return ctx, ""
 	}
 	if !span.SpanContext().IsSampled() {
-		return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(name))), ""
+		return pprof.WithLabels(ctx, pprof.Labels(rag.ProfileLabel, string(name))), ""
 	}
 	id := span.SpanContext().SpanID().String()
-	return pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, string(name), ProfileSpanIDLabel, id)), id
+	return pprof.WithLabels(ctx, pprof.Labels(rag.ProfileLabel, string(name), rag.ProfileSpanIDLabel, id)), id
 }
 
 // errorTypeName names err's Go type as the SDK's RecordError does (exception.type).

@@ -206,7 +206,7 @@ func (r *run) admit() error {
 	if a == nil {
 		return nil
 	}
-	st := r.begin(rag.StageAdmission, SpanAdmission)
+	st := r.begin(rag.StageAdmission, rag.SpanAdmission)
 	var (
 		release func()
 		wait    time.Duration
@@ -288,7 +288,7 @@ type fetched struct {
 
 // fetch fetches the chunks of hits, in rank order.
 func (r *run) fetch(hits []rag.Hit) (*fetched, error) {
-	st := r.begin(rag.StageFetch, SpanFetch)
+	st := r.begin(rag.StageFetch, rag.SpanFetch)
 	f := &fetched{}
 	dec, err := r.inject(st)
 	switch {

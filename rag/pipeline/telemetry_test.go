@@ -98,19 +98,19 @@ func TestSpansOfOneRun(t *testing.T) {
 			}
 			spans := waitSpans(t, sr, 1+1+6+4)
 
-			root := one(t, spans, pipeline.SpanPipeline)
+			root := one(t, spans, rag.SpanPipeline)
 			if root.Parent().SpanID() != parent.SpanContext().SpanID() {
 				t.Errorf("rag.pipeline parent = %v, want the caller's span", root.Parent().SpanID())
 			}
 			for _, kv := range []attribute.KeyValue{
-				pipeline.AttrStage.String(pipeline.StagePipeline),
-				pipeline.AttrRequestID.String("req-1"),
-				pipeline.AttrUserID.String("user-7"),
-				pipeline.AttrQueryHash.String(pipeline.QueryHash("What is the answer?")),
-				pipeline.AttrCoupling.String(string(coupling)),
-				pipeline.AttrTopK.Int(3),
-				pipeline.AttrChunkIDs.StringSlice(res.ChunkIDs),
-				pipeline.AttrFaultInjectedMS.Float64(0),
+				rag.AttrStage.String(rag.StagePipeline),
+				rag.AttrRequestID.String("req-1"),
+				rag.AttrUserID.String("user-7"),
+				rag.AttrQueryHash.String(pipeline.QueryHash("What is the answer?")),
+				rag.AttrCoupling.String(string(coupling)),
+				rag.AttrTopK.Int(3),
+				rag.AttrChunkIDs.StringSlice(res.ChunkIDs),
+				rag.AttrFaultInjectedMS.Float64(0),
 			} {
 				if v, ok := spanAttr(root, kv.Key); !ok || v != kv.Value {
 					t.Errorf("rag.pipeline %s = %v, want %v", kv.Key, v.String(), kv.Value.String())
@@ -118,19 +118,19 @@ func TestSpansOfOneRun(t *testing.T) {
 			}
 
 			stageSpans := map[rag.Stage]string{
-				rag.StageAdmission: pipeline.SpanAdmission,
+				rag.StageAdmission: rag.SpanAdmission,
 				rag.StageEmbed:     "embeddings unknown",
 				rag.StageRetrieve:  "retrieval test",
-				rag.StageFetch:     pipeline.SpanFetch,
+				rag.StageFetch:     rag.SpanFetch,
 				rag.StageGenerate:  "chat model-a",
-				rag.StageStream:    pipeline.SpanStream,
+				rag.StageStream:    rag.SpanStream,
 			}
 			for stage, name := range stageSpans {
 				s := one(t, spans, name)
 				if s.Parent().SpanID() != root.SpanContext().SpanID() {
 					t.Errorf("%s is not a child of rag.pipeline", name)
 				}
-				if v, _ := spanAttr(s, pipeline.AttrStage); v.AsString() != string(stage) {
+				if v, _ := spanAttr(s, rag.AttrStage); v.AsString() != string(stage) {
 					t.Errorf("%s rag.stage = %q, want %s", name, v.AsString(), stage)
 				}
 				timing, ok := res.Timing(stage)
@@ -160,14 +160,14 @@ func TestSpansOfOneRun(t *testing.T) {
 					attribute.String("db.system.name", pipeline.DefaultDBSystem),
 					attribute.String("db.collection.name", "test"),
 					attribute.String("db.operation.name", "Query"),
-					pipeline.AttrStage.String(string(rag.StageRetrieve)),
+					rag.AttrStage.String(string(rag.StageRetrieve)),
 					attribute.Int("db.response.returned_rows", 3),
 				} {
 					if v, ok := spanAttr(s, kv.Key); !ok || v != kv.Value {
 						t.Errorf("Query span %s = %v, want %v", kv.Key, v.String(), kv.Value.String())
 					}
 				}
-				v, _ := spanAttr(s, pipeline.AttrShard)
+				v, _ := spanAttr(s, rag.AttrShard)
 				shards = append(shards, int(v.AsInt64()))
 			}
 			slices.Sort(shards)
@@ -193,12 +193,12 @@ func TestSpansOfOneRun(t *testing.T) {
 			if v, ok := spanAttr(chat, "gen_ai.response.time_to_first_chunk"); !ok || v.AsFloat64() <= 0 {
 				t.Errorf("chat gen_ai.response.time_to_first_chunk = %v", v.String())
 			}
-			if evs := chat.Events(); len(evs) != 1 || evs[0].Name != pipeline.EventFirstToken ||
+			if evs := chat.Events(); len(evs) != 1 || evs[0].Name != rag.EventFirstToken ||
 				evs[0].Time.Before(chat.StartTime()) || evs[0].Time.After(chat.EndTime()) {
-				t.Errorf("chat events %+v, want one %s inside the span", evs, pipeline.EventFirstToken)
+				t.Errorf("chat events %+v, want one %s inside the span", evs, rag.EventFirstToken)
 			}
 			for _, s := range spans {
-				if _, ok := spanAttr(s, pipeline.AttrStage); !ok && s.Name() != "caller" {
+				if _, ok := spanAttr(s, rag.AttrStage); !ok && s.Name() != "caller" {
 					t.Errorf("span %s has no rag.stage", s.Name())
 				}
 				if s.Status().Code == codes.Error {
@@ -226,9 +226,9 @@ func TestLateShardsAreSpanEvents(t *testing.T) {
 	retrieval := one(t, spans, "retrieval test")
 	var late []int64
 	for _, e := range retrieval.Events() {
-		if e.Name == pipeline.EventLateShardDropped {
+		if e.Name == rag.EventLateShardDropped {
 			for _, kv := range e.Attributes {
-				if kv.Key == pipeline.AttrShard {
+				if kv.Key == rag.AttrShard {
 					late = append(late, kv.Value.AsInt64())
 				}
 			}
@@ -237,12 +237,12 @@ func TestLateShardsAreSpanEvents(t *testing.T) {
 	if !slices.Equal(late, []int64{2}) {
 		t.Errorf("late-shard events for shards %v, want [2]", late)
 	}
-	if v, _ := spanAttr(retrieval, pipeline.AttrShardsLate); v.AsInt64() != 1 {
+	if v, _ := spanAttr(retrieval, rag.AttrShardsLate); v.AsInt64() != 1 {
 		t.Errorf("rag.shards.late = %v, want 1", v.String())
 	}
 	// The late search is cancelled when Run returns: its span ends with the cancellation.
 	for _, s := range byName(spans, "Query test") {
-		if v, _ := spanAttr(s, pipeline.AttrShard); v.AsInt64() == 2 && s.Status().Code != codes.Error {
+		if v, _ := spanAttr(s, rag.AttrShard); v.AsInt64() == 2 && s.Status().Code != codes.Error {
 			t.Errorf("the late shard's Query span has status %v, want an error (cancelled)", s.Status())
 		}
 	}
@@ -263,7 +263,7 @@ func TestSpanErrors(t *testing.T) {
 		}, "Query test", "unavailable"},
 		{"admission sheds", func(*backends) []pipeline.Option {
 			return []pipeline.Option{pipeline.WithAdmitter(&fakeAdmitter{err: fmt.Errorf("full: %w", rag.ErrOverloaded)})}
-		}, pipeline.SpanAdmission, "overloaded"},
+		}, rag.SpanAdmission, "overloaded"},
 		{"generator fails", func(b *backends) []pipeline.Option {
 			b.gen.genErr = fmt.Errorf("engine down: %w", rag.ErrUnavailable)
 			return nil
@@ -283,7 +283,7 @@ func TestSpanErrors(t *testing.T) {
 			spans := sr.Ended()
 			// The failing span and the pipeline span carry the error; in fanout the other
 			// shard's span may carry its cancellation.
-			for _, name := range []string{tt.failSpan, pipeline.SpanPipeline} {
+			for _, name := range []string{tt.failSpan, rag.SpanPipeline} {
 				var found bool
 				for _, s := range byName(spans, name) {
 					v, _ := spanAttr(s, "error.type")
@@ -393,7 +393,7 @@ func TestMetricsCarryExemplars(t *testing.T) {
 	// Stages: one measurement per run for each of the six stages, each with the run's trace.
 	stages := map[string]uint64{}
 	for _, dp := range hist("rag.stage.duration").DataPoints {
-		v, _ := dp.Attributes.Value(pipeline.AttrStage)
+		v, _ := dp.Attributes.Value(rag.AttrStage)
 		stages[v.AsString()] += dp.Count
 		for _, ex := range dp.Exemplars {
 			if !traces[trace.TraceID(ex.TraceID).String()] {
@@ -491,8 +491,8 @@ type labelSpy struct {
 }
 
 func (l *labelSpy) note(ctx context.Context, backend string) {
-	v, _ := pprof.Label(ctx, pipeline.ProfileLabel)
-	id, _ := pprof.Label(ctx, pipeline.ProfileSpanIDLabel)
+	v, _ := pprof.Label(ctx, rag.ProfileLabel)
+	id, _ := pprof.Label(ctx, rag.ProfileSpanIDLabel)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.labels == nil {
@@ -558,7 +558,7 @@ func TestProfileLabelsNameTheStageSpan(t *testing.T) {
 		t.Fatal(err)
 	}
 	spans := waitSpans(t, sr, 9)
-	for backend, name := range map[string]string{"embed": "embeddings unknown", "search": "retrieval test", "get": pipeline.SpanFetch, "generate": "chat model-a"} {
+	for backend, name := range map[string]string{"embed": "embeddings unknown", "search": "retrieval test", "get": rag.SpanFetch, "generate": "chat model-a"} {
 		s := one(t, spans, name)
 		id := s.SpanContext().SpanID().String()
 		spy.mu.Lock()
@@ -572,7 +572,7 @@ func TestProfileLabelsNameTheStageSpan(t *testing.T) {
 				t.Errorf("%s ran with span_id=%q, want its stage span %s's id %s", backend, got, name, id)
 			}
 		}
-		if v, _ := spanAttr(s, pipeline.AttrProfileID); v.AsString() != id {
+		if v, _ := spanAttr(s, rag.AttrProfileID); v.AsString() != id {
 			t.Errorf("%s pyroscope.profile.id = %q, want %s", name, v.AsString(), id)
 		}
 	}

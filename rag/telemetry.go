@@ -1,11 +1,11 @@
-// Package ragconv holds ragtail's own telemetry conventions, the way semconv's genaiconv holds
-// OpenTelemetry's: the names of the pipeline's spans and span events, the rag.* attribute keys
-// and the rag_stage pprof label. It imports only the attribute package, so that every package
-// that writes or reads these names (the pipeline, the HTTP API, the telemetry setup, the trace
-// ring) can share them without depending on one another.
-package ragconv
+package rag
 
 import "go.opentelemetry.io/otel/attribute"
+
+// ragtail's own telemetry conventions, the way semconv's genaiconv holds OpenTelemetry's: the
+// names of the pipeline's spans and span events, the rag.* attribute keys and the rag_stage
+// pprof label, shared by the pipeline that writes them and the HTTP API and trace ring that
+// read them.
 
 // Span names of the pipeline that do not depend on a backend. The others are "embeddings
 // {model}", "retrieval {collection}", "Query {collection}" (one per shard) and "chat {model}",
