@@ -143,6 +143,10 @@ type Engine struct {
 	kv      *kvCache
 	plan    []planItem
 	stats   Stats
+	// stepStart and stepLen describe the step running in real time (stepLen 0: none), so that a
+	// request arriving during it is charged only the rest of it (modelledNow).
+	stepStart time.Time
+	stepLen   time.Duration
 }
 
 // sequence states.
@@ -175,6 +179,7 @@ type sequence struct {
 	shared        []*cachedBlock
 	registered    int // prompt blocks offered to the prefix cache since the last admission
 	lastTokenAt   time.Duration
+	arrivedBusy   time.Duration // modelledNow at arrival
 	words         *wordSource
 	timeline      Timeline
 
@@ -394,6 +399,8 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 		return nil, ErrClosed
 	}
 	s.timeline.Arrived = e.now()
+	s.timeline.PromptTokens = prompt
+	s.arrivedBusy = e.modelledNow()
 	s.order = e.arrived
 	e.arrived++
 	e.enqueue(s, false)
@@ -401,6 +408,15 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 	st.stopAbort = context.AfterFunc(ctx, func() { e.abort(s, ctx.Err()) })
 	e.signal()
 	return st, nil
+}
+
+// modelledNow is the engine's clock on the cost model: the modelled durations of the steps run
+// so far, and of the part of the running step that has elapsed.
+func (e *Engine) modelledNow() time.Duration {
+	if e.stepLen == 0 {
+		return e.stats.BusyTime
+	}
+	return e.stats.BusyTime + min(time.Since(e.stepStart), e.stepLen)
 }
 
 // abort takes s out of the engine, frees its blocks and fails its stream with cause. It does
@@ -482,11 +498,13 @@ func (e *Engine) loop() {
 		}
 		// Real time: the step "runs on the GPU" while the lock is free, so requests can arrive
 		// and streams can be closed meanwhile; apply skips sequences closed during the step.
+		e.stepStart, e.stepLen = time.Now(), info.Duration
 		e.mu.Unlock()
 		if err := latency.Sleep(e.ctx, info.Duration); err != nil {
 			return
 		}
 		e.mu.Lock()
+		e.stepLen = 0
 		e.apply(&info)
 		e.mu.Unlock()
 	}
@@ -580,6 +598,7 @@ func (e *Engine) schedule() StepInfo {
 		e.cacheComputed(s, cached+chunk)
 		if s.timeline.Admissions == 0 {
 			s.timeline.Scheduled = info.Start
+			s.timeline.CachedTokens = cached
 			s.usage.CachedTokens = cached
 			if p.PrefixCaching {
 				e.stats.PrefixCacheQueries += int64(s.prompt)
@@ -633,6 +652,7 @@ func (e *Engine) preempt(s *sequence, info *StepInfo) {
 // that decoded or finished its prefill, and the end of the sequences that reached max_tokens.
 func (e *Engine) apply(info *StepInfo) {
 	now := e.now()
+	e.stats.BusyTime += info.Duration // first: the sequences finishing now are charged this step
 	finished := 0
 	for _, it := range e.plan {
 		s := it.seq
@@ -660,7 +680,6 @@ func (e *Engine) apply(info *StepInfo) {
 	info.Finished = finished
 	e.plan = e.plan[:0]
 	e.stats.Steps++
-	e.stats.BusyTime += info.Duration
 	e.stats.MaxRunning = max(e.stats.MaxRunning, len(e.running)+finished)
 	e.stats.LastStep = *info
 }
@@ -689,6 +708,7 @@ func (e *Engine) emit(s *sequence, now time.Duration) {
 func (e *Engine) finish(s *sequence, now time.Duration) {
 	e.release(s)
 	s.timeline.Finished = now
+	s.timeline.ModelledE2E = e.stats.BusyTime - s.arrivedBusy
 	s.timeline.Done = true
 	e.stats.Finished++
 	e.metrics.e2e.Observe((now - s.timeline.Arrived).Seconds())

@@ -113,6 +113,27 @@ func (p Profile) StepTime(prefillTokens, decodeSeqs, kvTokens int) time.Duration
 		time.Duration(kvTokens)*p.AttentionPerKVToken
 }
 
+// UnloadedE2E is the end-to-end latency of a request in an otherwise idle engine: its prompt
+// (less the cachedTokens found in the prefix cache) prefilled in chunks of MaxNumBatchedTokens,
+// the last chunk's step giving the first token, then one decode step for each further output
+// token, its context growing by one token a step. It is the no-load baseline that
+// Timeline.Slowdown compares a request's modelled latency with.
+func (p Profile) UnloadedE2E(promptTokens, cachedTokens, outputTokens int) time.Duration {
+	if promptTokens < 1 || outputTokens < 1 || p.MaxNumBatchedTokens < 1 {
+		return 0
+	}
+	prefill := max(promptTokens-cachedTokens, 1)
+	chunks := 1
+	if p.ChunkedPrefill {
+		chunks = (prefill + p.MaxNumBatchedTokens - 1) / p.MaxNumBatchedTokens
+	}
+	decodes := time.Duration(outputTokens - 1)
+	// Decode step i (1 <= i < outputTokens) reads a context of promptTokens + i tokens.
+	kvTokens := decodes*time.Duration(promptTokens) + decodes*(decodes+1)/2
+	return time.Duration(chunks)*p.StepOverhead + time.Duration(prefill)*p.PrefillPerToken +
+		decodes*(p.StepOverhead+p.DecodePerSeq) + kvTokens*p.AttentionPerKVToken
+}
+
 // CapacityTokens is the number of tokens the KV cache holds.
 func (p Profile) CapacityTokens() int { return p.BlockSize * p.NumBlocks }
 

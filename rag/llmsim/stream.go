@@ -22,6 +22,26 @@ type Timeline struct {
 	Preemptions      int           // times preempted
 	OutputTokens     int           // tokens produced so far
 	Done             bool          // all tokens produced
+	// PromptTokens is the prompt's length, and CachedTokens the part of it found in the prefix
+	// cache at the first admission, which was not prefilled.
+	PromptTokens, CachedTokens int
+	// ModelledE2E is the request's end-to-end latency on the cost model (valid when Done): the
+	// modelled durations of the steps the engine ran from its arrival to its last token. It
+	// equals E2E in virtual time; in real time it leaves out how late the host's timers woke the
+	// engine, so it measures the engine's queueing and batching alone, whatever else loads the
+	// machine. Profile.UnloadedE2E is the same request's latency in an idle engine.
+	ModelledE2E time.Duration
+}
+
+// Slowdown is ModelledE2E over the request's latency in an idle engine (Profile.UnloadedE2E):
+// 1 when nothing else ran, and the factor by which the other requests' queueing and batching
+// slowed it down otherwise. It is 0 until the request is done.
+func (t Timeline) Slowdown(p Profile) float64 {
+	unloaded := p.UnloadedE2E(t.PromptTokens, t.CachedTokens, t.OutputTokens)
+	if !t.Done || unloaded <= 0 {
+		return 0
+	}
+	return float64(t.ModelledE2E) / float64(unloaded)
 }
 
 // TTFT is the time to first token: FirstToken - Arrived.
