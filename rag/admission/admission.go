@@ -3,7 +3,10 @@
 // moment the queue is full: shed the request at once (rag.ErrOverloaded, a 503 with Retry-After)
 // or let it wait anyway. A queue target sizes the line from the measured service time, so that
 // under sustained overload the excess is shed on arrival, or as soon as it has waited past the
-// target, rather than after the queue timeout (Config.QueueTarget).
+// target, rather than after the queue timeout (Config.QueueTarget). An adaptive concurrency
+// limit (Config.Adaptive) lowers the slots in use below the workers when the requests' latency,
+// reported against their latency on an idle backend (Pool.Observe), shows a backlog behind the
+// pool.
 //
 // It is the knob of PITFALLS.md §5 ("thread-pool configuration"): a bounded queue with a
 // monitored rejection policy keeps the tail bounded under bursts, while a tiny pool, an
@@ -66,6 +69,9 @@ type Config struct {
 	// has waited longer than the target when a slot frees is shed in favour of a younger one
 	// (dispatchLocked). A pool that has not yet seen a request finish sheds nothing by target.
 	QueueTarget time.Duration
+	// Adaptive caps the requests running at once below Workers by the latency they are served
+	// with (see Adaptive). With it on, "every worker busy" above means every slot of the limit.
+	Adaptive Adaptive
 }
 
 // Queue target settings and bounds.
@@ -76,9 +82,10 @@ const (
 	// an admitted request then waits about half a service time, so its end-to-end latency stays
 	// within 1.5x of an unloaded one, and the excess learns at once that it is shed.
 	AutoQueueTarget time.Duration = -1
-	// MaxAutoQueueTarget caps the automatic target: beyond a second of queueing a client is
-	// better told to retry (the 503's Retry-After is 1 s).
-	MaxAutoQueueTarget = time.Second
+	// MaxAutoQueueTarget caps the automatic target: a request shed from the line is shed after
+	// waiting the target, and a 503 should come well within a second (the time its
+	// Retry-After asks the client to wait).
+	MaxAutoQueueTarget = 500 * time.Millisecond
 	// MaxQueueTarget bounds a fixed QueueTarget.
 	MaxQueueTarget = 10 * time.Minute
 )
@@ -135,8 +142,12 @@ func FormatQueueTarget(d time.Duration) string {
 //     service rate, so under sustained overload every request would wait the whole 30 s and
 //     then get a 503. Sizing the line from measured service time sheds the excess on arrival,
 //     within milliseconds, while admitted requests wait about half a service time.
+//   - Adaptive on, with its defaults: 256 requests at once are far more than an engine serves
+//     in time when each brings a long prompt to prefill; the limit finds how many it does
+//     (it takes effect only once requests report their latency, see Pool.Observe).
 func DefaultConfig() Config {
-	return Config{Workers: 256, QueueCapacity: 1024, QueueTimeout: 30 * time.Second, Policy: PolicyReject, QueueTarget: AutoQueueTarget}
+	return Config{Workers: 256, QueueCapacity: 1024, QueueTimeout: 30 * time.Second, Policy: PolicyReject, QueueTarget: AutoQueueTarget,
+		Adaptive: Adaptive{Enabled: true, Tolerance: DefaultTolerance, MinLimit: DefaultMinLimit}}
 }
 
 // Validate reports whether c is usable, with a message saying what to change.
@@ -153,15 +164,17 @@ func (c Config) Validate() error {
 	}
 	switch c.Policy {
 	case "", PolicyReject, PolicyWait:
-		return nil
+	default:
+		return fmt.Errorf("%w: admission policy %q: want reject or wait", rag.ErrInvalidRequest, c.Policy)
 	}
-	return fmt.Errorf("%w: admission policy %q: want reject or wait", rag.ErrInvalidRequest, c.Policy)
+	return c.Adaptive.validate()
 }
 
 func (c Config) withDefaults() Config {
 	if c.Policy == "" {
 		c.Policy = PolicyReject
 	}
+	c.Adaptive = c.Adaptive.withDefaults()
 	return c
 }
 
@@ -169,7 +182,8 @@ func (c Config) withDefaults() Config {
 type Option interface{ apply(*options) }
 
 type options struct {
-	now func() time.Time
+	now   func() time.Time
+	timer func(time.Duration) (<-chan time.Time, func() bool)
 }
 
 type optionFunc func(*options)
@@ -186,6 +200,23 @@ func WithClock(now func() time.Time) Option {
 	})
 }
 
+// WithTimer sets how the pool waits for a queue timeout or target to pass: newTimer returns a
+// channel that receives once d has passed on the pool's clock, and a func that stops it
+// (default: time.NewTimer). With WithClock, it lets a test run the pool on a clock it moves by
+// hand.
+func WithTimer(newTimer func(d time.Duration) (c <-chan time.Time, stop func() bool)) Option {
+	return optionFunc(func(o *options) {
+		if newTimer != nil {
+			o.timer = newTimer
+		}
+	})
+}
+
+func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
 // Stats is a snapshot of a Pool's state and counters.
 type Stats struct {
 	Workers       int // configured worker slots
@@ -197,6 +228,12 @@ type Stats struct {
 	// weighted mean, 0 until one has finished), from which QueueTarget predicts waits.
 	MeanService time.Duration
 
+	// Limit is how many requests may run at once now: the adaptive limit when it is on, else
+	// Workers. Slowdown is the mean slowdown (latency over unloaded latency) of the last
+	// window of requests the adaptive limit saw (0 before the first).
+	Limit    int
+	Slowdown float64
+
 	Admitted  uint64        // requests given a slot, in total
 	Rejected  uint64        // requests shed by the queue target or on arrival to a full queue, in total
 	TimedOut  uint64        // requests shed after waiting QueueTimeout, in total
@@ -207,7 +244,8 @@ type Stats struct {
 // Pool is a bounded worker pool with a FIFO wait queue. It implements the pipeline's Admitter.
 // It is safe for concurrent use; Resize may be called while requests wait.
 type Pool struct {
-	now func() time.Time
+	now   func() time.Time
+	timer func(time.Duration) (<-chan time.Time, func() bool)
 
 	mu       sync.Mutex
 	cfg      Config
@@ -219,6 +257,7 @@ type Pool struct {
 	admitted, rejected, timedOut, cancelled uint64
 	queueWait                               atomic.Int64 // nanoseconds
 	meanService                             time.Duration
+	lim                                     limiter
 }
 
 // waiter is one queued request. ready is closed when it is granted a slot; granted is guarded by
@@ -236,11 +275,13 @@ func NewPool(cfg Config, opts ...Option) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := options{now: time.Now}
+	o := options{now: time.Now, timer: realTimer}
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	return &Pool{now: o.now, cfg: cfg.withDefaults()}, nil
+	p := &Pool{now: o.now, timer: o.timer, cfg: cfg.withDefaults()}
+	p.lim.reset(p.cfg.Adaptive, p.cfg.Workers, p.now())
+	return p, nil
 }
 
 // Config returns the pool's current configuration.
@@ -253,14 +294,21 @@ func (p *Pool) Config() Config {
 // Resize replaces the pool's configuration at run time. More workers admit waiters at once, in
 // FIFO order. Fewer workers take effect as running requests finish; none is interrupted. Requests
 // already queued keep their place even if the new capacity is smaller, and keep the timeout they
-// arrived with; the new capacity, timeout and policy apply to later arrivals.
+// arrived with; the new capacity, timeout and policy apply to later arrivals. Turning the
+// adaptive limit on starts it at InitialLimit; changing its settings keeps the limit reached,
+// within the new bounds.
 func (p *Pool) Resize(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	was := p.cfg.Adaptive.Enabled
 	p.cfg = cfg.withDefaults()
+	if p.cfg.Adaptive.Enabled && !was {
+		p.lim.reset(p.cfg.Adaptive, p.cfg.Workers, p.now())
+	}
+	p.lim.bound(p.cfg.Adaptive, p.cfg.Workers)
 	p.dispatchLocked()
 	p.trimLocked()
 	return nil
@@ -273,6 +321,7 @@ func (p *Pool) Stats() Stats {
 	return Stats{
 		Workers: p.cfg.Workers, QueueCapacity: p.cfg.QueueCapacity,
 		InFlight: p.inFlight, Queued: p.queued, MeanService: p.meanService,
+		Limit: p.slotsLocked(), Slowdown: p.lim.slowdown,
 		Admitted: p.admitted, Rejected: p.rejected, TimedOut: p.timedOut, Cancelled: p.cancelled,
 		QueueWait: time.Duration(p.queueWait.Load()),
 	}
@@ -299,11 +348,14 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 	p.mu.Lock()
 	// FIFO: a newcomer takes a free slot only if nobody is waiting. dispatchLocked keeps the
 	// invariant that the queue is empty whenever a slot is free.
-	if p.head == nil && p.inFlight < p.cfg.Workers {
+	if p.head == nil && p.inFlight < p.slotsLocked() {
 		p.inFlight++
 		p.admitted++
 		p.mu.Unlock()
 		return p.releaser(), p.now().Sub(start), nil
+	}
+	if p.cfg.Adaptive.Enabled && p.inFlight >= p.lim.slots() {
+		p.lim.hold(start) // the limit, not the workers, holds this request back
 	}
 	if p.cfg.Policy == PolicyReject && p.cfg.QueueCapacity != Unbounded && p.queued >= p.cfg.QueueCapacity {
 		p.rejected++
@@ -311,22 +363,31 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 		p.mu.Unlock()
 		return nil, p.now().Sub(start), err
 	}
-	if target, predicted := p.predictLocked(); target > 0 && predicted > target {
+	target, predicted := p.predictLocked()
+	if target > 0 && predicted > target {
 		p.rejected++
-		workers := p.cfg.Workers
+		busy := p.busyLocked()
 		p.mu.Unlock()
-		return nil, p.now().Sub(start), fmt.Errorf("%w: all %d admission workers are busy and the predicted wait of %v exceeds the %v queue target: retry later, or raise the admission workers or queue_target", rag.ErrOverloaded, workers, predicted.Round(time.Millisecond), target.Round(time.Millisecond))
+		return nil, p.now().Sub(start), fmt.Errorf("%w: %s and the predicted wait of %v exceeds the %v queue target: retry later, or raise the admission workers or queue_target", rag.ErrOverloaded, busy, predicted.Round(time.Millisecond), target.Round(time.Millisecond))
 	}
 	w := &waiter{ready: make(chan struct{}), enqueued: start}
 	p.pushLocked(w)
 	timeout := p.cfg.QueueTimeout
 	p.mu.Unlock()
 
+	// A waiter is shed once it has waited the queue target in force when it arrived, whether or
+	// not a slot freed meanwhile: the target bounds the time to a 503 as well as the wait of
+	// an admitted request, even while no request finishes (a burst before the first one does,
+	// a limit that just shrank below the requests running).
+	bound, why := timeout, abandonTimedOut
+	if target > 0 && (bound == 0 || target < bound) {
+		bound, why = target, abandonStale
+	}
 	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
+	if bound > 0 {
+		c, stop := p.timer(bound)
+		defer stop()
+		expired = c
 	}
 	select {
 	case <-w.ready:
@@ -337,7 +398,7 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 		p.queueWait.Add(int64(wait))
 		return p.releaser(), wait, nil
 	case <-expired:
-		switch p.abandon(w, true) {
+		switch p.abandon(w, why) {
 		case keptSlot:
 			wait = p.now().Sub(start)
 			p.queueWait.Add(int64(wait))
@@ -347,7 +408,7 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 		}
 		return nil, p.now().Sub(start), fmt.Errorf("%w: no admission worker freed up within the %v queue timeout: retry later, or raise the admission workers or queue_timeout", rag.ErrOverloaded, timeout)
 	case <-ctx.Done():
-		if p.abandon(w, false) == wasShed {
+		if p.abandon(w, abandonCancelled) == wasShed {
 			return nil, p.now().Sub(start), p.shedError()
 		}
 		return nil, p.now().Sub(start), fmt.Errorf("wait for a worker: %w", ctx.Err())
@@ -358,8 +419,8 @@ func (p *Pool) shedError() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	target, _ := p.predictLocked()
-	return fmt.Errorf("%w: all %d admission workers are busy and the measured service time of %v predicts a wait beyond the %v queue target: retry later, or raise the admission workers or queue_target",
-		rag.ErrOverloaded, p.cfg.Workers, p.meanService.Round(time.Millisecond), target.Round(time.Millisecond))
+	return fmt.Errorf("%w: %s and the measured service time of %v predicts a wait beyond the %v queue target: retry later, or raise the admission workers or queue_target",
+		rag.ErrOverloaded, p.busyLocked(), p.meanService.Round(time.Millisecond), target.Round(time.Millisecond))
 }
 
 // abandonment is what abandon found.
@@ -371,18 +432,28 @@ const (
 	wasShed                     // w had been shed from the line
 )
 
-// abandon takes w out of the queue after its timeout fired (timedOut) or its context ended. If a
-// slot was granted to w in the meantime, a timed-out waiter keeps it (it did get a worker, so
-// reporting overload would be false) and abandon returns true; a cancelled waiter hands the slot
-// on to the next in line.
-func (p *Pool) abandon(w *waiter, timedOut bool) abandonment {
+// abandonReason is why a waiter leaves the line before it was granted a slot.
+type abandonReason int
+
+const (
+	abandonTimedOut  abandonReason = iota // its queue timeout fired
+	abandonStale                          // it waited the queue target: shed
+	abandonCancelled                      // its context ended
+)
+
+// abandon takes w out of the queue after its timeout or queue target fired, or its context
+// ended. If a slot was granted to w in the meantime, a waiter whose time ran out keeps it (it
+// did get a worker, so reporting overload would be false) and abandon returns keptSlot; a
+// cancelled waiter hands the slot on to the next in line. A waiter that waited out the queue
+// target is shed (wasShed), as dispatchLocked sheds one found stale at the head.
+func (p *Pool) abandon(w *waiter, why abandonReason) abandonment {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.shed {
 		return wasShed
 	}
 	if w.granted {
-		if timedOut {
+		if why != abandonCancelled {
 			return keptSlot
 		}
 		p.admitted--
@@ -391,9 +462,14 @@ func (p *Pool) abandon(w *waiter, timedOut bool) abandonment {
 	} else {
 		p.removeLocked(w)
 	}
-	if timedOut {
+	switch why {
+	case abandonTimedOut:
 		p.timedOut++
-	} else {
+	case abandonStale:
+		w.shed = true
+		p.rejected++
+		return wasShed
+	default:
 		p.cancelled++
 	}
 	return left
@@ -401,9 +477,48 @@ func (p *Pool) abandon(w *waiter, timedOut bool) abandonment {
 
 func (p *Pool) fullErrorLocked() error {
 	if p.cfg.QueueCapacity == 0 {
-		return fmt.Errorf("%w: all %d admission workers are busy and queueing is off: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.cfg.Workers)
+		return fmt.Errorf("%w: %s and queueing is off: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.busyLocked())
 	}
-	return fmt.Errorf("%w: all %d admission workers are busy and the queue of %d is full: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.cfg.Workers, p.cfg.QueueCapacity)
+	return fmt.Errorf("%w: %s and the queue of %d is full: retry later, or raise the admission workers or queue_capacity", rag.ErrOverloaded, p.busyLocked(), p.cfg.QueueCapacity)
+}
+
+// slotsLocked is how many requests may run at once now: the adaptive limit when it is on (at
+// most Workers), else Workers.
+func (p *Pool) slotsLocked() int {
+	if p.cfg.Adaptive.Enabled {
+		return min(p.lim.slots(), p.cfg.Workers)
+	}
+	return p.cfg.Workers
+}
+
+// busyLocked says which slots are all taken, for the message of a 503.
+func (p *Pool) busyLocked() string {
+	if n := p.slotsLocked(); n < p.cfg.Workers {
+		return fmt.Sprintf("all %d slots of the adaptive concurrency limit are taken (of %d workers; the limit grows while requests run within %gx their unloaded latency, and the last ones ran at %.1fx)",
+			n, p.cfg.Workers, p.cfg.Adaptive.Tolerance, p.lim.slowdown)
+	}
+	return fmt.Sprintf("all %d admission workers are busy", p.cfg.Workers)
+}
+
+// Observe reports one request that has just finished: its latency, and what it would have been
+// on an idle backend (the no-load baseline), for the adaptive limit; their ratio is the
+// request's slowdown, and now minus latency its start. It does nothing when the limit is off
+// or either duration is not positive. The service reports its simulated engine's requests;
+// without reports the limit stays where it is.
+func (p *Pool) Observe(latency, unloaded time.Duration) {
+	if latency <= 0 || unloaded <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.cfg.Adaptive.Enabled {
+		return
+	}
+	now := p.now()
+	if p.lim.observe(now.Add(-latency), float64(latency)/float64(unloaded), p.cfg.Adaptive, p.cfg.Workers, now) {
+		p.dispatchLocked()
+		p.trimLocked()
+	}
 }
 
 // serviceWeight is the weight of the newest service time in the pool's mean: 1/8, so the mean
@@ -423,9 +538,9 @@ func (p *Pool) predictLocked() (target, predicted time.Duration) {
 	if target <= 0 {
 		return 0, 0
 	}
-	// With every worker busy, slots free up at Workers per mean service time on average, so the
-	// request's place in line costs meanService/Workers each.
-	return target, time.Duration(p.queued+1) * p.meanService / time.Duration(p.cfg.Workers)
+	// With every slot taken, slots free up at their number per mean service time on average, so
+	// the request's place in line costs meanService/slots each.
+	return target, time.Duration(p.queued+1) * p.meanService / time.Duration(p.slotsLocked())
 }
 
 // releaser returns the release func of one admitted request, which records how long it held
@@ -458,7 +573,7 @@ func (p *Pool) releaser() func() {
 func (p *Pool) trimLocked() {
 	for p.tail != nil {
 		target, _ := p.predictLocked()
-		if target <= 0 || time.Duration(p.queued)*p.meanService/time.Duration(p.cfg.Workers) <= target {
+		if target <= 0 || time.Duration(p.queued)*p.meanService/time.Duration(p.slotsLocked()) <= target {
 			return
 		}
 		w := p.tail
@@ -478,7 +593,7 @@ func (p *Pool) trimLocked() {
 func (p *Pool) dispatchLocked() {
 	target, _ := p.predictLocked()
 	now := p.now()
-	for p.head != nil && p.inFlight < p.cfg.Workers {
+	for p.head != nil && p.inFlight < p.slotsLocked() {
 		w := p.head
 		p.removeLocked(w)
 		if target > 0 && now.Sub(w.enqueued) > target {

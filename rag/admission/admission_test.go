@@ -503,10 +503,17 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 }
 
-// fakeClock is a clock the test moves by hand, so service times are exact.
+// fakeClock is a clock the test moves by hand, so service times are exact; its timers fire when
+// it is moved past their deadline.
 type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at time.Time
+	ch chan time.Time
 }
 
 func (c *fakeClock) Now() time.Time {
@@ -515,10 +522,41 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) Advance(d time.Duration) {
+// Timer is the pool's timer on c (admission.WithTimer).
+func (c *fakeClock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.now.Add(d), ch: make(chan time.Time, 1)}
+	c.timers = append(c.timers, t)
+	return t.ch, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := len(c.timers)
+		c.timers = slices.DeleteFunc(c.timers, func(o *fakeTimer) bool { return o == t })
+		return len(c.timers) < n
+	}
+}
+
+// Advance moves the clock by d and fires the timers it passes; it returns how many fired.
+func (c *fakeClock) Advance(d time.Duration) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
-	c.mu.Unlock()
+	fired := 0
+	c.timers = slices.DeleteFunc(c.timers, func(t *fakeTimer) bool {
+		if t.at.After(c.now) {
+			return false
+		}
+		t.ch <- c.now
+		fired++
+		return true
+	})
+	return fired
+}
+
+// options are the pool options that put it on c.
+func (c *fakeClock) options() []admission.Option {
+	return []admission.Option{admission.WithClock(c.Now), admission.WithTimer(c.Timer)}
 }
 
 // serve admits n requests, lets each hold its slot for service on the fake clock, and releases
@@ -550,15 +588,15 @@ func TestQueueTargetShedsOnArrival(t *testing.T) {
 		{name: "eight workers", workers: 8, service: 200 * time.Millisecond, target: 250 * time.Millisecond, queueable: 10},
 		// Auto: half the mean service time, 100ms/4 = 25ms a place, so 2 places fit in 50ms.
 		{name: "auto target", workers: 4, service: 100 * time.Millisecond, target: admission.AutoQueueTarget, queueable: 2},
-		// Auto is at most MaxAutoQueueTarget: 10s/100 = 100ms a place, so 10 places fit in 1s.
-		{name: "auto target capped", workers: 100, service: 10 * time.Second, target: admission.AutoQueueTarget, queueable: 10},
+		// Auto is at most MaxAutoQueueTarget: 10s/100 = 100ms a place, so 5 places fit in 500ms.
+		{name: "auto target capped", workers: 100, service: 10 * time.Second, target: admission.AutoQueueTarget, queueable: 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clock := &fakeClock{now: time.Unix(1000, 0)}
 			p, err := admission.NewPool(admission.Config{Workers: tt.workers, QueueCapacity: 1000, QueueTimeout: time.Minute, QueueTarget: tt.target},
-				admission.WithClock(clock.Now))
+				clock.options()...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -610,7 +648,7 @@ func TestQueueTargetOffAndCold(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clock := &fakeClock{now: time.Unix(1000, 0)}
-			p, err := admission.NewPool(admission.Config{Workers: 1, QueueCapacity: 5, QueueTarget: tt.target}, admission.WithClock(clock.Now))
+			p, err := admission.NewPool(admission.Config{Workers: 1, QueueCapacity: 5, QueueTarget: tt.target}, clock.options()...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -686,7 +724,7 @@ type simResult struct {
 func simulate(tb testing.TB, cfg admission.Config, service time.Duration, rate float64, n int) simResult {
 	tb.Helper()
 	clock := &fakeClock{now: time.Unix(1000, 0)}
-	p, err := admission.NewPool(cfg, admission.WithClock(clock.Now))
+	p, err := admission.NewPool(cfg, clock.options()...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -714,43 +752,48 @@ func simulate(tb testing.TB, cfg admission.Config, service time.Duration, rate f
 		}
 		admitted++
 	}
+	// collect receives the outcomes of pending queued requests, whichever they are.
+	collect := func(pending int) {
+		for pending > 0 {
+			for i := 0; i < len(queue); i++ {
+				select {
+				case got := <-queue[i]:
+					if got.err == nil {
+						admit(got.release, queuedAt[i])
+					} else if errors.Is(got.err, rag.ErrOverloaded) {
+						res.shed++
+						res.maxShedWait = max(res.maxShedWait, clock.Now().Sub(queuedAt[i]))
+					} else {
+						tb.Fatalf("queued request failed: %v", got.err)
+					}
+					queue, queuedAt = slices.Delete(queue, i, i+1), slices.Delete(queuedAt, i, i+1)
+					i--
+					pending--
+				default:
+				}
+			}
+			runtime.Gosched()
+		}
+	}
+	// advance moves the clock to t; the waiters whose target or timeout passed leave the line.
+	advance := func(t time.Time) { collect(clock.Advance(t.Sub(clock.Now()))) }
 	finishUntil := func(t time.Time) {
 		for len(inService) > 0 && !inService[0].end.After(t) {
 			r := inService[0]
 			inService = inService[1:]
-			clock.Advance(r.end.Sub(clock.Now()))
+			advance(r.end)
 			r.release()
 			// A release decides under the pool's lock which waiters are granted or shed
 			// (stale ones at the head, those beyond the target at the tail); collect every
 			// outcome it decided.
-			pending := len(queue) - p.Stats().Queued
-			for pending > 0 {
-				for i := 0; i < len(queue); i++ {
-					select {
-					case got := <-queue[i]:
-						if got.err == nil {
-							admit(got.release, queuedAt[i])
-						} else if errors.Is(got.err, rag.ErrOverloaded) {
-							res.shed++
-							res.maxShedWait = max(res.maxShedWait, clock.Now().Sub(queuedAt[i]))
-						} else {
-							tb.Fatalf("queued request failed: %v", got.err)
-						}
-						queue, queuedAt = slices.Delete(queue, i, i+1), slices.Delete(queuedAt, i, i+1)
-						i--
-						pending--
-					default:
-					}
-				}
-				runtime.Gosched()
-			}
+			collect(len(queue) - p.Stats().Queued)
 		}
 	}
 	next := clock.Now()
 	for range n {
 		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
 		finishUntil(next)
-		clock.Advance(next.Sub(clock.Now()))
+		advance(next)
 		if s := p.Stats(); s.InFlight < s.Workers && s.Queued == 0 {
 			admit(mustAcquire(tb, p), next)
 			continue
