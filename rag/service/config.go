@@ -209,6 +209,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--corpus-docs must not be negative, got %d", c.CorpusDocs)
 	case c.Dim < 1:
 		return fmt.Errorf("--dim must be at least 1, got %d", c.Dim)
+	case c.Admission.Adaptive.Tolerance != 0 && !(c.Admission.Adaptive.Tolerance >= admission.MinTolerance && c.Admission.Adaptive.Tolerance <= admission.MaxTolerance):
+		return fmt.Errorf("--adaptive-tolerance must be between %g and %g (0: the default %g), got %g", admission.MinTolerance, admission.MaxTolerance, admission.DefaultTolerance, c.Admission.Adaptive.Tolerance)
+	case c.Admission.Adaptive.MinLimit < 0 || c.Admission.Adaptive.MinLimit > admission.MaxWorkers:
+		return fmt.Errorf("--adaptive-min-limit must be between 1 and %d (0: the default %d), got %d", admission.MaxWorkers, admission.DefaultMinLimit, c.Admission.Adaptive.MinLimit)
 	case c.AdminAddr != "" && !httpapi.IsLoopbackAddr(c.AdminAddr) && c.AdminToken == "":
 		return fmt.Errorf("--admin-addr %s is not a loopback address, so anyone who can reach it could read profiles and traces and change the configuration: set RAGTAIL_ADMIN_TOKEN (every admin route then needs 'Authorization: Bearer TOKEN'), or bind --admin-addr to loopback (127.0.0.1:9464)", c.AdminAddr)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,13 +18,15 @@ import (
 // engineSwitch is the simulated engine behind a swappable pointer: a profile or KV-allocation
 // change builds a new engine that takes every new request, while the old one finishes the
 // generations it holds and is closed once idle. Its Prometheus collector follows the current
-// engine.
+// engine. Each generation that finishes reports its modelled latency and its unloaded latency
+// to observe (the admission pool's adaptive limit), when set.
 type engineSwitch struct {
-	opts []llmsim.Option
-	log  *slog.Logger
-	cur  atomic.Pointer[trackedEngine]
-	mu   sync.Mutex // serializes Switch and Close
-	done bool
+	opts    []llmsim.Option
+	log     *slog.Logger
+	cur     atomic.Pointer[trackedEngine]
+	observe func(latency, unloaded time.Duration)
+	mu      sync.Mutex // serializes Switch and Close
+	done    bool
 }
 
 // trackedEngine counts the streams an engine has open, to close it once retired and idle.
@@ -68,7 +71,7 @@ func (s *engineSwitch) Generate(ctx context.Context, req rag.GenRequest) (rag.To
 		t.closeIfIdle()
 		return nil, err
 	}
-	return &trackedStream{TokenStream: ts, t: t}, nil
+	return &trackedStream{TokenStream: ts, t: t, observe: s.observe}, nil
 }
 
 // Switch builds an engine with prof and alloc and sends every new request to it.
@@ -113,13 +116,21 @@ func (s *engineSwitch) Collect(ch chan<- prometheus.Metric) { s.cur.Load().coll.
 
 type trackedStream struct {
 	rag.TokenStream
-	t    *trackedEngine
-	once sync.Once
+	t       *trackedEngine
+	observe func(latency, unloaded time.Duration)
+	once    sync.Once
 }
 
 func (s *trackedStream) Close() error {
 	err := s.TokenStream.Close()
 	s.once.Do(func() {
+		if st, ok := s.TokenStream.(*llmsim.Stream); ok && s.observe != nil {
+			// Only generations that ran to their end: an aborted one says nothing about how
+			// long the engine takes.
+			if tl := st.Timeline(); tl.Done {
+				s.observe(tl.ModelledE2E, s.t.Profile().UnloadedE2E(tl.PromptTokens, tl.CachedTokens, tl.OutputTokens))
+			}
+		}
 		s.t.open.Add(-1)
 		s.t.closeIfIdle()
 	})

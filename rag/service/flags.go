@@ -66,7 +66,10 @@ func registerAdmission(fs *flag.FlagSet, a *admission.Config) {
 	fs.IntVar(&a.QueueCapacity, "queue", a.QueueCapacity, "admission: requests that may wait for a worker (-1: unbounded)")
 	fs.DurationVar(&a.QueueTimeout, "queue-timeout", a.QueueTimeout, "admission: longest wait for a worker before a 503 (0: no limit)")
 	fs.Var((*policyFlag)(&a.Policy), "admission-policy", "admission: when the queue is full, reject (503) or wait")
-	fs.Var((*queueTargetFlag)(&a.QueueTarget), "queue-target", "admission: shed on arrival (503 + Retry-After) a request whose wait, predicted from the measured\nservice time, exceeds this: auto (half the mean service time, at most 1s), off, or a duration")
+	fs.Var((*queueTargetFlag)(&a.QueueTarget), "queue-target", "admission: shed on arrival (503 + Retry-After) a request whose wait, predicted from the measured\nservice time, exceeds this: auto (half the mean service time, at most 500ms), off, or a duration")
+	fs.BoolVar(&a.Adaptive.Enabled, "adaptive-limit", a.Adaptive.Enabled, "admission: cap the requests running at once by an adaptive limit that follows the simulated\nengine's latency against its unloaded latency (docs/shedding.md); off with --llm-url")
+	fs.Float64Var(&a.Adaptive.Tolerance, "adaptive-tolerance", a.Adaptive.Tolerance, "admission: the mean slowdown (latency / unloaded latency) above which the adaptive limit\nshrinks, between 1.5 and 100")
+	fs.IntVar(&a.Adaptive.MinLimit, "adaptive-min-limit", a.Adaptive.MinLimit, "admission: the lowest the adaptive limit goes")
 }
 
 // FlagsParsed completes c after fs has parsed a command line: the admin token comes from

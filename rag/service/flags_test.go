@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ragtail/ragtail/rag/admission"
+
 	"github.com/ragtail/ragtail/rag/latency"
 	"github.com/ragtail/ragtail/rag/retrieve"
 )
@@ -174,6 +176,46 @@ func TestLatencyFlagsWithinTheLimit(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("%v: %v; want an error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestAdaptiveFlags: the adaptive limit's flags set the admission config, and a value out of
+// bounds fails the config's validation naming the flag.
+func TestAdaptiveFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		want    admission.Adaptive
+		wantErr string
+	}{
+		{name: "on by default", want: admission.Adaptive{Enabled: true, Tolerance: 4, MinLimit: 4}},
+		{name: "off", args: []string{"--adaptive-limit=false"}, want: admission.Adaptive{Tolerance: 4, MinLimit: 4}},
+		{name: "tuned", args: []string{"--adaptive-tolerance", "2.5", "--adaptive-min-limit", "8"}, want: admission.Adaptive{Enabled: true, Tolerance: 2.5, MinLimit: 8}},
+		{name: "tolerance too low", args: []string{"--adaptive-tolerance", "1"}, wantErr: "--adaptive-tolerance must be between 1.5 and 100"},
+		{name: "tolerance not a number", args: []string{"--adaptive-tolerance", "NaN"}, wantErr: "--adaptive-tolerance"},
+		{name: "negative minimum", args: []string{"--adaptive-min-limit", "-2"}, wantErr: "--adaptive-min-limit must be between 1 and 65536"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := DefaultConfig()
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			c.RegisterFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Validate()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("validate: %v; want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || c.Admission.Adaptive != tt.want {
+				t.Fatalf("adaptive %+v, %v; want %+v", c.Admission.Adaptive, err, tt.want)
 			}
 		})
 	}

@@ -75,8 +75,23 @@ type RuntimeAdmission struct {
 	QueueTimeout Duration `json:"queue_timeout"`
 	Policy       string   `json:"policy"`
 	// QueueTarget sheds on arrival a request whose predicted wait exceeds it: "auto" (half
-	// the measured mean service time, at most 1 s), "off", or a duration such as "250ms".
+	// the measured mean service time, at most 500 ms), "off", or a duration such as "250ms".
 	QueueTarget string `json:"queue_target"`
+	// Adaptive is the adaptive concurrency limit in front of the simulated engine.
+	Adaptive RuntimeAdaptive `json:"adaptive"`
+}
+
+// RuntimeAdaptive is the admission pool's adaptive concurrency limit in RuntimeConfig (see
+// admission.Adaptive and docs/shedding.md).
+type RuntimeAdaptive struct {
+	Enabled bool `json:"enabled"`
+	// Tolerance is the mean slowdown (latency over unloaded latency) the limit aims at.
+	Tolerance float64 `json:"tolerance"`
+	// MinLimit is the lowest the limit goes.
+	MinLimit int `json:"min_limit"`
+	// Limit is the limit in force when the document was read: requests that may run at once
+	// (the workers when the limit is off). It is read-only: a PUT ignores it.
+	Limit int `json:"limit"`
 }
 
 // RuntimeLLM is the simulated engine in RuntimeConfig.
@@ -164,7 +179,8 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 		Cache:        RuntimeCache{Enabled: ds.CacheSize > 0, Size: max(ds.CacheSize, o.CacheSize), Policy: ds.CacheKind},
 		Bloom:        RuntimeBloom{Enabled: ds.BloomEnabled, FPRate: o.BloomFP},
 		Admission: RuntimeAdmission{Workers: ac.Workers, Queue: ac.QueueCapacity,
-			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy)), QueueTarget: admission.FormatQueueTarget(ac.QueueTarget)},
+			QueueTimeout: Duration(ac.QueueTimeout), Policy: string(cmpPolicy(ac.Policy)), QueueTarget: admission.FormatQueueTarget(ac.QueueTarget),
+			Adaptive: RuntimeAdaptive{Enabled: ac.Adaptive.Enabled, Tolerance: ac.Adaptive.Tolerance, MinLimit: ac.Adaptive.MinLimit}},
 		Faults: faults.Rules(),
 	}
 	if index != nil {
@@ -212,11 +228,18 @@ func (rt *Runtime) validateCachePolicy(c *RuntimeCache) string {
 // Get implements httpapi.ConfigStore.
 func (rt *Runtime) Get() any { return rt.Config() }
 
-// Config returns the configuration in force.
+// Config returns the configuration in force, with the adaptive limit reached now.
 func (rt *Runtime) Config() RuntimeConfig {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.cur
+	return rt.withLimitLocked()
+}
+
+// withLimitLocked is the current configuration with the admission limit in force now.
+func (rt *Runtime) withLimitLocked() RuntimeConfig {
+	c := rt.cur
+	c.Admission.Adaptive.Limit = rt.pool.Stats().Limit
+	return c
 }
 
 // Stats returns the counters of the service's parts (GET /admin/stats).
@@ -335,8 +358,13 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	if next.Bloom.Enabled && (next.Bloom.FPRate <= 0 || next.Bloom.FPRate >= 1 || math.IsNaN(next.Bloom.FPRate)) {
 		errs = append(errs, fmt.Sprintf("bloom.fp_rate must be in (0, 1), got %v", next.Bloom.FPRate))
 	}
+	ad := next.Admission.Adaptive
 	ac := admission.Config{Workers: next.Admission.Workers, QueueCapacity: next.Admission.Queue,
-		QueueTimeout: time.Duration(next.Admission.QueueTimeout), Policy: admission.Policy(next.Admission.Policy)}
+		QueueTimeout: time.Duration(next.Admission.QueueTimeout), Policy: admission.Policy(next.Admission.Policy),
+		Adaptive: admission.Adaptive{Enabled: ad.Enabled, Tolerance: ad.Tolerance, MinLimit: ad.MinLimit}}
+	if ad.Enabled && rt.engine == nil {
+		errs = append(errs, "admission.adaptive: the limit follows the simulated engine's latency, and generation goes to a real LLM (--llm-url): size admission.workers instead")
+	}
 	if target, err := admission.ParseQueueTarget(next.Admission.QueueTarget); err != nil {
 		errs = append(errs, "admission.queue_target: "+strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
 	} else {
@@ -345,6 +373,12 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	if err := ac.Validate(); err != nil {
 		errs = append(errs, "admission: "+strings.TrimPrefix(err.Error(), rag.ErrInvalidRequest.Error()+": "))
+	}
+	if next.Admission.Adaptive.Tolerance == 0 {
+		next.Admission.Adaptive.Tolerance = admission.DefaultTolerance
+	}
+	if next.Admission.Adaptive.MinLimit == 0 {
+		next.Admission.Adaptive.MinLimit = admission.DefaultMinLimit
 	}
 	probe, err := fault.NewInjector(nil, 1)
 	if err == nil {
@@ -442,9 +476,10 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 		}
 		next.LLM.KVAlloc, next.LLM.SchedulingPolicy = string(alloc), string(policy)
 	}
+	next.Admission.Adaptive.Limit = 0 // read-only: Config fills in the limit in force
 	next.Version++
 	rt.cur = next
-	return rt.cur, nil
+	return rt.withLimitLocked(), nil
 }
 
 // Upper bounds of RuntimeConfig values beyond those of the parts' own Validate (admission,

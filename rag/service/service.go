@@ -283,9 +283,23 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if err := tel.Registry.Register(engines); err != nil {
 		return nil, fmt.Errorf("llm-sim metrics: %w", err)
 	}
+	if cfg.Backends.LLM.URL != "" && cfg.Admission.Adaptive.Enabled {
+		// The limit follows the simulated engine's reports of its latency; a real LLM server
+		// makes none, so the limit would stay where it starts.
+		cfg.Admission.Adaptive.Enabled = false
+		logger.Info("adaptive concurrency limit off: it follows the simulated engine's latency, and generation goes to --llm-url (size --workers for that server)")
+	}
 	pool, err := admission.NewPool(cfg.Admission, admission.WithClock(tel.Now))
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
+	}
+	engines.observe = pool.Observe
+	if mp := tel.MeterProvider; mp != nil {
+		reg, err := admission.Instrument(mp, pool)
+		if err != nil {
+			return nil, fmt.Errorf("admission metrics: %w", err)
+		}
+		svc.closers = append(svc.closers, reg.Unregister)
 	}
 	var gen pipeline.Generator = engines
 	sim := engines
