@@ -50,7 +50,22 @@ type AdmissionSettings struct {
 	QueueTimeout *string `json:"queue_timeout,omitempty"`
 	Policy       *string `json:"policy,omitempty"`       // reject or wait
 	QueueTarget  *string `json:"queue_target,omitempty"` // auto, off or a duration
+	// Adaptive is the adaptive concurrency limit in front of the simulated engine.
+	Adaptive *AdaptiveSettings `json:"adaptive,omitempty"`
 }
+
+// AdaptiveSettings is the admission pool's adaptive concurrency limit.
+type AdaptiveSettings struct {
+	Enabled   *bool    `json:"enabled,omitempty"`
+	Tolerance *float64 `json:"tolerance,omitempty"` // mean slowdown (latency / unloaded latency) it aims at
+	MinLimit  *int     `json:"min_limit,omitempty"`
+	// Limit is the limit in force when the document was read; the service ignores it in a PUT.
+	Limit *int `json:"limit,omitempty"`
+}
+
+// adaptiveOff switches the adaptive concurrency limit off, so that the workers alone size the
+// pool, as the lab's experiments assume.
+func adaptiveOff() *AdaptiveSettings { return &AdaptiveSettings{Enabled: ptr(false)} }
 
 // LLMSettings is the simulated engine.
 type LLMSettings struct {

@@ -230,9 +230,9 @@ type poolArm struct {
 func poolArms(cpus int) []poolArm {
 	core := 2 * cpus
 	return []poolArm{
-		{"risky: 1 worker, unbounded queue", &AdmissionSettings{Workers: ptr(1), Queue: ptr(-1), QueueTimeout: durStr(0), Policy: ptr("wait"), QueueTarget: ptr("off")}},
-		{fmt.Sprintf("advice: %d workers, queue %d, reject", core, core), &AdmissionSettings{Workers: ptr(core), Queue: ptr(core), QueueTimeout: durStr(500 * time.Millisecond), Policy: ptr("reject"), QueueTarget: ptr("off")}},
-		{"unbounded: 4096 workers, no queue", &AdmissionSettings{Workers: ptr(4096), Queue: ptr(0), QueueTimeout: durStr(0), Policy: ptr("reject"), QueueTarget: ptr("off")}},
+		{"risky: 1 worker, unbounded queue", &AdmissionSettings{Workers: ptr(1), Queue: ptr(-1), QueueTimeout: durStr(0), Policy: ptr("wait"), QueueTarget: ptr("off"), Adaptive: adaptiveOff()}},
+		{fmt.Sprintf("advice: %d workers, queue %d, reject", core, core), &AdmissionSettings{Workers: ptr(core), Queue: ptr(core), QueueTimeout: durStr(500 * time.Millisecond), Policy: ptr("reject"), QueueTarget: ptr("off"), Adaptive: adaptiveOff()}},
+		{"unbounded: 4096 workers, no queue", &AdmissionSettings{Workers: ptr(4096), Queue: ptr(0), QueueTimeout: durStr(0), Policy: ptr("reject"), QueueTarget: ptr("off"), Adaptive: adaptiveOff()}},
 	}
 }
 
@@ -441,10 +441,11 @@ func stageP50(b *report.Bench, stage string) time.Duration {
 // test on a small machine), a roomy admission pool, no faults.
 func (e *env) base() *Settings {
 	s := &Settings{
-		// The service's early shedding is off: each experiment measures its own pitfall, and
-		// pool-saturation sets the pool it compares.
-		Admission: &AdmissionSettings{Workers: ptr(256), Queue: ptr(1024), QueueTimeout: durStr(30 * time.Second), Policy: ptr("reject"), QueueTarget: ptr("off")},
-		Faults:    noFaults(),
+		// The service's early shedding and its adaptive concurrency limit are off: each
+		// experiment measures its own pitfall, and pool-saturation sets the pool it compares.
+		Admission: &AdmissionSettings{Workers: ptr(256), Queue: ptr(1024), QueueTimeout: durStr(30 * time.Second), Policy: ptr("reject"), QueueTarget: ptr("off"),
+			Adaptive: adaptiveOff()},
+		Faults: noFaults(),
 	}
 	if e.simulated {
 		s.LLM = &LLMSettings{Profile: ptr("tiny"), KVAlloc: ptr("paged")}
