@@ -42,9 +42,11 @@ const (
 	// figures), so a tighter limit would shed load the engine could serve, and a looser one
 	// would add latency for almost no throughput.
 	DefaultTolerance = 4.0
-	// MinTolerance and MaxTolerance bound Tolerance: below 1.5 the limit would shed requests
-	// only for sharing a batch; above 100 it would never act.
-	MinTolerance, MaxTolerance = 1.5, 100.0
+	// MinTolerance bounds Tolerance from below: under 1.5 the limit would shed requests only
+	// for sharing a batch.
+	MinTolerance = 1.5
+	// MaxTolerance bounds Tolerance from above: beyond 100 the limit would never act.
+	MaxTolerance = 100.0
 	// DefaultMinLimit keeps a few requests running whatever the latencies say, so that a
 	// backend that is slow for another reason is still probed.
 	DefaultMinLimit = 4
