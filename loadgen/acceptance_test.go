@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testci"
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/client"
 	"github.com/ragtail/ragtail/loadgen/shape"
@@ -22,6 +23,8 @@ import (
 // These tests drive real HTTP servers on loopback whose behaviour is known exactly, through
 // the scheduler and the client, and check the measurements against the math. They do not run
 // in parallel with each other: each needs the machine's two cores to itself to send on time.
+// The timing ones run in make test-timing (CI's step without the race detector, one package
+// at a time), and make test leaves them out.
 
 // wait blocks for d on a timer, or until the request is gone.
 func wait(r *http.Request, d time.Duration) {
@@ -76,18 +79,29 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[stats.NearestRank(int64(len(sorted)), q)-1]
 }
 
-// requireTimely skips a timing test when the machine was too loaded for the generator to send
-// on time, which it knows from its own send lag: when the process was starved for tens of
-// milliseconds (by other work on a shared machine), responses were read late too and the
-// latencies measured here are the machine's, not the server's. (The generator still reports
-// such a run honestly; it is the test's premise that failed.) q is the share of requests that
-// must have gone out within 50 ms of their time: the tests with a concurrency cap delay some on
-// purpose.
-func requireTimely(tb testing.TB, res *loadgen.Result, q float64) {
+// measureTimely runs measure, and runs it again if the machine was too loaded for the
+// generator to send on time, which it knows from its own send lag: when the process was
+// starved for tens of milliseconds (by other work on a shared machine), responses were read
+// late too and the latencies measured are the machine's, not the server's. (The generator
+// still reports such a run honestly; it is the test's premise that failed.) q is the share of
+// requests that must have gone out within 50 ms of their time: the tests with a concurrency
+// cap delay some on purpose. If the second run is late too, the test skips on a developer's
+// machine and fails under CI (testci.Skip), where these tests have the machine to themselves:
+// a check that did not run is not a pass. Each run must start afresh (its own server).
+func measureTimely(tb testing.TB, q float64, measure func() *loadgen.Result) *loadgen.Result {
 	tb.Helper()
-	if lag := quantile(sortedBy(res, (*loadgen.Record).SendLag), q); lag > 50*time.Millisecond {
-		tb.Skipf("the machine is too loaded to measure: send lag at the %g quantile %v", q, lag)
+	var lags []time.Duration
+	for range 2 {
+		res := measure()
+		lag := quantile(sortedBy(res, (*loadgen.Record).SendLag), q)
+		if lag <= 50*time.Millisecond {
+			return res
+		}
+		lags = append(lags, lag)
+		tb.Logf("the machine was too loaded to measure: send lag at the %g quantile %v", q, lag)
 	}
+	testci.Skip(tb, "the machine was too loaded to measure, twice: send lag at the %g quantile %v", q, lags)
+	return nil
 }
 
 func TestParetoServiceTime(t *testing.T) {
@@ -113,20 +127,21 @@ func TestParetoServiceTime(t *testing.T) {
 	if worst := slices.Max(service); worst > 2*time.Second {
 		t.Fatalf("the seed draws a %v service time; pick another to keep the test short", worst)
 	}
-	var next atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		wait(r, service[int(next.Add(1)-1)%n])
-		answer(w)
-	}))
-	defer srv.Close()
-	arrivals, err := shape.Poisson(rate, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, _ := shape.Synthetic([]shape.Length{{Min: 8, Max: 8}}, 1)
-	res := mustRun(t, loadgen.Config{Workload: shape.Open(arrivals, src), Client: newClient(t, srv.URL), NumItems: n})
-	requireTimely(t, res, 0.99)
+	res := measureTimely(t, 0.99, func() *loadgen.Result {
+		var next atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			wait(r, service[int(next.Add(1)-1)%n])
+			answer(w)
+		}))
+		defer srv.Close()
+		arrivals, err := shape.Poisson(rate, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, _ := shape.Synthetic([]shape.Length{{Min: 8, Max: 8}}, 1)
+		return mustRun(t, loadgen.Config{Workload: shape.Open(arrivals, src), Client: newClient(t, srv.URL), NumItems: n})
+	})
 
 	e2el := sortedBy(res, (*loadgen.Record).E2EL)
 	est, lo, hi, ok := stats.QuantileCI(e2el, 0.99, 0.95)
@@ -169,21 +184,23 @@ func TestStallShowsFromIntendedSendOnly(t *testing.T) {
 		cycle = time.Second
 		stall = 300 * time.Millisecond
 	)
-	t0 := time.Now()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if phase := time.Since(t0) % cycle; phase < stall {
-			wait(r, stall-phase)
-		}
-		wait(r, 2*time.Millisecond)
-		answer(w)
-	}))
-	defer srv.Close()
-	arrivals, _ := shape.Constant(50)
-	src, _ := shape.Synthetic([]shape.Length{{Min: 8, Max: 8}}, 1)
-	res := mustRun(t, loadgen.Config{Workload: shape.Open(arrivals, src), Client: newClient(t, srv.URL),
-		Concurrency: 2, Duration: 3 * time.Second})
-	requireTimely(t, res, 0.5) // 70% of requests arrive outside a stall: the median is not delayed
+	// 70% of requests arrive outside a stall: the median is not delayed.
+	res := measureTimely(t, 0.5, func() *loadgen.Result {
+		t0 := time.Now()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			if phase := time.Since(t0) % cycle; phase < stall {
+				wait(r, stall-phase)
+			}
+			wait(r, 2*time.Millisecond)
+			answer(w)
+		}))
+		defer srv.Close()
+		arrivals, _ := shape.Constant(50)
+		src, _ := shape.Synthetic([]shape.Length{{Min: 8, Max: 8}}, 1)
+		return mustRun(t, loadgen.Config{Workload: shape.Open(arrivals, src), Client: newClient(t, srv.URL),
+			Concurrency: 2, Duration: 3 * time.Second})
+	})
 	if len(res.Records) != 150 {
 		t.Fatalf("%d requests, want 150", len(res.Records))
 	}
@@ -212,22 +229,23 @@ func TestFixedTTFTAndITLEndToEnd(t *testing.T) {
 		gap    = 5 * time.Millisecond
 		tokens = 10
 	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		start := time.Now()
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range tokens {
-			wait(r, time.Until(start.Add(ttft+time.Duration(i)*gap)))
-			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
-			w.(http.Flusher).Flush()
-		}
-		io.WriteString(w, `data: {"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":10}}`+"\n\ndata: [DONE]\n\n")
-	}))
-	defer srv.Close()
-	arrivals, _ := shape.Poisson(40, 1)
-	src, _ := shape.Synthetic([]shape.Length{{Min: 8, Max: 8}}, 1)
-	res := mustRun(t, loadgen.Config{Workload: shape.Open(arrivals, src), Client: newClient(t, srv.URL), NumItems: 60})
-	requireTimely(t, res, 0.99)
+	res := measureTimely(t, 0.99, func() *loadgen.Result {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			start := time.Now()
+			w.Header().Set("Content-Type", "text/event-stream")
+			for i := range tokens {
+				wait(r, time.Until(start.Add(ttft+time.Duration(i)*gap)))
+				fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+				w.(http.Flusher).Flush()
+			}
+			io.WriteString(w, `data: {"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":10}}`+"\n\ndata: [DONE]\n\n")
+		}))
+		defer srv.Close()
+		arrivals, _ := shape.Poisson(40, 1)
+		src, _ := shape.Synthetic([]shape.Length{{Min: 8, Max: 8}}, 1)
+		return mustRun(t, loadgen.Config{Workload: shape.Open(arrivals, src), Client: newClient(t, srv.URL), NumItems: 60})
+	})
 	var ttfts, itls, tpots []time.Duration
 	for i := range res.Records {
 		r := &res.Records[i]

@@ -30,6 +30,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/ragtail/ragtail/internal/testci"
 	"github.com/ragtail/ragtail/rag/service"
 )
 
@@ -683,7 +684,7 @@ func TestPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool is not installed (Debian: apt-get install prometheus); prometheus.yml not checked by Prometheus")
+		testci.Skip(t, "promtool is not installed (Debian: apt-get install prometheus); prometheus.yml not checked by Prometheus")
 	}
 	// promtool checks that the admin token file prometheus.yml names exists; compose mounts it
 	// at run time, so the check runs on a copy of the stack's Prometheus files beside a token.

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/internal/testci"
 )
 
 // TestHostileInputE2E drives a built ragtail binary as a hostile client would: absurd strings,
@@ -70,7 +72,7 @@ func TestHostileInputE2E(t *testing.T) {
 			t.Helper()
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", serve.cmd.Process.Pid))
 			if err != nil {
-				t.Skipf("no /proc here: %v", err)
+				testci.Skip(t, "no /proc here: %v", err)
 			}
 			for line := range strings.SplitSeq(string(b), "\n") {
 				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {

@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/internal/testci"
 )
 
 var updateFigure = flag.Bool("update-figure", false, "copy the diagnosis notebook's Prometheus figure to notebooks/figures/diagnosis.png (the README's)")
@@ -41,7 +43,7 @@ var pythonModules = []string{"numpy", "pandas", "scipy", "matplotlib", "requests
 func TestNotebooksE2E(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("prometheus is not installed (Debian: apt-get install prometheus)")
+		testci.Skip(t, "prometheus is not installed (Debian: apt-get install prometheus)")
 	}
 	python := nbPython(t)
 	root := stackRoot(t)
@@ -204,7 +206,7 @@ func nbPython(t *testing.T) string {
 			return path
 		}
 	}
-	t.Skipf("no python3 with %s (Debian: apt-get install python3-numpy python3-pandas python3-scipy "+
+	testci.Skip(t, "no python3 with %s (Debian: apt-get install python3-numpy python3-pandas python3-scipy "+
 		"python3-matplotlib python3-requests jupyter-nbconvert python3-nbclient python3-ipykernel); tried %v",
 		strings.Join(pythonModules, ", "), tried)
 	return ""
