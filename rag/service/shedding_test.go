@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/testci"
 	"github.com/ragtail/ragtail/rag/latency"
 )
 
@@ -19,9 +20,12 @@ import (
 // service on loopback: 8 workers in front of a pipeline whose retrieval takes a fixed 200 ms
 // (tiny engine, top_k 1, two-token answers). Open-loop arrivals at a fixed pace at
 // 1x, 3x and 10x capacity, latency from the intended send time. At 10x, P99 of the time to a
-// 503 is under 1 s, and admitted requests' P95 end-to-end stays within 2x of its value at 1x
-// (asserted without the race detector; see raceEnabled).
+// 503 is under 1 s, and admitted requests' P95 end-to-end stays within 2x of its value at 1x.
+// It is a timing test: make test-timing runs it without the race detector, alone.
 func TestSheddingAtOverload(t *testing.T) {
+	if raceEnabled {
+		testci.Skip(t, "a timing test: under the race detector the service is CPU-bound at these rates, so its figures would be the detector's; make test-timing runs it without")
+	}
 	const workers, service = 8, 200 * time.Millisecond
 	cfg := DefaultConfig()
 	cfg.Profile = "tiny"
@@ -79,11 +83,6 @@ func TestSheddingAtOverload(t *testing.T) {
 	}
 	if frac := float64(len(over.shedE2E)) / float64(over.sent); frac < 0.5 {
 		t.Errorf("at 10x only %.2f of requests were shed", frac)
-	}
-	if raceEnabled {
-		// The race detector makes the service CPU-bound at these rates on a small machine:
-		// the figures are logged above, and asserted in a build without it.
-		return
 	}
 	if len(base.okE2E) < 200 || len(over.shedE2E) < 200 {
 		t.Fatalf("too few samples for percentiles: %d admitted at 1x, %d shed at 10x", len(base.okE2E), len(over.shedE2E))
