@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-timing e2e bench bench-observer bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
+.PHONY: all build test test-timing test-deps e2e bench bench-observer bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -16,7 +16,7 @@ build:
 ## (make test-timing runs those); tools/testsum prints the failures and, at the end, how many
 ## tests passed, failed and were skipped, with each skip's reason
 TESTSUM = $(GO) run ./tools/testsum
-test:
+test: test-deps
 	$(GO) vet $(PKGS)
 	$(TESTSUM) -- $(GO) test -race -count=1 -timeout 15m -skip '$(TIMING_TESTS)' -json $(PKGS)
 
@@ -30,6 +30,19 @@ TIMING_TESTS = ^(TestSheddingAtOverload|TestServeShedsAtTenTimesCapacity|TestPar
 TIMING_PKGS = ./rag/service/ ./cmd/ragtail/ ./loadgen/
 test-timing:
 	$(TESTSUM) -v -- $(GO) test -count=1 -p 1 -timeout 20m -run '$(TIMING_TESTS)' -json $(TIMING_PKGS)
+
+## test-deps: what make test needs besides Go, from Debian: a C compiler for the race detector,
+## and PostgreSQL and Redis, which the tests start on loopback (internal/testpeer)
+test-deps:
+	@missing=""; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	{ command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+		echo "make test needs:$$missing (gcc for the race detector; the tests start PostgreSQL and Redis themselves)."; \
+		echo "Install them with: sudo apt-get install -y$$missing"; \
+		exit 1; \
+	fi
 
 ## e2e: end-to-end tests against the built binary: a real Prometheus (Debian package
 ## prometheus) scrapes a running `ragtail serve`; its query API must return the telemetry

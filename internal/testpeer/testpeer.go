@@ -11,6 +11,7 @@ package testpeer
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -57,25 +58,47 @@ type Postgres struct {
 	running bool
 }
 
-// postgresBin finds the directory holding initdb and pg_ctl: on the PATH, or in Debian's
-// /usr/lib/postgresql/VERSION/bin (newest version first).
+// debianPostgresBin is where Debian's postgresql package puts initdb and pg_ctl, one directory
+// per major version.
+const debianPostgresBin = "/usr/lib/postgresql/*/bin"
+
+// postgresBin finds the directory holding initdb and pg_ctl, or fails tb saying how to get them.
 func postgresBin(tb testing.TB) string {
 	tb.Helper()
+	dir, err := findPostgres(debianPostgresBin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// findPostgres finds the directory holding initdb and pg_ctl: on the PATH, or in the
+// directories glob matches (Debian's VERSION/bin, newest version first).
+func findPostgres(glob string) (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		if _, err := exec.LookPath("initdb"); err == nil {
-			return filepath.Dir(p)
+			return filepath.Dir(p), nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(glob)
 	slices.SortFunc(dirs, func(a, b string) int { return versionOf(b) - versionOf(a) })
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
-			return d
+			return d, nil
 		}
 	}
-	tb.Fatal("PostgreSQL is not installed (no pg_ctl and initdb on the PATH or in /usr/lib/postgresql/*/bin): " +
-		"apt-get install -y postgresql")
-	return ""
+	return "", fmt.Errorf("this test needs PostgreSQL, which is not installed (no pg_ctl and initdb on the PATH or in %s): "+
+		"sudo apt-get install -y postgresql (make test-deps lists everything make test needs)", glob)
+}
+
+// findRedis finds redis-server on the PATH.
+func findRedis() (string, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("this test needs Redis, which is not installed (no redis-server on the PATH): " +
+			"sudo apt-get install -y redis-server (make test-deps lists everything make test needs)")
+	}
+	return bin, nil
 }
 
 func versionOf(binDir string) int {
@@ -101,7 +124,7 @@ func StartPostgres(tb testing.TB) *Postgres {
 		u, err := user.Lookup("postgres")
 		if err != nil {
 			tb.Fatalf("PostgreSQL refuses to run as root and there is no postgres user to run it as (%v): "+
-				"apt-get install -y postgresql creates it", err)
+				"sudo apt-get install -y postgresql creates it", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -110,7 +133,7 @@ func StartPostgres(tb testing.TB) *Postgres {
 		}
 		runuser, err := exec.LookPath("runuser")
 		if err != nil {
-			tb.Fatalf("running PostgreSQL as the postgres user needs runuser (util-linux): %v", err)
+			tb.Fatalf("running PostgreSQL as the postgres user needs runuser: apt-get install -y util-linux (%v)", err)
 		}
 		p.asUser = []string{runuser, "-u", "postgres", "--"}
 	}
@@ -229,9 +252,9 @@ type Redis struct {
 // working directory in a fresh temporary directory, and stops it when the test ends.
 func StartRedis(tb testing.TB) *Redis {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := findRedis()
 	if err != nil {
-		tb.Fatal("Redis is not installed (no redis-server on the PATH): apt-get install -y redis-server")
+		tb.Fatal(err)
 	}
 	r := &Redis{tb: tb, bin: bin, dir: tb.TempDir()}
 	tb.Cleanup(r.Kill)
