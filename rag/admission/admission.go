@@ -280,7 +280,7 @@ func NewPool(cfg Config, opts ...Option) (*Pool, error) {
 		opt.apply(&o)
 	}
 	p := &Pool{now: o.now, timer: o.timer, cfg: cfg.withDefaults()}
-	p.lim.reset(p.cfg.Adaptive, p.cfg.Workers, p.now())
+	p.lim.reset(p.cfg.Adaptive, p.now())
 	return p, nil
 }
 
@@ -295,8 +295,8 @@ func (p *Pool) Config() Config {
 // FIFO order. Fewer workers take effect as running requests finish; none is interrupted. Requests
 // already queued keep their place even if the new capacity is smaller, and keep the timeout they
 // arrived with; the new capacity, timeout and policy apply to later arrivals. Turning the
-// adaptive limit on starts it at InitialLimit; changing its settings keeps the limit reached,
-// within the new bounds.
+// adaptive limit on starts it at InitialLimit; changing its settings or the workers keeps the
+// limit reached (raised to a new minimum; the workers cap what runs, not the limit itself).
 func (p *Pool) Resize(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -306,9 +306,9 @@ func (p *Pool) Resize(cfg Config) error {
 	was := p.cfg.Adaptive.Enabled
 	p.cfg = cfg.withDefaults()
 	if p.cfg.Adaptive.Enabled && !was {
-		p.lim.reset(p.cfg.Adaptive, p.cfg.Workers, p.now())
+		p.lim.reset(p.cfg.Adaptive, p.now())
 	}
-	p.lim.bound(p.cfg.Adaptive, p.cfg.Workers)
+	p.lim.atLeastMin(p.cfg.Adaptive)
 	p.dispatchLocked()
 	p.trimLocked()
 	return nil
@@ -354,7 +354,7 @@ func (p *Pool) AcquireWait(ctx context.Context) (release func(), wait time.Durat
 		p.mu.Unlock()
 		return p.releaser(), p.now().Sub(start), nil
 	}
-	if p.cfg.Adaptive.Enabled && p.inFlight >= p.lim.slots() {
+	if p.cfg.Adaptive.Enabled && p.inFlight >= p.lim.slots() && p.lim.slots() < p.cfg.Workers {
 		p.lim.hold(start) // the limit, not the workers, holds this request back
 	}
 	if p.cfg.Policy == PolicyReject && p.cfg.QueueCapacity != Unbounded && p.queued >= p.cfg.QueueCapacity {

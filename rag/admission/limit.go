@@ -94,7 +94,10 @@ func (a Adaptive) validate() error {
 
 // limiter is the state of the adaptive limit. Its fields are guarded by the pool's mutex.
 type limiter struct {
-	limit   float64   // the limit, between the minimum and Workers; requests may run up to floor(limit)
+	// limit is the limit, at least the minimum; requests may run up to floor(limit), and no
+	// more than the workers. It is kept apart from the workers, so that lowering them for a
+	// while and raising them again leaves it where it was.
+	limit   float64
 	changed time.Time // when the limit last changed: requests that started before ran under another
 
 	// heldSince is when the limit began holding arrivals back (every window since had one
@@ -111,14 +114,12 @@ type limiter struct {
 }
 
 // reset starts the limit over at its initial value.
-func (l *limiter) reset(a Adaptive, workers int, now time.Time) {
-	*l = limiter{limit: float64(min(workers, max(InitialLimit, a.MinLimit))), changed: now, windowStart: now}
+func (l *limiter) reset(a Adaptive, now time.Time) {
+	*l = limiter{limit: float64(max(InitialLimit, a.MinLimit)), changed: now, windowStart: now}
 }
 
-// bound keeps the limit within a's minimum and workers.
-func (l *limiter) bound(a Adaptive, workers int) {
-	l.limit = min(max(l.limit, float64(min(a.MinLimit, workers))), float64(workers))
-}
+// atLeastMin raises the limit to a's minimum.
+func (l *limiter) atLeastMin(a Adaptive) { l.limit = max(l.limit, float64(a.MinLimit)) }
 
 // slots is the number of requests the limit lets run at once.
 func (l *limiter) slots() int { return max(int(l.limit), 1) }
@@ -169,13 +170,13 @@ func (l *limiter) observe(start time.Time, slowdown float64, a Adaptive, workers
 	before := l.slots()
 	switch {
 	case gradient < 1:
-		l.limit *= gradient
+		l.limit = max(l.limit*gradient, float64(a.MinLimit))
 	case gradient > 1 && heldThroughout:
-		l.limit = max(l.limit+limitSmoothing*(l.limit*gradient-l.limit), float64(before+1))
+		// Held means the limit, not the workers, turned arrivals away: it is below them.
+		l.limit = min(max(l.limit+limitSmoothing*(l.limit*gradient-l.limit), float64(before+1)), float64(workers))
 	default:
 		return false
 	}
-	l.bound(a, workers)
 	if l.slots() == before {
 		return false
 	}

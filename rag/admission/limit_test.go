@@ -269,7 +269,21 @@ func TestAdaptiveLimitConfig(t *testing.T) {
 	if got := p.Stats().Limit; got != 6 {
 		t.Fatalf("limit %d with 6 workers; want 6", got)
 	}
-	if c := p.Config().Adaptive; !c.Enabled || c.Tolerance != 2 || c.MinLimit != 10 {
+	on.Workers = 64 // and raising them again leaves the limit where it was
+	if err := p.Resize(on); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Stats().Limit; got != 10 {
+		t.Fatalf("limit %d with the workers back at 64; want the 10 it had reached", got)
+	}
+	on.Adaptive.MinLimit = 12 // a new minimum raises it
+	if err := p.Resize(on); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Stats().Limit; got != 12 {
+		t.Fatalf("limit %d after the minimum went to 12; want 12", got)
+	}
+	if c := p.Config().Adaptive; !c.Enabled || c.Tolerance != 2 || c.MinLimit != 12 {
 		t.Fatalf("config %+v", c)
 	}
 	if c := admission.DefaultConfig().Adaptive; !c.Enabled {
