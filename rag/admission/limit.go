@@ -51,8 +51,9 @@ const (
 	// DefaultMinLimit keeps a few requests running whatever the latencies say, so that a
 	// backend that is slow for another reason is still probed.
 	DefaultMinLimit = 4
-	// InitialLimit is where the limit starts (at most Workers): Netflix concurrency-limits'
-	// initial limit. It grows within seconds when requests fit in it.
+	// InitialLimit is where the limit starts (what runs is at most Workers): Netflix
+	// concurrency-limits' initial limit. It grows while arrivals keep finding it full and the
+	// requests run within the tolerance.
 	InitialLimit = 20
 )
 
