@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BIN      ?= bin/ragtail
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-timing test-deps e2e bench bench-observer bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
+.PHONY: all build test test-timing test-deps fuzz-smoke e2e bench bench-observer bench-telemetry bench-telemetry-ab bench-loadgen lint fmt tidy deps demo clean jaeger
 
 all: build
 
@@ -124,6 +124,18 @@ lint: $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GOLANGCI_LINT) run ./...
+
+## fuzz-smoke: the fuzz targets of what parses or writes outside input on the wire (the h1
+## transport's requests and responses, the SSE reader, the redaction of secrets, the chat request)
+## for FUZZSMOKE each: CI runs it to find what the seed corpora miss, briefly
+FUZZSMOKE ?= 10s
+FUZZ_SMOKE_TARGETS = ./loadgen/client/internal/h1:FuzzWriteRequest ./loadgen/client/internal/h1:FuzzReadResponse \
+	./loadgen/client:FuzzSSEReader ./internal/redact:FuzzRedact ./rag/openai:FuzzDecodeChatRequest
+fuzz-smoke:
+	@set -e; for t in $(FUZZ_SMOKE_TARGETS); do \
+		pkg=$${t%%:*}; f=$${t##*:}; echo "== $$pkg $$f ($(FUZZSMOKE))"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZSMOKE) $$pkg; \
+	done
 
 ## fuzz: run every fuzz target for FUZZTIME each (not in CI: a long run looks for new inputs;
 ## the seed corpora run in every `make test`)
