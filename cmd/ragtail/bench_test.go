@@ -221,14 +221,14 @@ func TestBenchUsageErrors(t *testing.T) {
 		msg  string
 	}{
 		{"rate", []string{"--request-rate", "fast"}, "invalid value"},
-		{"shape", []string{"--request-rate", "5", "--shape", "sawtooth"}, "unknown shape"},
+		{"shape", []string{"--request-rate", "5", "--shape", "sawtooth"}, "for flag -shape: unknown shape"},
 		{"no end", []string{"--num-prompts", "0"}, "never end"},
 		{"burst forever", []string{"--duration", "1s"}, "every request at once"},
-		{"goodput", []string{"--goodput", "ttft=3", "--num-prompts", "1"}, "--goodput"},
-		{"dataset", []string{"--dataset", "/no/such/file.json", "--num-prompts", "1"}, "neither a file"},
-		{"extra body", []string{"--extra-body", "[1]", "--num-prompts", "1"}, "JSON object"},
-		{"header", []string{"--header", "nocolon"}, "Name: value"},
-		{"metrics", []string{"--percentile-metrics", "ttft,joy", "--num-prompts", "1"}, "joy"},
+		{"goodput", []string{"--goodput", "ttft=3", "--num-prompts", "1"}, "flag -goodput"},
+		{"dataset", []string{"--dataset", "/no/such/file.json", "--num-prompts", "1"}, "for flag -dataset: neither a file"},
+		{"extra body", []string{"--extra-body", "[1]", "--num-prompts", "1"}, "for flag -extra-body: want a JSON object"},
+		{"header", []string{"--header", "nocolon"}, "for flag -header: header \"nocolon\": want \"Name: value\""},
+		{"metrics", []string{"--percentile-metrics", "ttft,joy", "--num-prompts", "1"}, "for flag -percentile-metrics: metric \"joy\""},
 		{"article with sessions", []string{"--shape", "article", "--sessions", "synthetic", "--num-prompts", "1"}, "does not combine"},
 	}
 	for _, tt := range tests {

@@ -79,16 +79,17 @@ func TestSweepUsage(t *testing.T) {
 	}{
 		{"no ladder", nil, "give one ladder"},
 		{"two ladders", []string{"--rates", "1,2", "--concurrencies", "1,2"}, "give one ladder"},
-		{"decreasing", []string{"--rates", "4,2"}, "must increase"},
-		{"bad rate", []string{"--rates", "1,x"}, "not a positive rate"},
+		{"decreasing", []string{"--rates", "4,2"}, "for flag -rates: the ladder's rates must increase"},
+		{"bad rate", []string{"--rates", "1,x"}, "for flag -rates: \"x\" is not a positive rate"},
 		{"arithmetic", []string{"--rate-start", "5", "--rate-step", "0", "--rate-max", "9"}, "--rate-step"},
-		{"bad slo", []string{"--rates", "1", "--slo", "fast"}, "--slo"},
+		{"bad slo", []string{"--rates", "1", "--slo", "fast"}, "for flag -slo: slo \"fast\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := run(context.Background(), append([]string{"sweep", "--url", "http://127.0.0.1:1/v1/chat/completions"}, tt.args...), io.Discard, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("err = %v, want %q", err, tt.msg)
+			var stderr bytes.Buffer
+			err := run(context.Background(), append([]string{"sweep", "--url", "http://127.0.0.1:1/v1/chat/completions"}, tt.args...), io.Discard, &stderr)
+			if err == nil || (!strings.Contains(err.Error(), tt.msg) && !strings.Contains(stderr.String(), tt.msg)) {
+				t.Errorf("err = %v, stderr %q: want %q", err, stderr.String(), tt.msg)
 			}
 		})
 	}

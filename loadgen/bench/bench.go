@@ -46,17 +46,17 @@ type Load struct {
 	// session step brings its own output length.
 	OverrideMaxTokens bool
 	Stream            bool
-	Timeout           time.Duration // per request, connecting included; 0: none
-	ExtraBody         string        // JSON object of extra body fields
+	Timeout           time.Duration  // per request, connecting included; 0: none
+	ExtraBody         map[string]any // extra body fields
 	Headers           Headers
 	Seed              uint64
 	// HTTPClient is the HTTP client for http:// targets: client.HTTPClientH1 or
 	// client.HTTPClientNetHTTP ("" for the client's default, h1).
 	HTTPClient string
 
-	Shape      string  // arrival process, as shape.ParseProcess reads it, or "article"
+	Shape      Shape   // arrival process, or the article's shaper
 	Burstiness float64 // gamma shape of the gaps
-	Dataset    string  // prompts: a length class, a file, or keys[:FILE]
+	Dataset    Dataset // prompts: lengths, a file, key lookups or a trace
 	Sessions   string  // a sessions JSONL file or "synthetic"
 	Think      time.Duration
 	// MultiTurn replays a dataset's conversations turn by turn as sessions, and makes every
@@ -76,9 +76,9 @@ type Load struct {
 	Warmup            int
 	WarmupDuration    time.Duration
 	MaxErrorRate      float64
-	Goodput           string // stats.ParseGoodput
-	PercentileMetrics string // report.ParseMetrics
-	Percentiles       string // report.ParsePercentiles
+	Goodput           stats.SLOs // request SLOs of goodput; none: goodput is not reported
+	PercentileMetrics []string   // report.AllMetrics when empty
+	Percentiles       []float64  // report.DefaultPercentiles when empty
 	SessionPatience   time.Duration
 	Quiet             bool // no progress line
 }
@@ -131,12 +131,8 @@ func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.C
 	if o.SendTemperature {
 		opts = append(opts, client.WithTemperature(o.Temperature))
 	}
-	if o.ExtraBody != "" {
-		var body map[string]any
-		if err := json.Unmarshal([]byte(o.ExtraBody), &body); err != nil {
-			return nil, fmt.Errorf("--extra-body: want a JSON object: %w", err)
-		}
-		opts = append(opts, client.WithBody(body))
+	if o.ExtraBody != nil {
+		opts = append(opts, client.WithBody(o.ExtraBody))
 	}
 	for _, kv := range o.Headers {
 		opts = append(opts, client.WithHeader(kv[0], kv[1]))
@@ -293,18 +289,16 @@ func (o *Load) isEmbeddings() bool {
 	return err == nil && strings.HasSuffix(u.Path, "/embeddings")
 }
 
-func (o *Load) isKeyLookups() bool {
-	return o.Dataset == "keys" || strings.HasPrefix(o.Dataset, "keys:")
-}
+func (o *Load) isKeyLookups() bool { return o.Dataset.Keys }
 
 // source builds the prompt source of --dataset.
 func (o *Load) source() (shape.Source, error) {
 	d := o.Dataset
 	switch {
-	case o.isKeyLookups():
+	case d.Keys:
 		cfg := shape.KeyConfig{Pattern: o.Keys.Pattern, Count: o.Keys.Count, Hot: o.Keys.Hot, Alpha: o.Article.Alpha,
 			ColdFraction: o.Keys.Cold, InvalidFraction: o.Keys.Invalid}
-		if file, ok := strings.CutPrefix(d, "keys:"); ok {
+		if file := d.File; file != "" {
 			f, err := os.Open(file)
 			if err != nil {
 				return nil, fmt.Errorf("--dataset: %w", err)
@@ -319,16 +313,10 @@ func (o *Load) source() (shape.Source, error) {
 			return nil, fmt.Errorf("--dataset keys: %w", err)
 		}
 		return src, nil
-	case strings.HasPrefix(d, "synthetic:"):
-		return o.synthetic(strings.TrimPrefix(d, "synthetic:"))
+	case d.File == "":
+		return shape.Synthetic(d.lengths(), o.Seed)
 	}
-	if _, err := os.Stat(d); err != nil {
-		if lengths, perr := shape.ParseLengths(d); perr == nil {
-			return shape.Synthetic(lengths, o.Seed)
-		}
-		return nil, fmt.Errorf("--dataset %q: neither a file nor short, medium, long, mixed, N, MIN-MAX or keys[:FILE]", d)
-	}
-	f, err := os.Open(d)
+	f, err := os.Open(d.File)
 	if err != nil {
 		return nil, fmt.Errorf("--dataset: %w", err)
 	}
@@ -342,14 +330,6 @@ func (o *Load) source() (shape.Source, error) {
 		return nil, fmt.Errorf("--dataset %s: %w", d, err)
 	}
 	return src, nil
-}
-
-func (o *Load) synthetic(spec string) (shape.Source, error) {
-	lengths, err := shape.ParseLengths(spec)
-	if err != nil {
-		return nil, fmt.Errorf("--dataset: %w", err)
-	}
-	return shape.Synthetic(lengths, o.Seed)
 }
 
 // maxTokensOverride drops the output lengths a dataset or a session brings, so that a
@@ -390,14 +370,13 @@ func (o *Load) plan(rate float64, concurrency int) (plan, error) {
 
 func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 	inf := math.IsInf(rate, 1)
-	name, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(o.Shape)), ":")
-	profiled := name == "ramp" || name == "step" || name == "steps"
+	article, profiled := o.Shape.Article, o.Shape.profiled()
 	p := plan{rate: rate}
-	_, _, trace := traceDataset(o.Dataset)
-	if o.MultiTurn && (trace || name == "article" || o.Sessions == "synthetic" || o.isKeyLookups()) {
+	trace := o.Dataset.Trace != ""
+	if o.MultiTurn && (trace || article || o.Sessions == "synthetic" || o.isKeyLookups()) {
 		return p, errors.New("--multi-turn replays conversations: give a ShareGPT or OpenAI-messages --dataset file, or --sessions FILE")
 	}
-	if o.isEmbeddings() && (trace || name == "article" || o.Sessions != "" || o.MultiTurn || o.isKeyLookups()) {
+	if o.isEmbeddings() && (trace || article || o.Sessions != "" || o.MultiTurn || o.isKeyLookups()) {
 		return p, errors.New("an /embeddings --url embeds the --dataset's prompts (synthetic lengths or a file): it does not combine with\n" +
 			"--sessions, --multi-turn, --shape article, key lookups or a trace")
 	}
@@ -405,7 +384,7 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 		return tp, err
 	}
 
-	if name == "article" {
+	if article {
 		if o.Sessions != "" {
 			return p, errors.New("--shape article makes its own prompts: it does not combine with --sessions")
 		}
@@ -431,12 +410,12 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 		proc = shape.Infinite()
 	default:
 		var err error
-		proc, err = shape.ParseProcess(o.Shape, rate, o.Burstiness, o.Seed)
+		proc, err = o.Shape.Process.Process(rate, o.Burstiness, o.Seed)
 		if err != nil {
 			return p, fmt.Errorf("--shape: %w", err)
 		}
 		p.desc = proc.String()
-		if name == "gamma" || profiled {
+		if o.Shape.Process.Name == shape.ProcessGamma || profiled {
 			p.burstiness = o.Burstiness
 		}
 		if profiled {
@@ -491,7 +470,7 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 		if err != nil {
 			return p, err
 		}
-		p.desc = strings.TrimPrefix(p.desc+", conversations from "+filepath.Base(o.Dataset), ", ")
+		p.desc = strings.TrimPrefix(p.desc+", conversations from "+filepath.Base(o.Dataset.File), ", ")
 		p.workload = shape.Sessions(proc, src)
 		return p, nil
 	}
@@ -512,7 +491,10 @@ func (o *Load) planWorkload(rate float64, concurrency int) (plan, error) {
 
 // conversations builds the multi-turn sessions of --dataset FILE --multi-turn.
 func (o *Load) conversations() (shape.SessionSource, error) {
-	f, err := os.Open(o.Dataset)
+	if !o.Dataset.isPrompts() {
+		return nil, fmt.Errorf("--multi-turn needs a ShareGPT or OpenAI-messages --dataset file (or --sessions FILE), not %q", o.Dataset)
+	}
+	f, err := os.Open(o.Dataset.File)
 	if err != nil {
 		return nil, fmt.Errorf("--multi-turn needs a ShareGPT or OpenAI-messages --dataset file (or --sessions FILE): %w", err)
 	}
@@ -536,21 +518,10 @@ func (o *Load) drain() time.Duration {
 	return o.DrainTimeout
 }
 
-// reportOptions builds the report options of o.
-func (o *Load) reportOptions() (report.Options, error) {
-	var ro report.Options
-	var err error
-	if ro.Goodput, err = stats.ParseGoodput(o.Goodput); err != nil {
-		return ro, fmt.Errorf("--goodput: %w", err)
-	}
-	if ro.Metrics, err = report.ParseMetrics(o.PercentileMetrics); err != nil {
-		return ro, fmt.Errorf("--percentile-metrics: %w", err)
-	}
-	if ro.Percentiles, err = report.ParsePercentiles(o.Percentiles); err != nil {
-		return ro, fmt.Errorf("--metric-percentiles: %w", err)
-	}
-	ro.SessionStepLimit = o.SessionPatience
-	return ro, nil
+// reportOptions are the report options of o.
+func (o *Load) reportOptions() report.Options {
+	return report.Options{Goodput: o.Goodput, Metrics: o.PercentileMetrics, Percentiles: o.Percentiles,
+		SessionStepLimit: o.SessionPatience}
 }
 
 // sessionPatience is the step latency past which a replayed session's user leaves: the
@@ -572,9 +543,9 @@ type Options struct {
 	Duration     time.Duration
 	JSONOut      string // ragtail.bench/v1 JSON file, "-" for stdout
 	HTMLOut      string
-	SaveDetailed string // JSONL of every record
-	Segment      string // i/n of a multi-host run
-	StartAt      string // RFC 3339 or Unix seconds
+	SaveDetailed string             // JSONL of every record
+	Segment      *loadgen.SegmentOf // the share of a multi-host run this host sends; nil: all
+	StartAt      time.Time          // when the run starts, on every host of a multi-host run; zero: now
 	// ServerMetrics is the scrape of the target's Prometheus endpoint during the run.
 	ServerMetrics ServerMetricsOptions
 	// ClientOptions are added to the client's own (for example a tracer provider).
@@ -589,10 +560,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	ropts, err := o.Load.reportOptions()
-	if err != nil {
-		return err
-	}
+	ropts := o.Load.reportOptions()
 	// As many connections as requests in flight at most: the cap, or the closed loop's users.
 	conns := o.Concurrency
 	if conns == 0 {
@@ -629,7 +597,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.StartAt == "" {
+	if o.StartAt.IsZero() {
 		start = time.Now() // the run starts after the preflight, whose wait is no request's send lag
 	}
 
@@ -660,7 +628,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, hash)
 	}
 	if wait := time.Until(start); wait > 10*time.Millisecond {
-		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), o.StartAt)
+		fmt.Fprintf(stderr, "waiting %s for --start-at %s\n", wait.Round(time.Millisecond), o.StartAt.Format(time.RFC3339Nano))
 	}
 	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
 	cfg.Stop = stop
@@ -717,34 +685,22 @@ func (o *Load) runInfo(p plan, concurrency, numPrompts int) loadgen.RunInfo {
 	}
 	return loadgen.NewRunInfo(o.URL, o.Model, p.desc, p.rate, o.Seed).
 		WithLimits(concurrency, numPrompts, o.MaxTokens).WithBurstiness(p.burstiness).
-		WithRequests(o.Dataset, o.Stream, temperature).WithProvenance(loadgen.BuildVersion(), os.Args)
+		WithRequests(o.Dataset.String(), o.Stream, temperature).WithProvenance(loadgen.BuildVersion(), os.Args)
 }
 
 // multiHost reads --segment and --start-at, and warns when several hosts would send the same
 // schedule.
 func (o *Options) multiHost(p plan, stderr io.Writer) (*loadgen.SegmentOf, time.Time, error) {
-	start := time.Now()
-	if o.StartAt != "" {
-		at, err := parseWallTime(o.StartAt)
-		if err != nil {
-			return nil, start, fmt.Errorf("--start-at: %w", err)
-		}
-		wait := time.Until(at)
-		if wait < 0 {
-			return nil, start, fmt.Errorf("--start-at %s is %s in the past", o.StartAt, (-wait).Round(time.Millisecond))
-		}
-		start = start.Add(wait) // on the monotonic clock, from now
+	start, err := startInstant(o.StartAt)
+	if err != nil {
+		return nil, start, err
 	}
-	if o.Segment == "" {
-		if o.StartAt != "" || os.Getenv("JOB_COMPLETION_INDEX") != "" {
+	if o.Segment == nil {
+		if !o.StartAt.IsZero() || os.Getenv("JOB_COMPLETION_INDEX") != "" {
 			fmt.Fprintln(stderr, "warning: every host started together without --segment sends the same seeded schedule, so their\n"+
 				"arrivals come in synchronised bursts; give each host --segment i/n (or its own --seed)")
 		}
 		return nil, start, nil
-	}
-	seg, err := loadgen.ParseSegment(o.Segment)
-	if err != nil {
-		return nil, start, fmt.Errorf("--segment: %w", err)
 	}
 	switch {
 	case p.closedLoop:
@@ -752,19 +708,21 @@ func (o *Options) multiHost(p plan, stderr io.Writer) (*loadgen.SegmentOf, time.
 	case o.Load.Warmup > 0:
 		return nil, start, errors.New("--segment: use --warmup-duration, the same stretch on every host, rather than --warmup")
 	}
-	return &seg, start, nil
+	return o.Segment, start, nil
 }
 
-// parseWallTime reads an RFC 3339 time or Unix seconds.
-func parseWallTime(s string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
+// startInstant is the instant of --start-at on the monotonic clock, now when it is zero; an
+// instant in the past is an error.
+func startInstant(at time.Time) (time.Time, error) {
+	now := time.Now()
+	if at.IsZero() {
+		return now, nil
 	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e11 {
-		sec, frac := math.Modf(f)
-		return time.Unix(int64(sec), int64(frac*1e9)), nil
+	wait := at.Sub(now)
+	if wait < 0 {
+		return now, fmt.Errorf("--start-at %s is %s in the past", at.Format(time.RFC3339Nano), (-wait).Round(time.Millisecond))
 	}
-	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-05-01T12:00:00Z) or Unix seconds", s)
+	return now.Add(wait), nil
 }
 
 // scheduleHash identifies the schedule the flags make: the first items of its workload (their
@@ -801,7 +759,7 @@ func (o *Options) validate() error {
 	case o.NumPrompts == 0 && o.Duration == 0:
 		return errors.New("give --num-prompts or --duration: the run would never end")
 	case math.IsInf(o.RequestRate, 1) && o.Concurrency == 0 && o.NumPrompts == 0 &&
-		!strings.HasPrefix(o.Load.Shape, "ramp") && !strings.HasPrefix(o.Load.Shape, "step") && o.Load.Shape != "article":
+		!o.Load.Shape.profiled() && !o.Load.Shape.Article:
 		return errors.New("an infinite rate without --concurrency sends every request at once: give --num-prompts, a --request-rate or --concurrency")
 	case o.Load.MaxTokens < 1:
 		return errors.New("--max-tokens must be positive")

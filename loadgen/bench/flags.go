@@ -4,12 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/scrape"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
@@ -26,14 +26,17 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Temperature, "temperature", 0, "sampling temperature (default: not sent, the server's default)")
 	fs.BoolVar(&o.Stream, "stream", true, "stream responses (SSE); without streaming only E2EL is measured")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "limit on each request, connecting included (0: none)")
-	fs.StringVar(&o.ExtraBody, "extra-body", "", `JSON object of extra body fields, e.g. '{"rag":{"coupling":"async"}}' or '{"ignore_eos":true}'`)
+	fs.Var(jsonObjectValue{&o.ExtraBody}, "extra-body", "`JSON` object of extra body fields, e.g. '{\"rag\":{\"coupling\":\"async\"}}' or '{\"ignore_eos\":true}'")
 	fs.Var(&o.Headers, "header", "extra request header \"Name: value\" (repeatable)")
-	fs.StringVar(&o.HTTPClient, "http-client", client.HTTPClientH1, "HTTP client of http:// targets: h1 (a lean HTTP/1.1 transport, no goroutines per connection) or\nnet/http (Go's standard transport); https:// and proxied targets always use net/http")
+	o.HTTPClient = client.HTTPClientH1
+	fs.Var(choiceValue{&o.HTTPClient, client.HTTPClients}, "http-client", "HTTP `client` of http:// targets: h1 (a lean HTTP/1.1 transport, no goroutines per connection) or\nnet/http (Go's standard transport); https:// and proxied targets always use net/http")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of arrivals and prompts: the same seed sends the same load")
 
-	fs.StringVar(&o.Shape, "shape", "poisson", "arrival process: poisson, gamma (with --burstiness), constant, ramp:FROM,TO,DURATION,\nstep:RATE@DURATION,..., or article (Zipf popularity, rank-grown context, Poisson bursts)")
+	o.Shape = mustParse(ParseShape, "poisson")
+	fs.Var(shapeValue{&o.Shape}, "shape", "arrival `process`: poisson, gamma (with --burstiness), constant, ramp:FROM,TO,DURATION,\nstep:RATE@DURATION,..., or article (Zipf popularity, rank-grown context, Poisson bursts)")
 	fs.Float64Var(&o.Burstiness, "burstiness", 1, "gamma shape of the gaps (vLLM's): 1 is Poisson, < 1 burstier, > 1 more regular; ramp and step use it too (0: even spacing)")
-	fs.StringVar(&o.Dataset, "dataset", "mixed", "prompts: short, medium, long, mixed, N or MIN-MAX tokens (synthetic); a ShareGPT JSON or\nOpenAI-messages JSONL file; keys[:FILE] for GET /v1/documents/{id} lookups (see --key-*); or a trace\nreplayed on its timestamps: mooncake:FILE (JSONL), azure:FILE or burstgpt:FILE (CSV), see --trace-*")
+	o.Dataset = mustParse(ParseDataset, "mixed")
+	fs.Var(datasetValue{&o.Dataset}, "dataset", "`prompts`: short, medium, long, mixed, N or MIN-MAX tokens (synthetic); a ShareGPT JSON or\nOpenAI-messages JSONL file; keys[:FILE] for GET /v1/documents/{id} lookups (see --key-*); or a trace\nreplayed on its timestamps: mooncake:FILE (JSONL), azure:FILE or burstgpt:FILE (CSV), see --trace-*")
 	o.Trace.RegisterFlags(fs)
 	fs.StringVar(&o.Sessions, "sessions", "", "replay user sessions: a JSONL file (session, step, think_ms, start_ms, request) or 'synthetic'\n(search -> product -> cart paths); sessions start at the arrival process unless the file gives start_ms")
 	fs.DurationVar(&o.Think, "think", time.Second, "median think time between steps of synthetic sessions; with --multi-turn, the pause after each answer\nbefore a conversation's next turn")
@@ -46,9 +49,11 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
 	fs.DurationVar(&o.WarmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")
 	fs.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.5, "exit non-zero when more than this fraction of the measured requests failed (1: never)")
-	fs.StringVar(&o.Goodput, "goodput", "", "request SLOs for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, ttfo, tpot, itl, e2el)")
-	fs.StringVar(&o.PercentileMetrics, "percentile-metrics", "all", "metrics in the report: ttft,ttfo,tpot,itl,e2el,service_e2el,send_lag or all\n(ttfo, the first answer token after any reasoning, shows when the server reasoned)")
-	fs.StringVar(&o.Percentiles, "metric-percentiles", "50,90,95,99,99.9", "percentiles reported, each with its 95% interval")
+	fs.Var(goodputValue{&o.Goodput}, "goodput", "request `SLOs` for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, ttfo, tpot, itl, e2el)")
+	o.PercentileMetrics = slices.Clone(report.AllMetrics)
+	fs.Var(metricsValue{&o.PercentileMetrics}, "percentile-metrics", "`metrics` in the report: ttft,ttfo,tpot,itl,e2el,service_e2el,send_lag or all\n(ttfo, the first answer token after any reasoning, shows when the server reasoned)")
+	o.Percentiles = slices.Clone(report.DefaultPercentiles)
+	fs.Var(percentilesValue{&o.Percentiles}, "metric-percentiles", "`percentiles` reported, each with its 95% interval")
 	fs.DurationVar(&o.SessionPatience, "session-patience", 0, "sessions: a step slower than this interrupts its session (default: the goodput e2el SLO)")
 	fs.BoolVar(&o.Quiet, "quiet", false, "no progress line")
 }
@@ -97,13 +102,13 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight at most (with a rate), or closed-loop users (without one); 0 with a rate:\nthe default cap, 1024 or fewer under the open-file limit (requests beyond it wait for a slot,\nand the wait counts as send lag)")
 	fs.IntVar(&o.Concurrency, "max-concurrency", 0, "alias of --concurrency (vLLM's name)")
 	fs.IntVar(&o.NumPrompts, "num-prompts", 1000, "requests (or sessions) to send; with --duration, 0 means no limit")
-	fs.Var(rateValue{&o.RequestRate}, "request-rate", "requests per second, or inf (default inf: a closed loop with --concurrency, else all at once)")
+	fs.Var(rateValue{&o.RequestRate}, "request-rate", "`rate` in requests per second, or inf (inf: a closed loop with --concurrency, else all at once)")
 	fs.DurationVar(&o.Duration, "duration", 0, "stop sending after this long (0: no limit)")
 	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.bench/v1 JSON to this file ('-' for stdout)")
 	fs.StringVar(&o.HTMLOut, "html", "", "write a self-contained HTML report to this file")
 	fs.StringVar(&o.SaveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
-	fs.StringVar(&o.Segment, "segment", "", "multi-host runs: send share i/n (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
-	fs.StringVar(&o.StartAt, "start-at", "", "start the run at this wall-clock time (RFC 3339 or Unix seconds), so that several hosts start together")
+	fs.Var(segmentValue{&o.Segment}, "segment", "multi-host runs: send share `i/n` (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
+	fs.Var(wallTimeValue{&o.StartAt}, "start-at", "start the run at this wall-clock `time` (RFC 3339 or Unix seconds), so that several hosts start together")
 	o.ServerMetrics.registerFlags(fs, "the run")
 }
 
@@ -128,24 +133,24 @@ func (o *Options) FlagsParsed(fs *flag.FlagSet) {
 // RegisterFlags registers sweep's flags on fs (the shared ones of Load included), filling o.
 func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
 	o.Load.RegisterFlags(fs)
-	fs.StringVar(&o.Rates, "rates", "", "request rates of the ladder, comma-separated (req/s)")
+	fs.Var(ratesValue{&o.Rates}, "rates", "request `rates` of the ladder, comma-separated (req/s)")
 	fs.Float64Var(&o.RateStart, "rate-start", 0, "first rate of an arithmetic ladder")
 	fs.Float64Var(&o.RateStep, "rate-step", 0, "step of an arithmetic ladder")
 	fs.Float64Var(&o.RateMax, "rate-max", 0, "last rate of an arithmetic ladder (inclusive)")
-	fs.StringVar(&o.Concurrencies, "concurrencies", "", "closed-loop users of the ladder, comma-separated, instead of rates")
+	fs.Var(usersValue{&o.Concurrencies}, "concurrencies", "closed-loop `users` of the ladder, comma-separated, instead of rates")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "with rates: cap on requests in flight (0: the default, 1024 or fewer under the open-file limit)")
 	fs.DurationVar(&o.PointDuration, "point-duration", 30*time.Second, "how long each point (and probe) sends")
 	fs.IntVar(&o.PointPrompts, "num-prompts", 0, "stop a point after this many requests, too (0: no limit)")
-	fs.StringVar(&o.SLO, "slo", "", "percentile SLO for max_rps_under_slo: pP_METRIC:MS (p95_e2el:2000) or METRIC:pP:MS")
+	fs.Var(sloValue{&o.SLO}, "slo", "percentile `SLO` for max_rps_under_slo: pP_METRIC:MS (p95_e2el:2000) or METRIC:pP:MS")
 	fs.Float64Var(&o.KneeThreshold, "knee-threshold", stats.DefaultKneeSlope, "knee: P99 E2EL growth in ms per extra req/s (the article's 120)")
 	fs.BoolVar(&o.Bisect, "bisect", true, "with --slo and rates: refine the max rate by bisection between the ladder's points")
 	fs.Float64Var(&o.Tolerance, "rps-tolerance", 0, "bisection stops when the bracket is this narrow, in req/s (default 5% of its low end)")
 	fs.DurationVar(&o.Pause, "pause", 2*time.Second, "idle time between points, for the server to settle")
 	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.sweep/v1 JSON to this file ('-' for stdout)")
 	fs.StringVar(&o.HTMLOut, "html", "", "write a self-contained HTML report with the sweep curve to this file")
-	fs.StringVar(&o.Segment, "segment", "", "multi-host sweeps: send share i/n (i from 0 to n-1) of every point's seeded schedule;\n"+
+	fs.Var(segmentValue{&o.Segment}, "segment", "multi-host sweeps: send share `i/n` (i from 0 to n-1) of every point's seeded schedule;\n"+
 		"ragtail report merges the n sweep files point by point (needs --rates and --bisect=false)")
-	fs.StringVar(&o.StartAt, "start-at", "", "start the first point at this wall-clock time (RFC 3339 or Unix seconds) and each next one\n"+
+	fs.Var(wallTimeValue{&o.StartAt}, "start-at", "start the first point at this wall-clock `time` (RFC 3339 or Unix seconds) and each next one\n"+
 		"--warmup-duration + --point-duration + --drain-timeout + --pause + 1s later, so that several hosts run each point together")
 	o.ServerMetrics.registerFlags(fs, "each point")
 }
@@ -161,28 +166,11 @@ func given(fs *flag.FlagSet) map[string]bool {
 	return set
 }
 
-// rateValue is a request rate flag that accepts "inf".
-type rateValue struct{ v *float64 }
-
-func (r rateValue) String() string {
-	if r.v == nil {
-		return ""
+// mustParse parses a flag's default, which cannot fail.
+func mustParse[T any](parse func(string) (T, error), s string) T {
+	v, err := parse(s)
+	if err != nil {
+		panic(fmt.Sprintf("default %q: %v", s, err))
 	}
-	if math.IsInf(*r.v, 1) {
-		return "inf"
-	}
-	return strconv.FormatFloat(*r.v, 'g', -1, 64)
-}
-
-func (r rateValue) Set(s string) error {
-	if strings.EqualFold(s, "inf") {
-		*r.v = math.Inf(1)
-		return nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(f > 0) || math.IsInf(f, 0) {
-		return fmt.Errorf("want a positive number of requests per second or inf")
-	}
-	*r.v = f
-	return nil
+	return v
 }

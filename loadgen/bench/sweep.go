@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,22 +19,23 @@ import (
 // SweepOptions configure a sweep (the sweep command's flags).
 type SweepOptions struct {
 	Load
-	Rates                        string // comma-separated request rates
+	Rates                        []float64 // request rates, increasing
 	RateStart, RateStep, RateMax float64
-	Concurrencies                string // comma-separated closed-loop users
-	Concurrency                  int    // with rates: cap on requests in flight
+	Concurrencies                []int // closed-loop users, increasing
+	Concurrency                  int   // with rates: cap on requests in flight
 	PointDuration                time.Duration
 	PointPrompts                 int
-	SLO                          string  // pP_METRIC:MS or METRIC:pP:MS
-	KneeThreshold                float64 // ms per extra req/s
+	SLO                          *report.PercentileSLO // of max_rps_under_slo; nil: none
+	KneeThreshold                float64               // ms per extra req/s
 	Bisect                       bool
 	Tolerance                    float64 // req/s; 0: 5% of the bracket's low end
 	Pause                        time.Duration
 	JSONOut, HTMLOut             string
 	// Segment (i/n) sends share i of every point's schedule, for a sweep that several hosts
-	// run together; StartAt (RFC 3339 or Unix seconds) is the instant the first point starts
-	// on every host, and point k starts pointPeriod later than point k-1.
-	Segment, StartAt string
+	// run together (nil: all of it); StartAt is the instant the first point starts on every
+	// host (zero: now), and point k starts pointPeriod later than point k-1.
+	Segment *loadgen.SegmentOf
+	StartAt time.Time
 	// ServerMetrics is the scrape of the target's Prometheus endpoint during each point; each
 	// point's result has its own server_metrics.
 	ServerMetrics ServerMetricsOptions
@@ -56,31 +56,23 @@ func (o *SweepOptions) pointPeriod() time.Duration {
 // all of it) and the start of the first point (zero: each point starts when the last ended).
 func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.SegmentOf, time.Time, error) {
 	var start time.Time
-	if o.StartAt != "" {
-		at, err := parseWallTime(o.StartAt)
-		if err != nil {
-			return nil, start, fmt.Errorf("--start-at: %w", err)
+	if !o.StartAt.IsZero() {
+		var err error
+		if start, err = startInstant(o.StartAt); err != nil {
+			return nil, start, err
 		}
-		wait := time.Until(at)
-		if wait < 0 {
-			return nil, start, fmt.Errorf("--start-at %s is %s in the past", o.StartAt, (-wait).Round(time.Millisecond))
-		}
-		start = time.Now().Add(wait) // on the monotonic clock, from now
 	}
-	if o.Segment == "" {
-		if o.StartAt != "" {
+	if o.Segment == nil {
+		if !o.StartAt.IsZero() {
 			fmt.Fprintln(stderr, "warning: every host started together without --segment sends the same seeded schedules, so their\n"+
 				"arrivals come in synchronised bursts; give each host --segment i/n (or its own --seed)")
 		}
 		return nil, start, nil
 	}
-	seg, err := loadgen.ParseSegment(o.Segment)
 	switch {
-	case err != nil:
-		return nil, start, fmt.Errorf("--segment: %w", err)
 	case len(users) > 0:
 		return nil, start, errors.New("--segment shares out schedules of arrivals: give --rates (a ladder of users has none)")
-	case o.SLO != "" && o.Bisect:
+	case o.SLO != nil && o.Bisect:
 		return nil, start, errors.New("--segment: a bisection's probes follow each host's own results; pass --bisect=false, merge the\n" +
 			"segments with ragtail report, and read max_rps_under_slo off the merged ladder")
 	case o.Load.Warmup > 0:
@@ -91,7 +83,7 @@ func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.Segmen
 		start = time.Now()
 		fmt.Fprintln(stderr, "warning: --segment without --start-at: this host's points start when it started; give every host one --start-at")
 	}
-	return &seg, start, nil
+	return o.Segment, start, nil
 }
 
 // Sweep runs the sweep o describes: a ladder of bench points, each of --point-duration, then
@@ -102,24 +94,14 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	var slo *report.PercentileSLO
-	if o.SLO != "" {
-		s, err := ParseSLO(o.SLO)
-		if err != nil {
-			return fmt.Errorf("--slo: %w", err)
-		}
-		slo = &s
-	}
+	slo := o.SLO
 	if o.PointDuration <= 0 {
 		return errors.New("--point-duration must be positive")
 	}
 	if err := o.Load.validate(); err != nil {
 		return err
 	}
-	ropts, err := o.Load.reportOptions()
-	if err != nil {
-		return err
-	}
+	ropts := o.Load.reportOptions()
 	seg, start, err := o.multiHost(users, stderr)
 	if err != nil {
 		return err
@@ -240,7 +222,7 @@ func sweepErrorRate(benches []*report.Bench, maxRate float64) error {
 func (o *SweepOptions) ladder() (rates []float64, users []int, err error) {
 	arith := o.RateStart > 0 || o.RateStep > 0 || o.RateMax > 0
 	given := 0
-	for _, b := range []bool{o.Rates != "", arith, o.Concurrencies != ""} {
+	for _, b := range []bool{len(o.Rates) > 0, arith, len(o.Concurrencies) > 0} {
 		if b {
 			given++
 		}
@@ -249,51 +231,28 @@ func (o *SweepOptions) ladder() (rates []float64, users []int, err error) {
 		return nil, nil, errors.New("give one ladder: --rates, --rate-start/--rate-step/--rate-max, or --concurrencies")
 	}
 	switch {
-	case o.Rates != "":
-		for f := range strings.SplitSeq(o.Rates, ",") {
-			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || !(r > 0) || math.IsInf(r, 0) {
-				return nil, nil, fmt.Errorf("--rates: %q is not a positive rate", f)
-			}
-			rates = append(rates, r)
+	case len(o.Rates) > 0 && !increasing(o.Rates):
+		return nil, nil, errors.New("the ladder's rates must increase")
+	case len(o.Rates) > 0:
+		return o.Rates, nil, nil
+	case len(o.Concurrencies) > 0 && !increasing(o.Concurrencies):
+		return nil, nil, errors.New("the ladder's concurrencies must increase")
+	case len(o.Concurrencies) > 0:
+		return nil, o.Concurrencies, nil
+	}
+	if !(o.RateStart > 0) || !(o.RateStep > 0) || o.RateMax < o.RateStart {
+		return nil, nil, errors.New("--rate-start and --rate-step must be positive and --rate-max at least --rate-start")
+	}
+	for i := 0; ; i++ {
+		r := o.RateStart + float64(i)*o.RateStep
+		if r > o.RateMax*(1+1e-9) {
+			return rates, nil, nil
 		}
-	case arith:
-		if !(o.RateStart > 0) || !(o.RateStep > 0) || o.RateMax < o.RateStart {
-			return nil, nil, errors.New("--rate-start and --rate-step must be positive and --rate-max at least --rate-start")
-		}
-		for i := 0; ; i++ {
-			r := o.RateStart + float64(i)*o.RateStep
-			if r > o.RateMax*(1+1e-9) {
-				break
-			}
-			rates = append(rates, r)
-			if len(rates) > 1000 {
-				return nil, nil, errors.New("the ladder has over 1000 points")
-			}
-		}
-	default:
-		for f := range strings.SplitSeq(o.Concurrencies, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				return nil, nil, fmt.Errorf("--concurrencies: %q is not a positive count", f)
-			}
-			if err := loadgen.CheckConcurrency(n, true); err != nil {
-				return nil, nil, fmt.Errorf("--concurrencies: %w", err)
-			}
-			users = append(users, n)
+		rates = append(rates, r)
+		if len(rates) > 1000 {
+			return nil, nil, errors.New("the ladder has over 1000 points")
 		}
 	}
-	for i := 1; i < len(rates); i++ {
-		if rates[i] <= rates[i-1] {
-			return nil, nil, errors.New("the ladder's rates must increase")
-		}
-	}
-	for i := 1; i < len(users); i++ {
-		if users[i] <= users[i-1] {
-			return nil, nil, errors.New("the ladder's concurrencies must increase")
-		}
-	}
-	return rates, users, nil
 }
 
 // sweepSLORE matches the pP_METRIC:MS spelling of an SLO (p95_e2el:2000).

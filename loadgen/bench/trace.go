@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen/shape"
@@ -20,25 +19,12 @@ type TraceOptions struct {
 	reqs []shape.TraceRequest // read once: bench plans the workload several times
 }
 
-// traceDataset splits a --dataset of the form FORMAT:FILE naming a trace format.
-func traceDataset(dataset string) (shape.TraceFormat, string, bool) {
-	name, file, ok := strings.Cut(dataset, ":")
-	if !ok {
-		return "", "", false
-	}
-	f, err := shape.ParseTraceFormat(name)
-	if err != nil {
-		return "", "", false
-	}
-	return f, file, true
-}
-
 // tracePlan builds the workload of a trace dataset; ok is false when --dataset is not one.
 // A trace brings its own send times, so the arrival process and a rate do not apply: a finite
 // rate (--request-rate, or a sweep's ladder) is an error.
 func (o *Load) tracePlan(rate float64) (p plan, ok bool, err error) {
-	format, file, ok := traceDataset(o.Dataset)
-	if !ok {
+	format, file := o.Dataset.Trace, o.Dataset.File
+	if format == "" {
 		return p, false, nil
 	}
 	if !math.IsInf(rate, 1) {

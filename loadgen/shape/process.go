@@ -153,23 +153,32 @@ func Profile(segs []Segment, burstiness float64, seed uint64) (Process, error) {
 	if len(segs) == 0 {
 		return nil, errors.New("rate profile: no segments")
 	}
-	total := 0.0
-	for i, s := range segs {
-		if s.From < 0 || s.To < 0 || math.IsNaN(s.From+s.To) || math.IsInf(s.From+s.To, 0) {
-			return nil, fmt.Errorf("rate profile segment %d: rates must be finite and not negative", i+1)
-		}
-		if s.For <= 0 {
-			return nil, fmt.Errorf("rate profile segment %d: duration must be positive", i+1)
-		}
-		total += (s.From + s.To) / 2 * s.For.Seconds()
-	}
-	if total <= 0 {
-		return nil, errors.New("rate profile: every rate is 0")
+	if err := checkSegments(segs); err != nil {
+		return nil, err
 	}
 	if burstiness < 0 || math.IsNaN(burstiness) || math.IsInf(burstiness, 0) {
 		return nil, fmt.Errorf("burstiness must be 0 (even spacing) or positive, got %v", burstiness)
 	}
 	return &profile{segs: segs, k: burstiness, rng: newRand(seed, streamArrivals)}, nil
+}
+
+// checkSegments checks the segments of a rate profile: finite rates, not negative and not all
+// 0, and positive durations.
+func checkSegments(segs []Segment) error {
+	total := 0.0
+	for i, s := range segs {
+		if s.From < 0 || s.To < 0 || math.IsNaN(s.From+s.To) || math.IsInf(s.From+s.To, 0) {
+			return fmt.Errorf("rate profile segment %d: rates must be finite and not negative", i+1)
+		}
+		if s.For <= 0 {
+			return fmt.Errorf("rate profile segment %d: duration must be positive", i+1)
+		}
+		total += (s.From + s.To) / 2 * s.For.Seconds()
+	}
+	if len(segs) > 0 && total <= 0 {
+		return errors.New("rate profile: every rate is 0")
+	}
+	return nil
 }
 
 type profile struct {
@@ -264,49 +273,95 @@ func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) 
 //
 // A rate of +Inf (with poisson, gamma or constant) makes every request due at once. Ramps and
 // steps draw Gamma gaps with the given burstiness in rescaled time (1 is Poisson; 0 spaces them
-// evenly) and end with their profile.
+// evenly) and end with their profile. It is ParseProcessSpec and ProcessSpec.Process in one.
 func ParseProcess(spec string, rate, burstiness float64, seed uint64) (Process, error) {
+	s, err := ParseProcessSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.Process(rate, burstiness, seed)
+}
+
+// ProcessSpec is an arrival process as a --shape flag names it (see ParseProcess), read before
+// the rate, the burstiness and the seed that make it a Process. The zero ProcessSpec is Poisson.
+type ProcessSpec struct {
+	// Name is poisson, gamma, constant, ramp or step ("" is poisson).
+	Name string
+	// Profile is the rate profile of a ramp (one segment) or of steps; nil for the others.
+	Profile []Segment
+	spec    string // as given
+}
+
+// Process names of a ProcessSpec.
+const (
+	ProcessPoisson  = "poisson"
+	ProcessGamma    = "gamma"
+	ProcessConstant = "constant"
+	ProcessRamp     = "ramp"
+	ProcessStep     = "step"
+)
+
+// ParseProcessSpec reads a --shape (see ParseProcess); a ramp's or steps' profile is checked
+// as Profile checks it.
+func ParseProcessSpec(spec string) (ProcessSpec, error) {
 	name, args, _ := strings.Cut(strings.TrimSpace(spec), ":")
-	switch strings.ToLower(name) {
-	case "", "poisson", "gamma", "constant":
-		if math.IsInf(rate, 1) {
-			return Infinite(), nil
-		}
-		if name == "constant" {
-			return Constant(rate)
-		}
-		if name == "poisson" {
-			burstiness = 1
-		}
-		return Gamma(rate, burstiness, seed)
-	case "ramp":
+	out := ProcessSpec{Name: strings.ToLower(name), spec: spec}
+	switch out.Name {
+	case "", ProcessPoisson, ProcessGamma, ProcessConstant:
+		return out, nil
+	case ProcessRamp:
 		parts := strings.Split(args, ",")
 		if len(parts) != 3 {
-			return nil, fmt.Errorf("shape %q: want ramp:FROM,TO,DURATION, e.g. ramp:1,50,60s", spec)
+			return out, fmt.Errorf("shape %q: want ramp:FROM,TO,DURATION, e.g. ramp:1,50,60s", spec)
 		}
 		from, err1 := strconv.ParseFloat(strings.TrimSpace(parts[0]), 64)
 		to, err2 := strconv.ParseFloat(strings.TrimSpace(parts[1]), 64)
 		over, err3 := time.ParseDuration(strings.TrimSpace(parts[2]))
 		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, fmt.Errorf("shape %q: %w", spec, err)
+			return out, fmt.Errorf("shape %q: %w", spec, err)
 		}
-		return Ramp(from, to, over, burstiness, seed)
-	case "step", "steps":
-		var rates []float64
-		var durs []time.Duration
+		out.Profile = []Segment{{From: from, To: to, For: over}}
+	case ProcessStep, "steps":
+		out.Name = ProcessStep
 		for part := range strings.SplitSeq(args, ",") {
 			r, d, ok := strings.Cut(strings.TrimSpace(part), "@")
 			if !ok {
-				return nil, fmt.Errorf("shape %q: want step:RATE@DURATION,..., e.g. step:5@10s,10@10s", spec)
+				return out, fmt.Errorf("shape %q: want step:RATE@DURATION,..., e.g. step:5@10s,10@10s", spec)
 			}
 			rv, err1 := strconv.ParseFloat(r, 64)
 			dv, err2 := time.ParseDuration(d)
 			if err := errors.Join(err1, err2); err != nil {
-				return nil, fmt.Errorf("shape %q: %w", spec, err)
+				return out, fmt.Errorf("shape %q: %w", spec, err)
 			}
-			rates, durs = append(rates, rv), append(durs, dv)
+			out.Profile = append(out.Profile, Segment{From: rv, To: rv, For: dv})
 		}
-		return Steps(rates, durs, burstiness, seed)
+	default:
+		return out, fmt.Errorf("unknown shape %q: want poisson, gamma, constant, ramp:FROM,TO,DURATION, step:RATE@DURATION,... or article", spec)
 	}
-	return nil, fmt.Errorf("unknown shape %q: want poisson, gamma, constant, ramp:FROM,TO,DURATION, step:RATE@DURATION,... or article", spec)
+	return out, checkSegments(out.Profile)
+}
+
+// Profiled reports whether the spec is a rate profile (a ramp or steps), which sets its own
+// rate.
+func (s ProcessSpec) Profiled() bool { return s.Profile != nil }
+
+// String returns the spec as it was given ("" for the zero ProcessSpec).
+func (s ProcessSpec) String() string { return s.spec }
+
+// Process builds the process of the spec at rate (ignored by a profile) with the given
+// burstiness (ignored by poisson and constant) and seed.
+func (s ProcessSpec) Process(rate, burstiness float64, seed uint64) (Process, error) {
+	if s.Profiled() {
+		return Profile(s.Profile, burstiness, seed)
+	}
+	if math.IsInf(rate, 1) {
+		return Infinite(), nil
+	}
+	switch s.Name {
+	case ProcessConstant:
+		return Constant(rate)
+	case "", ProcessPoisson:
+		burstiness = 1
+	}
+	return Gamma(rate, burstiness, seed)
 }

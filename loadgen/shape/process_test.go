@@ -185,6 +185,8 @@ func TestParseProcess(t *testing.T) {
 		{"poisson", 5, 0.5, "poisson(rate=5)", ""},
 		{"gamma", 5, 0.5, "gamma(rate=5,burstiness=0.5)", ""},
 		{"constant", 5, 1, "constant(rate=5)", ""},
+		{"Constant", 5, 0.5, "constant(rate=5)", ""},
+		{"Poisson", 5, 0.5, "poisson(rate=5)", ""},
 		{"poisson", math.Inf(1), 1, "infinite", ""},
 		{"ramp:1,50,60s", 0, 1, "profile(1->50@1m0s;poisson)", ""},
 		{"step:5@10s,10@10s", 0, 0, "profile(5@10s,10@10s;even)", ""},
@@ -211,6 +213,48 @@ func TestParseProcess(t *testing.T) {
 			}
 			if p.String() != tt.wantString {
 				t.Errorf("String() = %q, want %q", p.String(), tt.wantString)
+			}
+		})
+	}
+}
+
+// TestParseProcessSpec reads --shape values without a rate: a profile is checked as it is read,
+// names in any case, and the spec is kept as given.
+func TestParseProcessSpec(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		spec, name string
+		profile    []Segment
+		process    string // at 5 req/s, burstiness 0.5
+		err        string
+	}{
+		{spec: "", name: "", process: "poisson(rate=5)"},
+		{spec: "Constant", name: ProcessConstant, process: "constant(rate=5)"},
+		{spec: " POISSON ", name: ProcessPoisson, process: "poisson(rate=5)"},
+		{spec: "Gamma", name: ProcessGamma, process: "gamma(rate=5,burstiness=0.5)"},
+		{spec: "steps:5@1s,0@1s", name: ProcessStep, profile: []Segment{{5, 5, time.Second}, {0, 0, time.Second}},
+			process: "profile(5@1s,0@1s;gamma(burstiness=0.5))"},
+		{spec: "ramp:1,2,1m", name: ProcessRamp, profile: []Segment{{1, 2, time.Minute}}, process: "profile(1->2@1m0s;gamma(burstiness=0.5))"},
+		{spec: "ramp:1,2,0s", err: "duration must be positive"},
+		{spec: "step:0@1s,0@2s", err: "every rate is 0"},
+		{spec: "step:nan@1s", err: "finite"},
+		{spec: "step:", err: "want step:RATE@DURATION"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.spec, func(t *testing.T) {
+			s, err := ParseProcessSpec(tt.spec)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil || s.Name != tt.name || !slices.Equal(s.Profile, tt.profile) || s.String() != tt.spec {
+				t.Fatalf("got %+v, %v", s, err)
+			}
+			p, err := s.Process(5, 0.5, 1)
+			if err != nil || p.String() != tt.process {
+				t.Errorf("process %v, %v; want %s", p, err, tt.process)
 			}
 		})
 	}
