@@ -5,7 +5,28 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/ragtail/ragtail/loadgen/report"
 )
+
+// WriteOutputs writes the JSON and HTML files asked for, then prints the text report (or the
+// JSON, for --json -): files first, so that a closed stdout cannot lose them.
+func WriteOutputs(stdout io.Writer, v report.Document, jsonOut, htmlOut string) error {
+	if jsonOut != "" && jsonOut != "-" {
+		if err := WriteOutput(jsonOut, stdout, func(w io.Writer) error { return report.WriteJSON(w, v) }); err != nil {
+			return err
+		}
+	}
+	if htmlOut != "" {
+		if err := WriteOutput(htmlOut, stdout, func(w io.Writer) error { return report.WriteHTML(w, v) }); err != nil {
+			return err
+		}
+	}
+	if jsonOut == "-" {
+		return report.WriteJSON(stdout, v)
+	}
+	return writeText(stdout, v)
+}
 
 // WriteOutput writes a file through a temporary file renamed into place, so a failed or
 // interrupted write never leaves half a report; "-" writes to stdout.

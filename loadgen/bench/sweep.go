@@ -86,22 +86,26 @@ func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.Segmen
 	return o.Segment, start, nil
 }
 
-// Sweep runs the sweep o describes: a ladder of bench points, each of --point-duration, then
-// (with an SLO and rates) a bisection of the highest rate that meets it; it writes the files
-// o names and prints the text report. Progress and notes go to stderr.
+// Sweep runs the sweep o describes: progress and notes go to stderr, the result files to the
+// paths o names, and the text report to stdout. A sweep is these steps, in order, each a
+// function called once:
+//
+//  1. validate: the ladder (rates or users), and the flags a bench checks too.
+//  2. multiHost: this host's share of each point and the first point's start, for a sweep
+//     that several hosts send together.
+//  3. NewClient: the HTTP client, and the server's model when none was given.
+//  4. preflight: the first point's first request sent once.
+//  5. scraper: the scrape of the target's Prometheus metrics, when it has any.
+//  6. runLadder: the ladder's points, each a bench run of --point-duration, under Ctrl-C
+//     handling (the first stops the sweep after the point's drain, a second aborts it).
+//  7. findMaxRate: with an SLO and rates, the bisection of the highest rate that meets it.
+//  8. writeResults: the result files and the report, then an error for a sweep that was
+//     interrupted or whose requests failed too often.
 func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error {
-	rates, users, err := o.ladder()
+	rates, users, err := o.validate()
 	if err != nil {
 		return err
 	}
-	slo := o.SLO
-	if o.PointDuration <= 0 {
-		return errors.New("--point-duration must be positive")
-	}
-	if err := o.Load.validate(); err != nil {
-		return err
-	}
-	ropts := o.Load.reportOptions()
 	seg, start, err := o.multiHost(users, stderr)
 	if err != nil {
 		return err
@@ -111,75 +115,114 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer c.CloseIdleConnections()
-	if err := o.Load.Preflight(ctx, c); err != nil {
-		return err
-	}
-	if err := o.ServerMetrics.validate(); err != nil {
+	if err := o.preflight(ctx, c, rates, users); err != nil {
 		return err
 	}
 	ms, err := o.ServerMetrics.scraper(ctx, o.Load.URL, stderr)
 	if err != nil {
 		return err
 	}
-
 	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
 	defer release()
-	s := &sweeper{o: &o, c: c, ropts: ropts, stderr: stderr, slo: slo, stop: stop, seg: seg, start: start, scrape: ms}
-	ctx = runCtx
+	s := &sweeper{o: &o, c: c, ropts: o.Load.reportOptions(), stderr: stderr, stop: stop, seg: seg, start: start, scrape: ms}
+	benches, interrupted, err := s.runLadder(runCtx, rates, users)
+	if err != nil {
+		return err
+	}
+	sopts := report.SweepOptions{KneeThreshold: o.KneeThreshold, SLO: o.SLO}
+	if o.SLO != nil && len(rates) > 0 && o.Bisect && !interrupted {
+		if interrupted, err = s.findMaxRate(runCtx, benches, &sopts); err != nil {
+			return err
+		}
+	}
+	return o.writeResults(stdout, benches, sopts, interrupted)
+}
+
+// validate checks the flags of a sweep and returns its ladder: the rates, or the users.
+func (o *SweepOptions) validate() (rates []float64, users []int, err error) {
+	if rates, users, err = o.ladder(); err != nil {
+		return nil, nil, err
+	}
+	if o.PointDuration <= 0 {
+		return nil, nil, errors.New("--point-duration must be positive")
+	}
+	if err := o.Load.validate(); err != nil {
+		return nil, nil, err
+	}
+	return rates, users, o.ServerMetrics.validate()
+}
+
+// pointLoad is the rate (+Inf for none) and the concurrency of point i of the ladder.
+func (o *SweepOptions) pointLoad(rates []float64, users []int, i int) (float64, int) {
+	if len(rates) > 0 {
+		return rates[i], o.Concurrency
+	}
+	return math.Inf(1), users[i]
+}
+
+// preflight sends the first request of the first point's workload once, before the sweep.
+func (o *SweepOptions) preflight(ctx context.Context, c *client.Client, rates []float64, users []int) error {
+	p, err := o.Load.plan(o.pointLoad(rates, users, 0))
+	if err != nil {
+		return err
+	}
+	return o.Load.preflight(ctx, c, p)
+}
+
+// runLadder runs the ladder's points in turn, resting between them, until the last, one that
+// Ctrl-C interrupted, or a first that failed too often. It returns the points' results and
+// whether Ctrl-C stopped the sweep.
+func (s *sweeper) runLadder(ctx context.Context, rates []float64, users []int) ([]*report.Bench, bool, error) {
 	var benches []*report.Bench
-	interrupted := false
 	points := max(len(rates), len(users))
 	for i := range points {
-		rate, n := math.Inf(1), o.Concurrency
-		if len(rates) > 0 {
-			rate = rates[i]
-		} else {
-			n = users[i]
-		}
+		rate, n := s.o.pointLoad(rates, users, i)
 		s.k = i
 		b, err := s.point(ctx, rate, n, fmt.Sprintf("point %d/%d", i+1, points))
-		if errors.Is(err, errInterrupted) {
-			interrupted = true
-			break
-		}
-		if err != nil {
-			return err
+		switch {
+		case errors.Is(err, errInterrupted):
+			return benches, true, nil
+		case err != nil:
+			return nil, false, err
 		}
 		benches = append(benches, b)
 		if b.Config.Interrupted {
-			interrupted = true
-			break
+			return benches, true, nil
 		}
-		if i == 0 && checkErrorRate(b, o.Load.MaxErrorRate) != nil {
-			fmt.Fprintln(stderr, "the first point failed too often: the sweep stops here")
-			break
+		if i == 0 && checkErrorRate(b, s.o.Load.MaxErrorRate) != nil {
+			fmt.Fprintln(s.stderr, "the first point failed too often: the sweep stops here")
+			return benches, false, nil
 		}
 		if err := s.rest(ctx); err != nil {
-			interrupted = true
-			break
+			return benches, true, nil
 		}
 	}
+	return benches, false, nil
+}
 
-	sopts := report.SweepOptions{KneeThreshold: o.KneeThreshold, SLO: slo}
-	if slo != nil && len(rates) > 0 && o.Bisect && !interrupted {
-		maxRPS, probes, err := s.bisect(ctx, benches)
-		switch {
-		case errors.Is(err, stats.ErrSLONeverMet):
-			fmt.Fprintf(stderr, "the SLO %s is not met even at %g req/s: no max rate\n", slo, benches[0].Config.RequestRate)
-		case errors.Is(err, stats.ErrSLOAlwaysMet):
-			fmt.Fprintf(stderr, "the SLO %s still held at the highest rate tried: the max rate is at least that\n", slo)
-		case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
-			interrupted = true
-		case err != nil:
-			return err
-		}
-		if maxRPS != nil {
-			sopts.MaxRPS = maxRPS
-		}
-		sopts.Probes = probes
+// findMaxRate bisects the highest rate that meets the SLO from the ladder's results (bisect),
+// into sopts. It says on stderr when the SLO was never met or always, and reports whether
+// Ctrl-C stopped it.
+func (s *sweeper) findMaxRate(ctx context.Context, benches []*report.Bench, sopts *report.SweepOptions) (interrupted bool, err error) {
+	slo := s.o.SLO
+	sopts.MaxRPS, sopts.Probes, err = s.bisect(ctx, benches)
+	switch {
+	case errors.Is(err, stats.ErrSLONeverMet):
+		fmt.Fprintf(s.stderr, "the SLO %s is not met even at %g req/s: no max rate\n", slo, benches[0].Config.RequestRate)
+	case errors.Is(err, stats.ErrSLOAlwaysMet):
+		fmt.Fprintf(s.stderr, "the SLO %s still held at the highest rate tried: the max rate is at least that\n", slo)
+	case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
+		return true, nil
+	case err != nil:
+		return false, err
 	}
-	sw := report.SummarizeSweep(benches, sopts)
-	if err := WriteOutputs(stdout, sw, o.JSONOut, o.HTMLOut); err != nil {
+	return false, nil
+}
+
+// writeResults writes the sweep of benches summarised with sopts, its files first and then the
+// report on stdout, and fails a sweep whose requests failed too often or that was interrupted.
+func (o *SweepOptions) writeResults(stdout io.Writer, benches []*report.Bench, sopts report.SweepOptions, interrupted bool) error {
+	if err := WriteOutputs(stdout, report.SummarizeSweep(benches, sopts), o.JSONOut, o.HTMLOut); err != nil {
 		return err
 	}
 	if err := sweepErrorRate(benches, o.Load.MaxErrorRate); err != nil {
@@ -187,7 +230,6 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	}
 	if interrupted {
 		return errors.New("interrupted: the results above cover the points that ran")
-
 	}
 	return nil
 }
@@ -273,7 +315,6 @@ type sweeper struct {
 	c      *client.Client
 	ropts  report.Options
 	stderr io.Writer
-	slo    *report.PercentileSLO
 	stop   <-chan struct{} // closed by a first Ctrl-C: the point drains and the sweep ends
 	seg    *loadgen.SegmentOf
 	start  time.Time      // of the first point, when hosts send the sweep together; else zero
@@ -307,38 +348,22 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 	if p.closedLoop {
 		desc = fmt.Sprintf("%d users", concurrency)
 	}
-	progress := newProgressPrinter(s.stderr, s.o.Load.Quiet)
 	fmt.Fprintf(s.stderr, "%s: %s for %s\n", label, desc, s.o.PointDuration)
 	select {
 	case <-s.stop:
 		return nil, errInterrupted
 	default:
 	}
-	start := s.pointStart()
-	cfg := loadgen.Config{
-		Workload: p.workload, Client: s.c, Concurrency: concurrency, ClosedLoop: p.closedLoop,
-		NumItems: s.o.PointPrompts, Duration: s.o.PointDuration, DrainTimeout: s.o.Load.drain(),
-		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop, Start: start,
-		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts).WithHTTPClient(s.c.HTTPClient()),
+	cfg, err := s.pointConfig(p, concurrency)
+	if err != nil {
+		return nil, err
 	}
-	if s.seg != nil {
-		hash, err := s.o.Load.scheduleHash(rate, concurrency, s.o.PointPrompts, s.o.PointDuration)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Info = cfg.Info.WithSchedule(hash, s.seg)
-		// The share ends where the whole schedule would: the segment counts the prompts.
-		cfg.Workload, cfg.NumItems = loadgen.Segment(p.workload, *s.seg, s.o.PointPrompts, s.o.Load.WarmupDuration), 0
-		fmt.Fprintf(s.stderr, "  segment %s of schedule %s\n", s.seg, hash)
+	ms, err := s.nextScrape()
+	if err != nil {
+		return nil, err
 	}
-	ms := s.scrape
 	if ms != nil {
-		// A Scraper runs once: the next point (or probe) scrapes with a fresh one.
-		if s.scrape, err = ms.again(); err != nil {
-			return nil, err
-		}
-		at := start
+		at := cfg.Start
 		if at.IsZero() {
 			at = time.Now()
 		}
@@ -351,21 +376,65 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 	}
 	ms.stop(ctx, b, indent{s.stderr})
 	noteCap(s.stderr, res)
+	fmt.Fprintln(s.stderr, s.pointLine(b))
+	return b, nil
+}
+
+// pointConfig is the load of a point of plan p: this host's share of it, from the point's
+// start.
+func (s *sweeper) pointConfig(p plan, concurrency int) (loadgen.Config, error) {
+	w, err := p.workload()
+	if err != nil {
+		return loadgen.Config{}, err
+	}
+	progress := newProgressPrinter(s.stderr, s.o.Load.Quiet)
+	cfg := loadgen.Config{
+		Workload: w, Client: s.c, Concurrency: concurrency, ClosedLoop: p.closedLoop,
+		NumItems: s.o.PointPrompts, Duration: s.o.PointDuration, DrainTimeout: s.o.Load.drain(),
+		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop, Start: s.pointStart(),
+		Progress: progress.print, ProgressInterval: progress.interval,
+		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts).WithHTTPClient(s.c.HTTPClient()),
+	}
+	if s.seg != nil {
+		hash, err := s.o.Load.scheduleHash(p, s.o.PointPrompts, s.o.PointDuration)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Info = cfg.Info.WithSchedule(hash, s.seg)
+		// The share ends where the whole schedule would: the segment counts the prompts.
+		cfg.Workload, cfg.NumItems = loadgen.Segment(w, *s.seg, s.o.PointPrompts, s.o.Load.WarmupDuration), 0
+		fmt.Fprintf(s.stderr, "  segment %s of schedule %s\n", s.seg, hash)
+	}
+	return cfg, nil
+}
+
+// nextScrape is the scrape of the server's metrics for this point (nil for none); the next
+// point (or probe) scrapes with a fresh one, since a Scraper runs once.
+func (s *sweeper) nextScrape() (*metricsScrape, error) {
+	ms := s.scrape
+	if ms == nil {
+		return nil, nil
+	}
+	var err error
+	s.scrape, err = ms.again()
+	return ms, err
+}
+
+// pointLine sums up a point's result, and whether it met the SLO.
+func (s *sweeper) pointLine(b *report.Bench) string {
 	line := fmt.Sprintf("  achieved %.2f req/s, %d done, %d failed", b.RequestThroughput, b.Completed, b.Failed)
 	if h := b.Histograms[report.MetricE2EL]; h != nil && h.Count() > 0 {
 		line += fmt.Sprintf(", e2el p50 %.0f ms, p99 %.0f ms", msf(h.Quantile(0.5)), msf(h.Quantile(0.99)))
 	}
-	if s.slo != nil {
-		met, v := s.slo.Met(b)
-		line += fmt.Sprintf(", %s = %.0f ms: ", s.slo, msf(v))
+	if slo := s.o.SLO; slo != nil {
+		met, v := slo.Met(b)
+		verdict := "misses the SLO"
 		if met {
-			line += "meets the SLO"
-		} else {
-			line += "misses the SLO"
+			verdict = "meets the SLO"
 		}
+		line += fmt.Sprintf(", %s = %.0f ms: %s", slo, msf(v), verdict)
 	}
-	fmt.Fprintln(s.stderr, line)
-	return b, nil
+	return line
 }
 
 // rest waits between points (hosts that send a sweep together wait for each point's start
@@ -395,7 +464,7 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 		byRate[b.Config.RequestRate] = b
 	}
 	for _, b := range ladder {
-		met, _ := s.slo.Met(b)
+		met, _ := s.o.SLO.Met(b)
 		if !met {
 			hi = b.Config.RequestRate
 			break
@@ -415,7 +484,7 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 	n := 0
 	rate, probes, err := stats.BisectMaxRate(ctx, lo, hi, tol, func(ctx context.Context, rate float64) (bool, error) {
 		if b, ok := byRate[rate]; ok {
-			met, _ := s.slo.Met(b)
+			met, _ := s.o.SLO.Met(b)
 			return met, nil
 		}
 		if err := s.rest(ctx); err != nil {
@@ -431,7 +500,7 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 			return false, errInterrupted
 		}
 		byRate[rate] = b
-		met, _ := s.slo.Met(b)
+		met, _ := s.o.SLO.Met(b)
 		return met, nil
 	})
 	if b, ok := byRate[rate]; ok && rate > 0 {

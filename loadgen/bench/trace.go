@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
 
@@ -19,44 +20,41 @@ type TraceOptions struct {
 	reqs []shape.TraceRequest // read once: bench plans the workload several times
 }
 
-// tracePlan builds the workload of a trace dataset; ok is false when --dataset is not one.
-// A trace brings its own send times, so the arrival process and a rate do not apply: a finite
-// rate (--request-rate, or a sweep's ladder) is an error.
-func (o *Load) tracePlan(rate float64) (p plan, ok bool, err error) {
-	format, file := o.Dataset.Trace, o.Dataset.File
-	if format == "" {
-		return p, false, nil
-	}
+// tracePlan is the plan of a trace dataset (--dataset mooncake:FILE, azure:FILE or
+// burstgpt:FILE). A trace brings its own send times, so the arrival process and a rate do not
+// apply: a finite rate (--request-rate, or a sweep's ladder) is an error.
+func (o *Load) tracePlan(rate float64) (plan, error) {
+	d := o.Dataset
 	if !math.IsInf(rate, 1) {
-		return p, true, fmt.Errorf("--dataset %s: a trace is sent on its own timestamps: pace it with --trace-speedup, not a request rate (%g req/s)", o.Dataset, rate)
-	}
-	if o.Sessions != "" {
-		return p, true, fmt.Errorf("--dataset %s: a trace replays its own requests: it does not combine with --sessions", o.Dataset)
+		return plan{}, fmt.Errorf("--dataset %s: a trace is sent on its own timestamps: pace it with --trace-speedup, not a request rate (%g req/s)", d, rate)
 	}
 	t := &o.Trace
-	if t.file != file {
-		f, err := os.Open(file)
+	if t.file != d.File {
+		f, err := os.Open(d.File)
 		if err != nil {
-			return p, true, fmt.Errorf("--dataset: %w", err)
+			return plan{}, fmt.Errorf("--dataset: %w", err)
 		}
-		reqs, err := shape.ReadTrace(f, format)
+		reqs, err := shape.ReadTrace(f, d.Trace)
 		_ = f.Close() // read only
 		if err != nil {
-			return p, true, fmt.Errorf("--dataset %s: %w", o.Dataset, err)
+			return plan{}, fmt.Errorf("--dataset %s: %w", d, err)
 		}
-		t.file, t.reqs = file, reqs
+		t.file, t.reqs = d.File, reqs
 	}
-	w, err := shape.Trace(t.reqs, shape.TraceWindow{Start: t.Start, Length: t.Length, Speedup: t.Speedup}, o.Seed)
-	if err != nil {
-		return p, true, fmt.Errorf("--dataset %s: %w", o.Dataset, err)
-	}
-	p.workload = w
-	p.desc = fmt.Sprintf("%s trace %s replayed at %gx", format, filepath.Base(file), t.Speedup)
+	reqs, window, seed := t.reqs, shape.TraceWindow{Start: t.Start, Length: t.Length, Speedup: t.Speedup}, o.Seed
+	p := plan{desc: fmt.Sprintf("%s trace %s replayed at %gx", d.Trace, filepath.Base(d.File), t.Speedup)}
 	if t.Start > 0 || t.Length > 0 {
 		p.desc += fmt.Sprintf(" from %v", t.Start)
 		if t.Length > 0 {
 			p.desc += fmt.Sprintf(" for %v", t.Length)
 		}
 	}
-	return p, true, nil
+	p.build = func() (loadgen.Workload, error) {
+		w, err := shape.Trace(reqs, window, seed)
+		if err != nil {
+			return nil, fmt.Errorf("--dataset %s: %w", d, err)
+		}
+		return w, nil
+	}
+	return p, nil
 }
