@@ -11,46 +11,42 @@ import (
 // Every completed request records one e2el, service_e2el and send_lag value, at most one TTFT,
 // TTFO and TPOT, at most one value per server stage, and belongs to at most one turn; goodput
 // counts completed requests. A histogram a file leaves out is not checked.
-func checkCounts(d *decodeError, o jobj, b *Bench) {
-	if d.err != nil {
+func checkCounts(c *checker, b *Bench) {
+	if c.err != nil {
 		return
 	}
-	hists := jobj{path: o.sub("histograms")}
-	metrics := jobj{path: hists.sub("metrics")}
 	for _, m := range []string{MetricE2EL, MetricServiceE2EL, MetricSendLag} {
 		if h := b.Histograms[m]; h != nil && h.Count() != b.Completed {
-			d.fail(metrics.sub(m), "holds %d values but completed is %d: every completed request records one", h.Count(), b.Completed)
+			c.fail("histograms.metrics."+m, "holds %d values but completed is %d: every completed request records one", h.Count(), b.Completed)
 			return
 		}
 	}
 	for _, m := range []string{MetricTTFT, MetricTTFO, MetricTPOT} {
 		if h := b.Histograms[m]; h != nil && h.Count() > b.Completed {
-			d.fail(metrics.sub(m), "holds %d values, more than the %d completed requests", h.Count(), b.Completed)
+			c.fail("histograms.metrics."+m, "holds %d values, more than the %d completed requests", h.Count(), b.Completed)
 			return
 		}
 	}
-	stages := jobj{path: hists.sub("stages")}
 	for _, st := range stageOrder(b.StageHistograms) {
 		if h := b.StageHistograms[st]; h != nil && h.Count() > b.Completed {
-			d.fail(stages.sub(st), "holds %d values, more than the %d completed requests", h.Count(), b.Completed)
+			c.fail("histograms.stages."+st, "holds %d values, more than the %d completed requests", h.Count(), b.Completed)
 			return
 		}
 	}
 	var turns int64
 	for i, t := range b.Turns {
-		path := fmt.Sprintf("%s[%d]", o.sub("turns"), i)
 		if t.TTFT != nil && t.TTFT.Count() > t.Count {
-			d.fail(path+".histogram", "holds %d values, more than the turn's count %d", t.TTFT.Count(), t.Count)
+			c.fail(fmt.Sprintf("turns[%d].histogram", i), "holds %d values, more than the turn's count %d", t.TTFT.Count(), t.Count)
 			return
 		}
 		turns += t.Count
 	}
 	if turns > b.Completed {
-		d.fail(o.sub("turns"), "counts %d requests, more than the %d completed", turns, b.Completed)
+		c.fail("turns", "counts %d requests, more than the %d completed", turns, b.Completed)
 		return
 	}
 	if b.GoodRequests > b.Completed {
-		d.fail(o.sub("goodput_requests"), "%d, more than the %d completed requests", b.GoodRequests, b.Completed)
+		c.fail("goodput_requests", "%d, more than the %d completed requests", b.GoodRequests, b.Completed)
 	}
 }
 

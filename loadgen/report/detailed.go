@@ -50,7 +50,7 @@ func NewDetailedWriter(w io.Writer, start time.Time, info loadgen.RunInfo) *Deta
 type requestsHead struct {
 	Schema    string     `json:"schema"`
 	Start     string     `json:"start"`
-	DurationS *jnum      `json:"duration_s,omitempty"`
+	DurationS *seconds   `json:"duration_s,omitempty"`
 	Config    configJSON `json:"config"`
 }
 
@@ -60,7 +60,7 @@ func newDetailedWriter(w io.Writer, start time.Time, info loadgen.RunInfo, durat
 	d.enc.SetEscapeHTML(false)
 	head := requestsHead{Schema: "ragtail.requests/v1", Start: start.UTC().Format(time.RFC3339Nano), Config: configObject(info)}
 	if duration != nil {
-		head.DurationS = realPtr(roundTo(duration.Seconds(), 6))
+		head.DurationS = ptr(seconds(*duration))
 	}
 	if err := d.enc.Encode(head); err != nil {
 		d.err = fmt.Errorf("write detailed: %w", err)

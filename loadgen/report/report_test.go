@@ -736,6 +736,109 @@ func TestRead(t *testing.T) {
 	}
 }
 
+// TestDecodeErrorsNameTheKey reads files with one bad value each: the error names its key and
+// says what it wants; keys that are not ragtail's are ignored.
+func TestDecodeErrorsNameTheKey(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, Summarize(syntheticResult(1, 50), goldenOptions(t))); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, edit, want string
+	}{
+		{"negative count", `"completed":-1`, "completed: want a whole number from 0 to 1e+15, got number -1"},
+		{"fractional count", `"failed":1.5`, "failed: want a whole number"},
+		{"rate", `"config":{"request_rate":"fast"}`, `config.request_rate: want a number from 0 to 1e+15 or "inf", got string`},
+		{"start", `"start":"noon"`, "start: want an RFC 3339 time"},
+		{"latency", `"mean_e2el_ms":-3`, "mean_e2el_ms: want milliseconds"},
+		{"interval", `"p99_e2el_ms_ci":[5,1]`, "p99_e2el_ms_ci: want [lo, hi]"},
+		{"percentile", `"p100_e2el_ms":1`, "p100_e2el_ms: want a percentile"},
+		{"stage", `"stages":{"embed":{"mean_ms":"x"}}`, "stages.embed.mean_ms: want milliseconds"},
+		{"token details", `"total_cached_tokens":"x"`, "total_cached_tokens: want a whole number"},
+		{"goodput", `"options":{"goodput":"fast"}`, "options.goodput: goodput"},
+		{"segment", `"config":{"segment":{"index":3,"count":2}}`, "config.segment: segment"},
+		{"histogram", `"histograms":{"metrics":{"e2el":"xx"}}`, "histograms.metrics.e2el: histogram"},
+		{"unknown key", `"zz_extra":{"any":[1,"thing"]}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var doc map[string]json.RawMessage
+			if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			var edit map[string]json.RawMessage
+			if err := json.Unmarshal([]byte("{"+tt.edit+"}"), &edit); err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(doc, edit)
+			data, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Decode(bytes.NewReader(data))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), "ragtail.bench/v1: "+tt.want)):
+				t.Fatalf("err = %v, want one with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeRoundTrip checks that what Decode accepts survives a write and a read unchanged:
+// for x = Decode(data), Decode(WriteJSON(x)) writes the same bytes as x.
+func FuzzDecodeRoundTrip(f *testing.F) {
+	docs, err := filepath.Glob(filepath.Join("testdata", "json", "*.json"))
+	if err != nil || len(docs) == 0 {
+		f.Fatalf("no golden documents to seed from: %v", err)
+	}
+	for _, path := range docs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"schema":"ragtail.bench/v1","p99.9_ttft_ms":1,"p99.9_ttft_ms_ci":[0,2],"options":{"metrics":["ttft"]},"stages":{"x":{"count":1,"p50_ms":2}}}`))
+	f.Add([]byte(`{"schema":"ragtail.sweep/v1","axis":"concurrency","points":[{"completed":3,"config":{"concurrency":2,"request_rate":"inf"}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Decode(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		first := encodeDocument(t, file)
+		again, err := Decode(bytes.NewReader(first))
+		if err != nil {
+			t.Fatalf("read back: %v\n%s", err, first)
+		}
+		if second := encodeDocument(t, again); !bytes.Equal(first, second) {
+			fl, sl := strings.Split(string(first), "\n"), strings.Split(string(second), "\n")
+			for i := range min(len(fl), len(sl)) {
+				if fl[i] != sl[i] {
+					t.Fatalf("line %d written %s, then %s after a read", i+1, fl[i], sl[i])
+				}
+			}
+			t.Fatalf("%d lines written, then %d after a read", len(fl), len(sl))
+		}
+	})
+}
+
+// encodeDocument writes the bench or the sweep of file.
+func encodeDocument(t *testing.T, file *File) []byte {
+	t.Helper()
+	var v any = file.Bench
+	if file.Sweep != nil {
+		v = file.Sweep
+	}
+	var out bytes.Buffer
+	if err := WriteJSON(&out, v); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	return out.Bytes()
+}
+
 // FuzzDecode feeds Decode with arbitrary bytes: it must fail cleanly or return something that
 // renders in every format and survives a write and a second read.
 func FuzzDecode(f *testing.F) {

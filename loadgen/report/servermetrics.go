@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"maps"
@@ -97,25 +96,21 @@ func serverMetricsValue(m *ServerMetrics) serverMetricsJSON {
 	return out
 }
 
-// decodeServerMetrics reads a server_metrics object; peak and mean are recomputed from the points.
-func decodeServerMetrics(d *decodeError, path string, raw json.RawMessage) *ServerMetrics {
-	var v serverMetricsJSON
-	if err := json.Unmarshal(raw, &v); err != nil {
-		d.fail(path, "want {interval_s, series: [{name, labels, points: [[t_s, v]...]}]}: %v", err)
-		return nil
-	}
+// metrics are the ServerMetrics of the file's object at key; peak and mean are recomputed from
+// the points.
+func (v *serverMetricsJSON) metrics(c *checker, key string) *ServerMetrics {
 	if !(v.IntervalS >= 0 && v.IntervalS <= 86400) {
-		d.fail(path+".interval_s", "want seconds between 0 and 86400, got %g", v.IntervalS)
+		c.fail(key+".interval_s", "want seconds between 0 and 86400, got %g", v.IntervalS)
 		return nil
 	}
 	if len(v.Series) > maxServerSeries {
-		d.fail(path+".series", "%d series, more than %d", len(v.Series), maxServerSeries)
+		c.fail(key+".series", "%d series, more than %d", len(v.Series), maxServerSeries)
 		return nil
 	}
 	m := &ServerMetrics{Interval: time.Duration(math.Round(v.IntervalS * 1e9))}
 	for i, s := range v.Series {
 		if len(s.Points) > maxSeriesPoints {
-			d.fail(fmt.Sprintf("%s.series[%d].points", path, i), "%d points, more than %d", len(s.Points), maxSeriesPoints)
+			c.fail(fmt.Sprintf("%s.series[%d].points", key, i), "%d points, more than %d", len(s.Points), maxSeriesPoints)
 			return nil
 		}
 		m.Series = append(m.Series, ServerSeries{Name: s.Name, Labels: s.Labels, Points: s.Points})

@@ -147,82 +147,100 @@ func (b *Bench) p99E2EL() time.Duration {
 	return 0
 }
 
+// sweepJSON is the ragtail.sweep/v1 document.
+type sweepJSON struct {
+	Schema                string             `json:"schema"`
+	Start                 timestamp          `json:"start"`
+	Axis                  string             `json:"axis"`
+	Knee                  derived[*kneeJSON] `json:"knee"`
+	KneeRobust            derived[*kneeJSON] `json:"knee_robust"`
+	KneeThresholdMSPerRPS amount             `json:"knee_threshold_ms_per_rps"`
+	SLO                   *string            `json:"slo"`
+	MaxRPSUnderSLO        *amount            `json:"max_rps_under_slo"`
+	Probes                []probeJSON        `json:"probes"`
+	Points                []pointDoc         `json:"points"`
+}
+
+// pointDoc is a point of a sweep: its rate or concurrency and its achieved rate, then its
+// bench's document (without the schema).
+type pointDoc struct {
+	pointJSON
+	bench benchFile
+}
+
+type pointJSON struct {
+	Rate        *derived[rate] `json:"rate,omitempty"`
+	Concurrency *derived[int]  `json:"concurrency,omitempty"`
+	AchievedRPS amount         `json:"achieved_rps"`
+}
+
+// MarshalJSON writes the point's keys, then its bench's.
+func (p pointDoc) MarshalJSON() ([]byte, error) { return members{p.pointJSON, p.bench}.MarshalJSON() }
+
+// UnmarshalJSON reads the point's keys and its bench's.
+func (p *pointDoc) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &p.pointJSON); err != nil {
+		return err
+	}
+	return p.bench.UnmarshalJSON(b)
+}
+
+type probeJSON struct {
+	Rate  amount `json:"rate"`
+	Meets bool   `json:"meets"`
+}
+
+// kneeJSON is a knee as written; reading, the knees are found again from the points.
+type kneeJSON struct {
+	Rate        number `json:"rate"`
+	Concurrency *int   `json:"concurrency,omitempty"`
+	AchievedRPS number `json:"achieved_rps"`
+	P99E2ELMS   number `json:"p99_e2el_ms"`
+	Method      string `json:"method"`
+	Index       int    `json:"index"`
+}
+
 // MarshalJSON writes the ragtail.sweep/v1 document. Each point is its bench's document (without
 // the schema) preceded by rate or concurrency and achieved_rps.
 func (s *Sweep) MarshalJSON() ([]byte, error) {
 	doc := sweepJSON{
-		Schema: SchemaSweep, Start: s.Start.UTC().Format(time.RFC3339Nano), Axis: s.Axis,
-		Knee: s.kneeObject(s.Knee), KneeRobust: s.kneeObject(s.KneeRobust),
-		KneeThresholdMSPerRPS: jnum(sig(s.KneeThreshold)),
+		Schema: SchemaSweep, Start: timestamp(s.Start), Axis: s.Axis,
+		Knee: derived[*kneeJSON]{s.kneeObject(s.Knee)}, KneeRobust: derived[*kneeJSON]{s.kneeObject(s.KneeRobust)},
+		KneeThresholdMSPerRPS: amount(sig(s.KneeThreshold)),
 		Probes:                make([]probeJSON, 0, len(s.Probes)),
-		Points:                make([]object, 0, len(s.Points)),
+		Points:                make([]pointDoc, 0, len(s.Points)),
 	}
 	if s.SLO != nil {
-		slo := s.SLO.String()
-		doc.SLO = &slo
+		doc.SLO = ptr(s.SLO.String())
 	}
 	if s.MaxRPSUnderSLO != nil {
-		doc.MaxRPSUnderSLO = realPtr(sig(*s.MaxRPSUnderSLO))
+		doc.MaxRPSUnderSLO = ptr(amount(sig(*s.MaxRPSUnderSLO)))
 	}
 	for _, p := range s.Probes {
-		doc.Probes = append(doc.Probes, probeJSON{Rate: jnum(sig(p.Rate)), Meets: p.Meets})
+		doc.Probes = append(doc.Probes, probeJSON{Rate: amount(sig(p.Rate)), Meets: p.Meets})
 	}
-	for _, p := range s.Points {
-		pj := pointJSON{AchievedRPS: jnum(sig(p.AchievedRPS))}
-		if s.Axis == AxisConcurrency {
-			pj.Concurrency = &p.Concurrency
-		} else {
-			r := rate(p.Rate)
-			pj.Rate = &r
-			if p.Concurrency > 0 {
-				pj.Concurrency = &p.Concurrency
-			}
+	for i, p := range s.Points {
+		pj := pointJSON{AchievedRPS: amount(sig(p.AchievedRPS))}
+		if s.Axis == AxisConcurrency || p.Concurrency > 0 {
+			pj.Concurrency = &derived[int]{p.Concurrency}
 		}
-		doc.Points = append(doc.Points, append(object{{val: splice{pj}}}, p.Bench.fields()...))
+		if s.Axis != AxisConcurrency {
+			pj.Rate = &derived[rate]{rate(p.Rate)}
+		}
+		bf, err := p.Bench.file("")
+		if err != nil {
+			return nil, fmt.Errorf("points[%d]: %w", i, err)
+		}
+		doc.Points = append(doc.Points, pointDoc{pj, bf})
 	}
 	return marshalJSON(doc)
-}
-
-// sweepJSON is the ragtail.sweep/v1 document.
-type sweepJSON struct {
-	Schema                string      `json:"schema"`
-	Start                 string      `json:"start"`
-	Axis                  string      `json:"axis"`
-	Knee                  *kneeJSON   `json:"knee"`
-	KneeRobust            *kneeJSON   `json:"knee_robust"`
-	KneeThresholdMSPerRPS jnum        `json:"knee_threshold_ms_per_rps"`
-	SLO                   *string     `json:"slo"`
-	MaxRPSUnderSLO        *jnum       `json:"max_rps_under_slo"`
-	Probes                []probeJSON `json:"probes"`
-	Points                []object    `json:"points"`
-}
-
-// pointJSON is what a sweep point has before its bench's keys.
-type pointJSON struct {
-	Rate        *rate `json:"rate,omitempty"`
-	Concurrency *int  `json:"concurrency,omitempty"`
-	AchievedRPS jnum  `json:"achieved_rps"`
-}
-
-type probeJSON struct {
-	Rate  jnum `json:"rate"`
-	Meets bool `json:"meets"`
-}
-
-type kneeJSON struct {
-	Rate        jnum   `json:"rate"`
-	Concurrency *int   `json:"concurrency,omitempty"`
-	AchievedRPS jnum   `json:"achieved_rps"`
-	P99E2ELMS   jnum   `json:"p99_e2el_ms"`
-	Method      string `json:"method"`
-	Index       int    `json:"index"`
 }
 
 func (s *Sweep) kneeObject(k SweepKnee) *kneeJSON {
 	if !k.Found {
 		return nil
 	}
-	o := &kneeJSON{Rate: jnum(sig(k.Rate)), AchievedRPS: jnum(sig(k.AchievedRPS)), P99E2ELMS: jnum(msv(k.P99E2EL)),
+	o := &kneeJSON{Rate: number(sig(k.Rate)), AchievedRPS: number(sig(k.AchievedRPS)), P99E2ELMS: number(msv(k.P99E2EL)),
 		Method: k.Method, Index: k.Index}
 	if s.Axis == AxisConcurrency {
 		o.Concurrency = &k.Concurrency
@@ -234,79 +252,61 @@ func (s *Sweep) kneeObject(k SweepKnee) *kneeJSON {
 // ladder are recomputed from the points (with the file's threshold and SLO); a max RPS found
 // by bisection is kept as written.
 func (s *Sweep) UnmarshalJSON(data []byte) error {
-	d := &decodeError{}
-	o := d.object("", data)
-	var schema string
-	d.str(o, "schema", &schema)
-	if d.err == nil && schema != SchemaSweep {
-		return fmt.Errorf("schema %q is not %s", schema, SchemaSweep)
+	var f sweepJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return readable(err)
 	}
-	ns := &Sweep{}
-	var start string
-	d.str(o, "start", &start)
-	if start != "" {
-		t, err := time.Parse(time.RFC3339Nano, start)
-		if err != nil {
-			d.fail(o.sub("start"), "want an RFC 3339 time")
-		}
-		ns.Start = t
+	if f.Schema != SchemaSweep {
+		return fmt.Errorf("schema %q is not %s", f.Schema, SchemaSweep)
 	}
-	d.str(o, "axis", &ns.Axis)
-	if ns.Axis != AxisRate && ns.Axis != AxisConcurrency {
-		d.fail(o.sub("axis"), "want %q or %q", AxisRate, AxisConcurrency)
-	}
-	d.nonNeg(o, "knee_threshold_ms_per_rps", &ns.KneeThreshold)
-	if !(ns.KneeThreshold > 0) {
-		ns.KneeThreshold = stats.DefaultKneeSlope
-	}
-	var slo string
-	d.str(o, "slo", &slo)
-	if slo != "" {
-		p, err := ParsePercentileSLO(slo)
-		if err != nil {
-			d.failErr(o.sub("slo"), err)
-		}
-		ns.SLO = &p
-	}
-	for i, raw := range d.array(o, "probes") {
-		po := d.object(fmt.Sprintf("%s[%d]", o.sub("probes"), i), raw)
-		var p stats.Probe
-		d.nonNeg(po, "rate", &p.Rate)
-		if m := po.m["meets"]; !isNull(m) {
-			if err := json.Unmarshal(m, &p.Meets); err != nil {
-				d.fail(po.sub("meets"), "want true or false")
-			}
-		}
-		ns.Probes = append(ns.Probes, p)
-	}
-	for i, raw := range d.array(o, "points") {
-		path := fmt.Sprintf("%s[%d]", o.sub("points"), i)
-		po := d.object(path, raw)
-		if d.err != nil {
-			break
-		}
-		b := decodeBench(d, jobj{path: path, m: po.m})
-		p := SweepPoint{Bench: b, Rate: b.Config.RequestRate, Concurrency: b.Config.Concurrency}
-		d.nonNeg(po, "achieved_rps", &p.AchievedRPS)
-		ns.Points = append(ns.Points, p)
-	}
-	if d.err != nil {
-		return d.err
-	}
-	var maxRPS *float64
-	if len(ns.Probes) > 0 {
-		var v float64
-		if d.nonNeg(o, "max_rps_under_slo", &v) {
-			maxRPS = &v
-		}
-	}
-	slices.SortStableFunc(ns.Points, func(a, b SweepPoint) int { return cmpFloat(a.x(ns.Axis), b.x(ns.Axis)) })
-	ns.analyse(maxRPS)
-	if d.err != nil {
-		return d.err
+	ns, err := f.sweep()
+	if err != nil {
+		return err
 	}
 	*s = *ns
 	return nil
+}
+
+// sweep is the Sweep of the document.
+func (f *sweepJSON) sweep() (*Sweep, error) {
+	c := &checker{}
+	ns := &Sweep{Start: time.Time(f.Start), Axis: f.Axis, KneeThreshold: float64(f.KneeThresholdMSPerRPS)}
+	if ns.Axis != AxisRate && ns.Axis != AxisConcurrency {
+		c.fail("axis", "want %q or %q", AxisRate, AxisConcurrency)
+	}
+	if !(ns.KneeThreshold > 0) {
+		ns.KneeThreshold = stats.DefaultKneeSlope
+	}
+	if f.SLO != nil && *f.SLO != "" {
+		slo, err := ParsePercentileSLO(*f.SLO)
+		c.failErr("slo", err)
+		ns.SLO = &slo
+	}
+	for _, p := range f.Probes {
+		ns.Probes = append(ns.Probes, stats.Probe{Rate: float64(p.Rate), Meets: p.Meets})
+	}
+	for i := range f.Points {
+		if c.err != nil {
+			return nil, c.err
+		}
+		p := &f.Points[i]
+		b, err := p.bench.bench(fmt.Sprintf("points[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		ns.Points = append(ns.Points, SweepPoint{Bench: b, Rate: b.Config.RequestRate, Concurrency: b.Config.Concurrency,
+			AchievedRPS: float64(p.AchievedRPS)})
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	var maxRPS *float64
+	if len(ns.Probes) > 0 && f.MaxRPSUnderSLO != nil {
+		maxRPS = ptr(float64(*f.MaxRPSUnderSLO))
+	}
+	slices.SortStableFunc(ns.Points, func(a, b SweepPoint) int { return cmpFloat(a.x(ns.Axis), b.x(ns.Axis)) })
+	ns.analyse(maxRPS)
+	return ns, nil
 }
 
 // Read reads a result file from disk (see Decode).

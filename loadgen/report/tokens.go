@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/bits"
@@ -64,40 +63,38 @@ func tokenBinRange(k int) (lo, hi float64) {
 // tokenLengthsJSON is the file form of TokenLengths.
 type tokenLengthsJSON struct {
 	Bins   string  `json:"bins"`
-	Input  []int64 `json:"input"`
-	Output []int64 `json:"output"`
+	Input  []count `json:"input"`
+	Output []count `json:"output"`
 }
 
 func tokenLengthsObject(t TokenLengths) tokenLengthsJSON {
-	return tokenLengthsJSON{Bins: "log2", Input: orEmpty(t.Input), Output: orEmpty(t.Output)}
+	counts := func(bins []int64) []count {
+		out := make([]count, len(bins))
+		for i, n := range bins {
+			out[i] = count(n)
+		}
+		return out
+	}
+	return tokenLengthsJSON{Bins: "log2", Input: counts(t.Input), Output: counts(t.Output)}
 }
 
-func decodeTokenLengths(d *decodeError, o jobj) TokenLengths {
-	var t TokenLengths
-	var bins string
-	d.str(o, "bins", &bins)
-	if bins != "" && bins != "log2" {
-		d.fail(o.sub("bins"), "unknown binning %q (want log2)", bins)
+// lengths are the TokenLengths of the file's object.
+func (t *tokenLengthsJSON) lengths(c *checker) TokenLengths {
+	if t.Bins != "" && t.Bins != "log2" {
+		c.fail("token_lengths.bins", "unknown binning %q (want log2)", t.Bins)
 	}
-	t.Input = decodeCounts(d, o, "input")
-	t.Output = decodeCounts(d, o, "output")
-	return t
-}
-
-func decodeCounts(d *decodeError, o jobj, key string) []int64 {
-	raws := d.array(o, key)
-	if len(raws) > maxTokenBins {
-		d.fail(o.sub(key), "%d bins, more than %d", len(raws), maxTokenBins)
-		return nil
+	counts := func(key string, bins []count) []int64 {
+		if len(bins) > maxTokenBins {
+			c.fail("token_lengths."+key, "%d bins, more than %d", len(bins), maxTokenBins)
+			return nil
+		}
+		var out []int64
+		for _, n := range bins {
+			out = append(out, int64(n))
+		}
+		return out
 	}
-	var out []int64
-	for i, raw := range raws {
-		item := jobj{path: fmt.Sprintf("%s[%d]", o.sub(key), i), m: map[string]json.RawMessage{"": raw}}
-		var n int64
-		d.count(item, "", &n)
-		out = append(out, n)
-	}
-	return out
+	return TokenLengths{Input: counts("input", t.Input), Output: counts("output", t.Output)}
 }
 
 // tokenLengthsHTML draws the two distributions as bars over log-scaled lengths.
@@ -146,22 +143,22 @@ func (b *Bench) PrefixCacheHitRatio() (ratio float64, ok bool) {
 
 // tokenDetailsJSON are the token details of a bench document, only those the server reported.
 type tokenDetailsJSON struct {
-	TotalCachedTokens    int64 `json:"total_cached_tokens,omitempty"`
-	MeanCachedTokens     *jnum `json:"mean_cached_tokens,omitempty"`
-	PrefixCacheHitRatio  *jnum `json:"prefix_cache_hit_ratio,omitempty"`
-	TotalReasoningTokens int64 `json:"total_reasoning_tokens,omitempty"`
+	TotalCachedTokens    count            `json:"total_cached_tokens,omitempty"`
+	MeanCachedTokens     *derived[amount] `json:"mean_cached_tokens,omitempty"`
+	PrefixCacheHitRatio  *derived[amount] `json:"prefix_cache_hit_ratio,omitempty"`
+	TotalReasoningTokens count            `json:"total_reasoning_tokens,omitempty"`
 }
 
-// tokenDetailFields are the JSON fields of the token details, only those the server reported.
-func (b *Bench) tokenDetailFields() []field {
+// tokenDetails are the token details of b, only those the server reported.
+func (b *Bench) tokenDetails() tokenDetailsJSON {
 	var t tokenDetailsJSON
 	if ratio, ok := b.PrefixCacheHitRatio(); ok {
-		t.TotalCachedTokens = b.CachedTokens
-		t.MeanCachedTokens = realPtr(sig(float64(b.CachedTokens) / float64(max(b.Completed, 1))))
-		t.PrefixCacheHitRatio = realPtr(sig(ratio))
+		t.TotalCachedTokens = count(b.CachedTokens)
+		t.MeanCachedTokens = &derived[amount]{amount(sig(float64(b.CachedTokens) / float64(max(b.Completed, 1))))}
+		t.PrefixCacheHitRatio = &derived[amount]{amount(sig(ratio))}
 	}
-	t.TotalReasoningTokens = max(b.ReasoningTokens, 0)
-	return []field{{val: splice{t}}}
+	t.TotalReasoningTokens = count(max(b.ReasoningTokens, 0))
+	return t
 }
 
 // tokenDetailRows writes the token details to the text summary.

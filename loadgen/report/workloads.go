@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -112,43 +113,66 @@ func (b *Bench) EmbeddingThroughput() float64 {
 	return 0
 }
 
-// workloadFields are the JSON fields of the reasoning and embeddings counts, when there are
+// workloadJSON are the counts of reasoning and embeddings in a bench document, when there are
 // any: reasoning_requests, embedding_inputs and embedding_input_throughput (inputs/s).
-func (b *Bench) workloadFields() []field {
-	var o []field
-	if b.ReasoningRequests > 0 {
-		o = append(o, field{"reasoning_requests", b.ReasoningRequests})
-	}
-	if b.EmbeddedInputs > 0 {
-		o = append(o, field{"embedding_inputs", b.EmbeddedInputs},
-			field{"embedding_input_throughput", sig(b.EmbeddingThroughput())})
-	}
-	return o
+type workloadJSON struct {
+	ReasoningRequests        count            `json:"reasoning_requests,omitempty"`
+	EmbeddingInputs          count            `json:"embedding_inputs,omitempty"`
+	EmbeddingInputThroughput *derived[amount] `json:"embedding_input_throughput,omitempty"`
 }
 
-// turnsField is the "turns" array: per session step, its count, mean prompt and cached
-// tokens, TTFT mean and percentiles with their intervals (null where the step has too few
-// requests for one) and the TTFT histogram they come from.
-func (b *Bench) turnsField() []field {
-	if len(b.Turns) == 0 {
-		return nil
+func (b *Bench) workloadCounts() workloadJSON {
+	w := workloadJSON{ReasoningRequests: count(max(b.ReasoningRequests, 0))}
+	if b.EmbeddedInputs > 0 {
+		w.EmbeddingInputs = count(b.EmbeddedInputs)
+		w.EmbeddingInputThroughput = &derived[amount]{amount(sig(b.EmbeddingThroughput()))}
 	}
-	rows := make([]object, 0, len(b.Turns))
+	return w
+}
+
+// turnJSON is a row of the "turns" array: a session step's count, mean prompt and cached
+// tokens, TTFT mean and percentiles with their intervals (null where the step has too few
+// requests for one) and the TTFT histogram they come from. Reading, the figures are derived
+// from the histogram again (finishTurns).
+type turnJSON struct {
+	turnHead
+	percentiles percentileKeys
+	Histogram   json.RawMessage `json:"histogram"`
+}
+
+type turnHead struct {
+	Step             count            `json:"step"`
+	AndLater         bool             `json:"and_later,omitempty"`
+	Count            count            `json:"count"`
+	MeanPromptTokens amount           `json:"mean_prompt_tokens"`
+	MeanCachedTokens *amount          `json:"mean_cached_tokens,omitempty"`
+	NTTFT            derived[count]   `json:"n_ttft"`
+	MeanTTFTMS       *derived[millis] `json:"mean_ttft_ms"`
+}
+
+// MarshalJSON writes the row's figures, its percentiles, then its histogram.
+func (t turnJSON) MarshalJSON() ([]byte, error) {
+	return members{t.turnHead, t.percentiles, struct {
+		Histogram json.RawMessage `json:"histogram"`
+	}{t.Histogram}}.MarshalJSON()
+}
+
+// turnsJSON are the rows of "turns", none without sessions.
+func (b *Bench) turnsJSON() ([]turnJSON, error) {
+	if len(b.Turns) == 0 {
+		return nil, nil
+	}
+	rows := make([]turnJSON, 0, len(b.Turns))
 	for i := range b.Turns {
 		t := &b.Turns[i]
-		var mean any
+		row := turnJSON{turnHead: turnHead{Step: count(t.Step), AndLater: t.AndLater, Count: count(t.Count),
+			MeanPromptTokens: amount(sig(t.MeanPromptTokens())), NTTFT: derived[count]{count(t.TTFT.Count())}}}
 		if t.TTFT.Count() > 0 {
-			mean = msv(t.Mean)
+			row.MeanTTFTMS = &derived[millis]{millis(t.Mean)}
 		}
-		row := object{{"step", t.Step}}
-		if t.AndLater {
-			row = append(row, field{"and_later", true})
+		if _, ok := b.PrefixCacheHitRatio(); ok { // as the document's total_cached_tokens
+			row.MeanCachedTokens = ptr(amount(sig(t.MeanCachedTokens())))
 		}
-		row = append(row, field{"count", t.Count}, field{"mean_prompt_tokens", sig(t.MeanPromptTokens())})
-		if b.CachedTokens > 0 {
-			row = append(row, field{"mean_cached_tokens", sig(t.MeanCachedTokens())})
-		}
-		row = append(row, field{"n_ttft", t.TTFT.Count()}, field{"mean_ttft_ms", mean})
 		// A percentile without enough samples for its interval is left out (null).
 		withCI := make([]PercentileStat, 0, len(t.Percentiles))
 		for _, ps := range t.Percentiles {
@@ -156,41 +180,39 @@ func (b *Bench) turnsField() []field {
 				withCI = append(withCI, ps)
 			}
 		}
-		row = percentileFields(row, MetricTTFT, b.Percentiles, withCI)
-		rows = append(rows, append(row, field{"histogram", t.TTFT}))
+		row.percentiles = percentileKeys{metric: MetricTTFT, ps: b.Percentiles, stats: withCI}
+		var err error
+		if row.Histogram, err = t.TTFT.MarshalJSON(); err != nil {
+			return nil, fmt.Errorf("turns[%d].histogram: %w", i, err)
+		}
+		rows = append(rows, row)
 	}
-	return []field{{"turns", rows}}
+	return rows, nil
 }
 
-// decodeWorkloads reads what workloadFields and turnsField wrote; the turns' figures are
-// derived from their histograms by finishTurns, once the percentiles are known.
-func decodeWorkloads(d *decodeError, o jobj, b *Bench) {
-	d.count(o, "reasoning_requests", &b.ReasoningRequests)
-	d.count(o, "embedding_inputs", &b.EmbeddedInputs)
-	raws := d.array(o, "turns")
-	if len(raws) > MaxTurns {
-		d.fail(o.sub("turns"), "%d rows, more than %d", len(raws), MaxTurns)
+// readWorkloads reads the counts of reasoning and embeddings and the turns' rows.
+func (b *Bench) readWorkloads(c *checker, f *benchFile) {
+	b.ReasoningRequests, b.EmbeddedInputs = int64(f.ReasoningRequests), int64(f.EmbeddingInputs)
+	if len(f.Turns) > MaxTurns {
+		c.fail("turns", "%d rows, more than %d", len(f.Turns), MaxTurns)
 		return
 	}
-	for i, raw := range raws {
-		to := d.object(fmt.Sprintf("%s[%d]", o.sub("turns"), i), raw)
-		var step, count, prompt float64
-		var cached float64
-		d.nonNeg(to, "step", &step)
-		d.nonNeg(to, "count", &count)
-		d.nonNeg(to, "mean_prompt_tokens", &prompt)
-		d.nonNeg(to, "mean_cached_tokens", &cached)
-		if step >= MaxTurns || step != float64(int(step)) {
-			d.fail(to.sub("step"), "want a whole number below %d", MaxTurns)
+	for i, row := range f.Turns {
+		if row.Step >= MaxTurns {
+			c.fail(fmt.Sprintf("turns[%d].step", i), "want a whole number below %d", MaxTurns)
 			return
 		}
-		t := b.turn(int(step))
-		t.Count = int64(count)
-		t.PromptTokens, t.CachedTokens = int64(prompt*count+0.5), int64(cached*count+0.5)
-		if h := to.m["histogram"]; !isNull(h) {
-			if hist := decodeHistogram(d, to.sub("histogram"), h); hist != nil {
-				t.TTFT = hist
-			}
+		t := b.turn(int(row.Step))
+		t.Count = int64(row.Count)
+		t.PromptTokens = int64(float64(row.MeanPromptTokens)*float64(row.Count) + 0.5)
+		if row.MeanCachedTokens != nil {
+			t.CachedTokens = int64(float64(*row.MeanCachedTokens)*float64(row.Count) + 0.5)
+		}
+		if row.Histogram == nil || string(row.Histogram) == "null" {
+			continue
+		}
+		if h := readHistogram(c, fmt.Sprintf("turns[%d].histogram", i), row.Histogram); h != nil {
+			t.TTFT = h
 		}
 	}
 }
