@@ -53,6 +53,7 @@ type config struct {
 	aliases     []string
 	reasoning   int
 	policy      SchedulingPolicy
+	toolLaw     ToolCallLaw
 }
 
 // Option configures an Engine.
@@ -99,11 +100,19 @@ func WithReasoningTokens(n int) Option {
 	return optionFunc(func(c *config) { c.reasoning = max(n, 0) })
 }
 
+// WithToolCalls sets the law of how many tool calls a question needs before the model answers
+// in text (default DefaultToolCallLaw). See Submit.
+func WithToolCalls(law ToolCallLaw) Option {
+	return optionFunc(func(c *config) { c.toolLaw = law.orDefault() })
+}
+
 // RequestOption configures one request of Submit.
 type RequestOption interface{ applyRequest(*requestConfig) }
 
 type requestConfig struct {
 	reasoning int
+	parallel  bool   // parallel tool calls allowed
+	tool      string // the function tool_choice names, if any
 }
 
 type requestOptionFunc func(*requestConfig)
@@ -114,6 +123,19 @@ func (f requestOptionFunc) applyRequest(c *requestConfig) { f(c) }
 // 0 means none.
 func WithRequestReasoning(n int) RequestOption {
 	return requestOptionFunc(func(c *requestConfig) { c.reasoning = max(n, 0) })
+}
+
+// WithRequestParallelToolCalls allows the request's model to make two tool calls in one answer
+// (OpenAI's parallel_tool_calls), which it does when its question needs two or more further
+// calls. The default is one call per answer.
+func WithRequestParallelToolCalls(allowed bool) RequestOption {
+	return requestOptionFunc(func(c *requestConfig) { c.parallel = allowed })
+}
+
+// WithRequestTool makes the request's model call the named function, which must be one of the
+// request's tools (OpenAI's tool_choice naming a function): it calls it whatever the law says.
+func WithRequestTool(name string) RequestOption {
+	return requestOptionFunc(func(c *requestConfig) { c.tool = name })
 }
 
 // Engine is a simulated inference engine running one profile. Its methods are safe for
@@ -166,10 +188,13 @@ type sequence struct {
 	maxTokens int
 	usage     rag.Usage
 
-	reasoning int      // the first output tokens that are reasoning
-	priority  int      // lower runs first under PolicyPriority
-	order     uint64   // arrival order, the tie-break between equal priorities
-	hashes    []uint64 // hash chain of the prompt's full blocks; nil without prefix caching
+	reasoning int       // the first output tokens that are reasoning
+	outputLen int       // output tokens the sequence produces: maxTokens, or fewer when its tool calls end first
+	finishAs  string    // its finish reason: "length", or "tool_calls" when its tool calls end before max_tokens
+	tools     *toolPlan // the tool calls it makes after its reasoning; nil for a text answer
+	priority  int       // lower runs first under PolicyPriority
+	order     uint64    // arrival order, the tie-break between equal priorities
+	hashes    []uint64  // hash chain of the prompt's full blocks; nil without prefix caching
 
 	state         seqState
 	generated     int // output tokens produced so far
@@ -194,7 +219,7 @@ type planItem struct {
 
 // New returns an engine running profile p and starts its loop. The profile is validated first.
 func New(p Profile, opts ...Option) (*Engine, error) {
-	cfg := config{seed: 1, alloc: p.Alloc}
+	cfg := config{seed: 1, alloc: p.Alloc, toolLaw: DefaultToolCallLaw}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -237,6 +262,9 @@ func New(p Profile, opts ...Option) (*Engine, error) {
 
 // Profile returns the profile the engine runs (with any WithAlloc override applied).
 func (e *Engine) Profile() Profile { return e.prof }
+
+// ToolCalls returns the engine's law of how many tool calls a question needs.
+func (e *Engine) ToolCalls() ToolCallLaw { return e.cfg.toolLaw }
 
 // Models lists the model names the engine serves: the profile's model, then the aliases.
 func (e *Engine) Models() []string { return slices.Clone(e.models) }
@@ -336,8 +364,17 @@ func (e *Engine) Generate(ctx context.Context, req rag.GenRequest) (rag.TokenStr
 // model; any other name must be one of Models (else the error wraps rag.ErrUnknownModel).
 // MaxTokens 0 means the rest of the context window, as vLLM does without max_tokens. A
 // request whose prompt and completion exceed MaxModelLen is refused with an error wrapping
-// rag.ErrInvalidRequest. The output is always MaxTokens tokens long (finish reason "length"),
-// reasoning included. Cancelling ctx aborts the sequence and frees its blocks at once.
+// rag.ErrInvalidRequest. A text answer is always MaxTokens tokens long (finish reason
+// "length"), reasoning included. Cancelling ctx aborts the sequence and frees its blocks at once.
+//
+// A request that offers tools (req.Tools, with req.ToolChoice not "none") is answered with
+// tool calls while its question needs more (see ToolCallLaw and planToolCalls): the calls'
+// tokens are generated like any output token after the reasoning, and the stream delivers
+// them as rag.ToolCallDelta pieces, as OpenAI streams them (a call's first piece carries its
+// index, id and name, the next ones its arguments), ending with finish reason "tool_calls"
+// (or "length" when max_tokens cuts them short). The tools' definitions and the tool calls of
+// the conversation count in the prompt, laid out as a chat template does (templated), so a
+// tool loop's next prompt extends the previous one and finds its blocks in the prefix cache.
 func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...RequestOption) (*Stream, error) {
 	rc := requestConfig{reasoning: e.cfg.reasoning}
 	for _, o := range opts {
@@ -353,7 +390,8 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 	if len(req.Messages) == 0 {
 		return nil, fmt.Errorf("%w: generate: no messages", rag.ErrInvalidRequest)
 	}
-	prompt := rag.PromptTokens(req.Messages)
+	laidOut := templated(req)
+	prompt := rag.PromptTokens(laidOut)
 	maxTokens := req.MaxTokens
 	switch {
 	case maxTokens < 0:
@@ -375,6 +413,10 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 			Message: fmt.Sprintf("priority must be between %d and %d, got %d", -MaxPriority, MaxPriority, req.Priority),
 			Err:     rag.ErrInvalidRequest}
 	}
+	plan, err := e.planToolCalls(req, rc)
+	if err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -383,12 +425,20 @@ func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...Request
 		prompt:    prompt,
 		maxTokens: maxTokens,
 		reasoning: min(rc.reasoning, maxTokens),
+		outputLen: maxTokens,
+		finishAs:  "length",
+		tools:     plan,
 		priority:  req.Priority,
 		usage:     rag.Usage{PromptTokens: prompt},
 		words:     newWordSource(req, e.cfg.seed),
 	}
+	if plan != nil {
+		if n := s.reasoning + len(plan.tokens); n <= maxTokens {
+			s.outputLen, s.finishAs = n, "tool_calls"
+		}
+	}
 	if e.prof.PrefixCaching {
-		s.hashes = promptBlockHashes(req.Messages, e.prof.BlockSize)
+		s.hashes = promptBlockHashes(laidOut, e.prof.BlockSize)
 	}
 	s.out.notify = make(chan struct{}, 1)
 	st := &Stream{e: e, seq: s, ctx: ctx}
@@ -669,7 +719,7 @@ func (e *Engine) apply(info *StepInfo) {
 			}
 		}
 		e.emit(s, now)
-		if s.generated >= s.maxTokens {
+		if s.generated >= s.outputLen {
 			e.finish(s, now)
 			finished++
 		}
@@ -702,6 +752,10 @@ func (e *Engine) emit(s *sequence, now time.Duration) {
 		s.timeline.FirstAnswerToken = now
 		s.words.startAnswer()
 	}
+	if !reasoning && s.tools != nil {
+		s.out.pushTool(s.tools.nextToken())
+		return
+	}
 	s.out.push(s.words, reasoning)
 }
 
@@ -711,10 +765,13 @@ func (e *Engine) finish(s *sequence, now time.Duration) {
 	s.timeline.ModelledE2E = e.stats.BusyTime - s.arrivedBusy
 	s.timeline.Done = true
 	e.stats.Finished++
+	if s.finishAs != "length" {
+		e.stats.Stopped++
+	}
 	e.metrics.e2e.Observe((now - s.timeline.Arrived).Seconds())
 	s.usage.CompletionTokens = s.generated
 	s.usage.ReasoningTokens = s.reasoning
-	s.out.finish("length", s.usage)
+	s.out.finish(s.finishAs, s.usage)
 }
 
 // StepInfo describes one engine step.
@@ -759,9 +816,12 @@ type Stats struct {
 	PrefixCacheHits             int64
 	PreemptedPrefixCacheQueries int64
 	PreemptedPrefixCacheHits    int64
-	Finished                    int64    // requests that produced all their tokens
-	Aborted                     int64    // requests closed or cancelled before finishing
-	LastStep                    StepInfo // the last step run
+	Finished                    int64 // requests that produced all their tokens
+	// Stopped counts the finished requests that ended before max_tokens, at the model's end of
+	// turn: those that made tool calls. The others ended at max_tokens.
+	Stopped  int64
+	Aborted  int64    // requests closed or cancelled before finishing
+	LastStep StepInfo // the last step run
 }
 
 // Stats returns a snapshot of the engine's state and counters.

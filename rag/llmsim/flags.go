@@ -19,7 +19,9 @@ type ServerConfig struct {
 	Seed                             uint64
 	ShutdownGrace                    time.Duration
 	ReasoningTokens                  int
-	Engine                           EngineArgs
+	// ToolCalls is the law of how many tool calls a question needs (--tool-calls).
+	ToolCalls ToolCallLaw
+	Engine    EngineArgs
 
 	bools *engineBools // the boolean engine flags, resolved by FlagsParsed
 }
@@ -44,13 +46,15 @@ func (c *ServerConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", ":8000", "listen address")
 	fs.StringVar(&c.Profile, "profile", DefaultProfile, "engine profile: "+ProfileNames())
 	fs.StringVar(&c.KVAlloc, "kv-alloc", "", "KV-cache allocation: paged or contiguous (default: the profile's)")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generated text")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the generated text and of the tool-call law")
 	fs.StringVar(&c.SchedulingPolicy, "scheduling-policy", string(PolicyFCFS),
 		"fcfs or priority (vLLM's): with priority the request field \"priority\" (lower first) orders the\n"+
 			"queue and the highest value is preempted first when KV blocks run out")
 	fs.IntVar(&c.ReasoningTokens, "reasoning-tokens", 0,
 		"reasoning tokens each request streams (as reasoning_content) before its answer, out of its\n"+
 			"max_tokens; a request's thinking_token_budget field overrides it")
+	c.ToolCalls = DefaultToolCallLaw
+	fs.Var(&c.ToolCalls, "tool-calls", ToolCallLawUsage+";\na request with tools gets tool calls of its first tool (or the one tool_choice names) until its\nconversation holds that many tool messages after the question, then a text answer")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long running requests may take to finish on shutdown")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	c.bools = c.Engine.registerFlags(fs)
@@ -138,7 +142,8 @@ func (c *ServerConfig) NewEngine(logger *slog.Logger) (*Engine, error) {
 	if prof, err = c.Engine.Apply(prof); err != nil {
 		return nil, fmt.Errorf("llm-sim profile %s: %w", c.Profile, err)
 	}
-	opts := []Option{WithSeed(c.Seed), WithLogger(logger), WithReasoningTokens(c.ReasoningTokens), WithSchedulingPolicy(policy)}
+	opts := []Option{WithSeed(c.Seed), WithLogger(logger), WithReasoningTokens(c.ReasoningTokens), WithSchedulingPolicy(policy),
+		WithToolCalls(c.ToolCalls)}
 	if c.KVAlloc != "" {
 		mode, err := ParseAllocMode(c.KVAlloc)
 		if err != nil {

@@ -94,10 +94,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.prefixQueries, float64(st.PrefixCacheQueries))
 	counter(m.prefixHits, float64(st.PrefixCacheHits))
 	gauge(m.fbUsed, float64(st.MemoryUsedBytes/mib)) // whole MiB, as DCGM reports
-	// The engine always stops at max_tokens, so "stop" stays 0; it is exported, as vLLM exports
-	// every reason from the start, so that sums over reasons work. Aborts count as in vLLM V1.
-	counter(m.success, 0, "stop")
-	counter(m.success, float64(st.Finished), "length")
+	// A text answer always runs to max_tokens; tool calls end at the model's end of turn, which
+	// vLLM's engine counts as "stop" (its API layer reports them as finish_reason "tool_calls").
+	// Every reason is exported from the start, as vLLM does, so that sums over reasons work.
+	// Aborts count as in vLLM V1.
+	counter(m.success, float64(st.Stopped), "stop")
+	counter(m.success, float64(st.Finished-st.Stopped), "length")
 	counter(m.success, float64(st.Aborted), "abort")
 	m.ttft.Collect(ch)
 	m.tpot.Collect(ch)

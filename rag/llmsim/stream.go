@@ -3,6 +3,7 @@ package llmsim
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,7 +84,9 @@ type Output struct {
 
 // Recv returns the answer's tokens produced since the last call as one delta (Tokens > 1 when
 // the reader fell behind the engine), waiting for at least one; reasoning tokens are left out
-// (see RecvOutput). The last delta carries the finish reason and usage; after it Recv returns
+// (see RecvOutput). The tokens of tool calls come as ToolCalls pieces: a call's first piece
+// (its index, id and name) always starts a piece of its own, and the argument pieces that
+// follow it are joined into one. The last delta carries the finish reason and usage; after it Recv returns
 // io.EOF. If the context given to Generate is done, Recv returns its error; if the engine
 // closed first, ErrClosed.
 func (s *Stream) Recv() (rag.Delta, error) {
@@ -110,6 +113,10 @@ func (s *Stream) RecvOutput() (Output, error) {
 		if o.tokens > 0 || o.reasoningTokens > 0 || (o.finished && !o.delivered) {
 			out := Output{Delta: rag.Delta{Text: string(o.buf), Tokens: o.tokens},
 				Reasoning: string(o.reasoning), ReasoningTokens: o.reasoningTokens}
+			if len(o.calls) > 0 {
+				out.ToolCalls = slices.Clone(o.calls)
+				o.calls = o.calls[:0]
+			}
 			o.buf, o.tokens = o.buf[:0], 0
 			o.reasoning, o.reasoningTokens = o.reasoning[:0], 0
 			if o.finished {
@@ -163,7 +170,9 @@ type outbox struct {
 	reasoning []byte // text of the queued reasoning tokens
 	// reasoningTokens counts the tokens in reasoning
 	reasoningTokens int
-	finished        bool // the last token is queued; reason and usage are set
+	calls           []rag.ToolCallDelta // tool-call pieces queued, counted in tokens
+	heldTokens      int                 // tool-call tokens whose piece is not complete yet
+	finished        bool                // the last token is queued; reason and usage are set
 	reason          string
 	usage           rag.Usage
 	delivered       bool  // the last delta was returned
@@ -191,8 +200,30 @@ func (o *outbox) push(w *wordSource, reasoning bool) {
 	o.wake()
 }
 
+// pushTool queues one token of a tool call: a token that completes a piece queues the piece,
+// joined to the last one queued when both are arguments of the same call.
+func (o *outbox) pushTool(tok toolToken) {
+	o.mu.Lock()
+	if !tok.deliver {
+		o.heldTokens++
+		o.mu.Unlock()
+		return
+	}
+	o.tokens += 1 + o.heldTokens
+	o.heldTokens = 0
+	if n := len(o.calls); n > 0 && tok.piece.ID == "" && o.calls[n-1].ID == "" && o.calls[n-1].Index == tok.piece.Index {
+		o.calls[n-1].Arguments += tok.piece.Arguments
+	} else {
+		o.calls = append(o.calls, tok.piece)
+	}
+	o.mu.Unlock()
+	o.wake()
+}
+
 func (o *outbox) finish(reason string, u rag.Usage) {
 	o.mu.Lock()
+	o.tokens += o.heldTokens // a call cut short in its name: its tokens count all the same
+	o.heldTokens = 0
 	o.finished, o.reason, o.usage = true, reason, u
 	o.mu.Unlock()
 	o.wake()

@@ -24,7 +24,8 @@ const continueProb = 0.8
 var fallbackWords = strings.Fields("the answer depends on the context given in the question")
 
 // wordSource produces the output tokens of one sequence: words of the context (the system
-// messages, where the RAG pipeline puts the retrieved chunks, else the whole prompt), walked
+// messages, where the RAG pipeline puts the retrieved chunks, and the tool messages, where an
+// agent's searches put them; else the whole prompt), walked
 // in order with random jumps, each word cut into pieces of runesPerToken runes. It is owned
 // by the engine loop.
 type wordSource struct {
@@ -46,7 +47,7 @@ func newWordSource(req rag.GenRequest, seed uint64) *wordSource {
 		_, _ = h.Write([]byte{0})
 		_, _ = h.Write([]byte(m.Content))
 		_, _ = h.Write([]byte{0})
-		if m.Role == "system" || m.Role == "developer" {
+		if m.Role == "system" || m.Role == "developer" || m.Role == "tool" {
 			context.WriteString(m.Content)
 			context.WriteByte('\n')
 		}
