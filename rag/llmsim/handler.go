@@ -65,6 +65,15 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 // counted in usage.completion_tokens_details.reasoning_tokens; prefix-cache hits are in
 // usage.prompt_tokens_details.cached_tokens.
 //
+// A request with tools is answered with tool calls while its question needs more (see
+// Engine.Submit and --tool-calls), streamed as vLLM streams them: a chunk with the call's index,
+// id ("chatcmpl-tool-..."), type and function name and empty arguments, then one chunk per
+// argument token, then finish_reason "tool_calls"; non-streamed, in message.tool_calls with
+// "content": null. tool_choice "none" makes the model answer in text, "required" or a named
+// function makes it call one. parallel_tool_calls true lets two calls out at once when the
+// question needs two or more; it is off unless the request sets it (OpenAI's default is on), so
+// that a question takes the same number of model calls whatever the client.
+//
 // Errors are OpenAI error JSON. A client that disconnects aborts its sequence, which frees its
 // KV-cache blocks at once. The "rag" request object of the RAG API is ignored here.
 func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
@@ -161,9 +170,16 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, err)
 		return
 	}
+	if req.ParallelToolCalls != nil && *req.ParallelToolCalls {
+		opts = append(opts, WithRequestParallelToolCalls(true))
+	}
+	if name := namedTool(req.ToolChoice); name != "" {
+		opts = append(opts, WithRequestTool(name))
+	}
 	id := openai.NewCompletionID()
 	st, err := h.e.Submit(r.Context(), rag.GenRequest{
 		ID: id, Model: q.Model, Messages: q.Messages, MaxTokens: q.MaxTokens, Temperature: q.Temperature, Priority: q.Priority,
+		Tools: q.Tools, ToolChoice: q.ToolChoice,
 	}, opts...)
 	if err != nil {
 		openai.WriteError(w, err)
@@ -175,6 +191,46 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 		streamChat(r.Context(), openai.NewChatStream(w, id, q.Model, includeUsage), st)
 		return
 	}
+	out, err := collect(st)
+	if err != nil {
+		openai.WriteError(w, err)
+		return
+	}
+	c := openai.Completion(id, q.Model, out.text, out.finishReason, out.usage)
+	if out.reasoning != "" {
+		c = openai.ReasoningCompletion(id, q.Model, out.reasoning, out.text, out.finishReason, out.usage)
+	}
+	if len(out.calls) > 0 {
+		c.Choices[0].Message.ToolCalls = openai.WireToolCalls(out.calls)
+	}
+	openai.WriteJSON(w, http.StatusOK, c)
+}
+
+// namedTool returns the function a tool_choice object names ({"type":"function","function":
+// {"name":...}}), or "" for the other forms; the request's validation checked its form.
+func namedTool(choice json.RawMessage) string {
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if len(choice) == 0 || choice[0] != '{' || json.Unmarshal(choice, &named) != nil {
+		return ""
+	}
+	return named.Function.Name
+}
+
+// output is a whole generation, as a non-streamed response reports it.
+type output struct {
+	text, reasoning string
+	calls           []rag.ToolCall
+	finishReason    string
+	usage           rag.Usage
+}
+
+// collect reads st to its end.
+func collect(st *Stream) (output, error) {
+	var out output
 	var text, reasoning strings.Builder
 	for {
 		d, err := st.RecvOutput()
@@ -182,18 +238,15 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("llm-sim stream ended without a finish reason")
 			}
-			openai.WriteError(w, err)
-			return
+			return out, err
 		}
 		reasoning.WriteString(d.Reasoning)
 		text.WriteString(d.Text)
+		out.calls = rag.AppendToolCalls(out.calls, d.ToolCalls)
 		if d.FinishReason != "" {
-			if reasoning.Len() > 0 {
-				openai.WriteJSON(w, http.StatusOK, openai.ReasoningCompletion(id, q.Model, reasoning.String(), text.String(), d.FinishReason, *d.Usage))
-			} else {
-				openai.WriteJSON(w, http.StatusOK, openai.Completion(id, q.Model, text.String(), d.FinishReason, *d.Usage))
-			}
-			return
+			out.text, out.reasoning = text.String(), reasoning.String()
+			out.finishReason, out.usage = d.FinishReason, *d.Usage
+			return out, nil
 		}
 	}
 }
@@ -219,6 +272,11 @@ func streamChat(ctx context.Context, cs *openai.ChatStream, st *Stream) {
 		}
 		if d.Text != "" {
 			if err := cs.Content(d.Text); err != nil {
+				return
+			}
+		}
+		if len(d.ToolCalls) > 0 {
+			if err := cs.ToolCalls(d.ToolCalls); err != nil {
 				return
 			}
 		}

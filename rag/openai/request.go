@@ -35,27 +35,37 @@ var DefaultLimits = Limits{MaxTokensCap: 4096, DefaultMaxTokens: 256, MaxMessage
 // MaxBodyBytes must be cut off by the caller (http.MaxBytesReader); the resulting error is
 // reported as a 413 HTTPError.
 func DecodeChatRequest(r io.Reader) (*ChatRequest, error) {
-	dec := json.NewDecoder(r)
 	var req ChatRequest
-	if err := dec.Decode(&req); err != nil {
+	if err := DecodeJSON(r, &req, "model and messages"); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// DecodeJSON reads one JSON object from r into v, with the errors of DecodeChatRequest (what
+// names the fields an empty body lacks, as in "model and messages"). A body longer than
+// MaxBodyBytes must be cut off by the caller (http.MaxBytesReader).
+func DecodeJSON(r io.Reader, v any, what string) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(v); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, &HTTPError{Status: 413, Type: "invalid_request_error", Code: "request_too_large",
+			return &HTTPError{Status: 413, Type: "invalid_request_error", Code: "request_too_large",
 				Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), Err: rag.ErrInvalidRequest}
 		}
 		if errors.Is(err, io.EOF) {
-			return nil, invalid("", "request body is empty: send a JSON object with model and messages")
+			return invalid("", "request body is empty: send a JSON object with "+what)
 		}
 		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
 			field := Truncate(te.Field, maxEchoLen)
-			return nil, invalid(field, fmt.Sprintf("%s has the wrong type: want %s, got %s", field, te.Type, Truncate(te.Value, maxEchoLen)))
+			return invalid(field, fmt.Sprintf("%s has the wrong type: want %s, got %s", field, te.Type, Truncate(te.Value, maxEchoLen)))
 		}
-		return nil, invalid("", "request body is not valid JSON: "+Truncate(err.Error(), 4*maxEchoLen))
+		return invalid("", "request body is not valid JSON: "+Truncate(err.Error(), 4*maxEchoLen))
 	}
 	if dec.More() {
-		return nil, invalid("", "request body has data after the JSON object")
+		return invalid("", "request body has data after the JSON object")
 	}
-	return &req, nil
+	return nil
 }
 
 // MaxTools bounds the tools of one request, as OpenAI does.

@@ -71,6 +71,40 @@ func (s *ChatStream) Reasoning(text string) error {
 	return s.sse.Data(s.chunk(ChunkDelta{ReasoningContent: text, Reasoning: text}, nil))
 }
 
+// ToolCalls writes the pieces of tool calls in calls, after the role chunk, one chunk per piece
+// as vLLM streams them: a call's first piece with its index, id, type and function name and
+// empty arguments, then pieces of its arguments under its index.
+func (s *ChatStream) ToolCalls(calls []rag.ToolCallDelta) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if err := s.sse.Data(s.chunk(ChunkDelta{ToolCalls: []ToolCall{ToolCallPiece(c)}}, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ToolCallPiece is d on the wire: a streamed tool_calls entry.
+func ToolCallPiece(d rag.ToolCallDelta) ToolCall {
+	i := d.Index
+	c := ToolCall{Index: &i, ID: d.ID, Function: FunctionCall{Name: d.Name, Arguments: d.Arguments}}
+	if d.ID != "" {
+		c.Type = "function"
+	}
+	return c
+}
+
+// WireToolCalls are calls on the wire, as an assistant message's tool_calls.
+func WireToolCalls(calls []rag.ToolCall) []ToolCall {
+	out := make([]ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = ToolCall{ID: c.ID, Type: "function", Function: FunctionCall{Name: c.Name, Arguments: c.Arguments}}
+	}
+	return out
+}
+
 // Finish writes the finish chunk, the usage chunk when usage was asked for, and [DONE].
 // serverTiming, if not empty, is carried on the last chunk.
 func (s *ChatStream) Finish(reason string, usage rag.Usage, serverTiming string) error {

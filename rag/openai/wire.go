@@ -200,6 +200,19 @@ type ResponseMessage struct {
 	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
+// MarshalJSON encodes m with "content": null when it has tool calls and no text, as OpenAI
+// sends an assistant message that only calls tools.
+func (m ResponseMessage) MarshalJSON() ([]byte, error) {
+	type plain ResponseMessage // without this method
+	if m.Content != "" || len(m.ToolCalls) == 0 {
+		return json.Marshal(plain(m))
+	}
+	return json.Marshal(struct {
+		plain
+		Content *string `json:"content"`
+	}{plain: plain(m)})
+}
+
 // WireUsage is OpenAI's usage object.
 type WireUsage struct {
 	PromptTokens            int                      `json:"prompt_tokens"`
@@ -367,7 +380,19 @@ func (s *SSE) SetHeaders(h http.Header) {
 
 // Data writes one data event holding v encoded as JSON.
 func (s *SSE) Data(v any) error {
+	return s.Event("", v)
+}
+
+// Event writes one event named name (an "event:" line, as the Anthropic Messages and OpenAI
+// Responses streams name theirs) holding v encoded as JSON; an empty name writes a plain data
+// event. name must be one line.
+func (s *SSE) Event(name string, v any) error {
 	s.buf.Reset()
+	if name != "" {
+		s.buf.WriteString("event: ")
+		s.buf.WriteString(name)
+		s.buf.WriteByte('\n')
+	}
 	s.buf.WriteString("data: ")
 	enc := json.NewEncoder(&s.buf)
 	enc.SetEscapeHTML(false)
