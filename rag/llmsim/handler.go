@@ -47,6 +47,7 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 // NewHandler returns the OpenAI-compatible API of e, as vLLM's server exposes it:
 //
 //	POST /v1/chat/completions  streaming (SSE, stream_options.include_usage) or not
+//	POST /v1/messages          Anthropic's Messages API, streaming (its named events) or not
 //	GET  /v1/models            the served model names
 //	GET  /health               200 while the engine runs, 503 once it is closed
 //	GET  /metrics              Prometheus text: vllm:num_requests_running, vllm:num_requests_waiting,
@@ -74,6 +75,15 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 // question needs two or more; it is off unless the request sets it (OpenAI's default is on), so
 // that a question takes the same number of model calls whatever the client.
 //
+// The Messages API runs on the same engine (same batching, KV cache and prefix cache, same
+// metrics). Its model answers in text: tools are accepted and counted in the prompt, as are
+// tool_use and tool_result blocks, but not called. usage.input_tokens leaves out the prompt
+// tokens found in the prefix cache, which cache_read_input_tokens counts; thinking
+// {"type":"enabled","budget_tokens":N} makes the model reason N tokens first, streamed as a
+// thinking block. Streamed, message_start waits for the first token (the headers go out at
+// once), so that its usage knows the prefix cache's share; stop_reason is max_tokens, as every
+// simulated answer runs to its budget. Its errors are Anthropic's error JSON.
+//
 // Errors are OpenAI error JSON. A client that disconnects aborts its sequence, which frees its
 // KV-cache blocks at once. The "rag" request object of the RAG API is ignored here.
 func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
@@ -97,6 +107,7 @@ func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
 	h := &handler{e: e, limits: cfg.limits}
 	r := chi.NewRouter()
 	r.Post("/v1/chat/completions", h.chat)
+	r.Post("/v1/messages", h.messages)
 	r.Get("/v1/models", h.models)
 	r.Get("/health", h.health)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))

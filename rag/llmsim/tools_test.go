@@ -20,8 +20,8 @@ func TestParseToolCallLaw(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, in, want string // want: the law's String, or the error's text
-		max             int
-		wantErr         bool
+		max            int
+		wantErr        bool
 	}{
 		{name: "fixed", in: "fixed:3", want: "fixed:3", max: 3},
 		{name: "fixed zero", in: "fixed:0", want: "fixed:0", max: 0},
@@ -336,7 +336,6 @@ func TestEngineToolChoices(t *testing.T) {
 		})
 	}
 }
-
 
 // A reasoning model thinks first, then calls the tool: the reasoning comes apart (RecvOutput),
 // and both count in the completion tokens.
