@@ -48,6 +48,7 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 //
 //	POST /v1/chat/completions  streaming (SSE, stream_options.include_usage) or not
 //	POST /v1/messages          Anthropic's Messages API, streaming (its named events) or not
+//	POST /v1/responses         OpenAI's Responses API, streaming (its named events) or not
 //	GET  /v1/models            the served model names
 //	GET  /health               200 while the engine runs, 503 once it is closed
 //	GET  /metrics              Prometheus text: vllm:num_requests_running, vllm:num_requests_waiting,
@@ -84,6 +85,18 @@ func WithRegistry(reg *prometheus.Registry) HandlerOption {
 // once), so that its usage knows the prefix cache's share; stop_reason is max_tokens, as every
 // simulated answer runs to its budget. Its errors are Anthropic's error JSON.
 //
+// The Responses API runs on the same engine too. input is a string or message items
+// (input_text and output_text parts), function_call and function_call_output items count in
+// the prompt, instructions become the system message; nothing is stored, so
+// previous_response_id, conversation and background are refused. The model answers in text.
+// Streamed, the events are response.created, response.in_progress, then per output item (a
+// reasoning item when the model reasons, then the message) response.output_item.added,
+// response.content_part.added, the text's deltas and done event, response.content_part.done
+// and response.output_item.done, then response.completed, every event numbered by
+// sequence_number. As in vLLM the stream ends with response.completed, while the response's
+// status is "incomplete" (incomplete_details.reason max_output_tokens) when the answer ran to
+// its budget, which a simulated answer always does. Its errors are OpenAI error JSON.
+//
 // Errors are OpenAI error JSON. A client that disconnects aborts its sequence, which frees its
 // KV-cache blocks at once. The "rag" request object of the RAG API is ignored here.
 func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
@@ -108,6 +121,7 @@ func NewHandler(e *Engine, opts ...HandlerOption) http.Handler {
 	r := chi.NewRouter()
 	r.Post("/v1/chat/completions", h.chat)
 	r.Post("/v1/messages", h.messages)
+	r.Post("/v1/responses", h.responses)
 	r.Get("/v1/models", h.models)
 	r.Get("/health", h.health)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{}))
