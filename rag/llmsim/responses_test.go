@@ -253,7 +253,9 @@ func TestThreeAPIsShareTheEngine(t *testing.T) {
 			return v
 		}},
 		{path: "/v1/messages", body: `{"model":"ragtail-tiny","max_tokens":8,"system":"` + system + `","messages":[{"role":"user","content":"` + question + `"}]}`,
-			cached: func(m map[string]any) float64 { return m["usage"].(map[string]any)["cache_read_input_tokens"].(float64) }},
+			cached: func(m map[string]any) float64 {
+				return m["usage"].(map[string]any)["cache_read_input_tokens"].(float64)
+			}},
 		{path: "/v1/responses", body: `{"model":"ragtail-tiny","max_output_tokens":8,"instructions":"` + system + `","input":"` + question + `"}`,
 			cached: func(m map[string]any) float64 {
 				return m["usage"].(map[string]any)["input_tokens_details"].(map[string]any)["cached_tokens"].(float64)

@@ -32,6 +32,9 @@ type Config struct {
 	// caching, max-num-seqs, ...), as `ragtail llm-sim`'s flags do; they apply to every profile
 	// the engine is switched to at run time as well.
 	EngineArgs llmsim.EngineArgs
+	// ToolCalls is the simulated engine's law of how many searches a question needs in the
+	// agentic mode (llm-sim's --tool-calls).
+	ToolCalls llmsim.ToolCallLaw
 	// Dim is the hash embedder's vector size.
 	Dim int
 	// Shards is the number of index shards; ShardLatency holds one law for all of them or one
@@ -171,6 +174,7 @@ func DefaultConfig() Config {
 		Admission:     admission.DefaultConfig(),
 		MaxTokensCap:  openai.DefaultLimits.MaxTokensCap,
 		Seed:          1,
+		ToolCalls:     llmsim.DefaultToolCallLaw,
 		Backends: Backends{
 			Qdrant: Qdrant{Collection: retrieve.DefaultCollection, Pool: retrieve.DefaultQdrantPoolSize,
 				Keepalive: retrieve.DefaultQdrantKeepalive, KeepaliveTimeout: retrieve.DefaultQdrantKeepaliveTimeout,

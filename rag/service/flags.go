@@ -38,6 +38,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.EngineArgs = a
 		return err
 	})
+	fs.Var(&c.ToolCalls, "tool-calls", "simulated engine: how many searches a question needs before the model answers in the agentic\nmode (\"rag\": {\"mode\": \"agentic\"}), drawn from --seed and the question: fixed:N, uniform:A,B,\ngeometric:P[,max=M] or none, as llm-sim's --tool-calls")
 	fs.IntVar(&c.Dim, "dim", c.Dim, "embedding dimension of the hash embedder")
 	fs.IntVar(&c.Shards, "shards", c.Shards, "number of index shards")
 	fs.Var((*lawList)(&c.ShardLatency), "shard-latency", "latency law of each shard search, one for all or one per shard separated by ';'\n(none, fixed:5ms, uniform:2ms,8ms, lognormal:MEDIAN,SIGMA[,CAP], pareto:XM,ALPHA[,CAP])")

@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if prof, err = cfg.EngineArgs.Apply(prof); err != nil {
 		return nil, fmt.Errorf("engine arguments: %w", err)
 	}
-	engineOpts := []llmsim.Option{llmsim.WithSeed(cfg.Seed), llmsim.WithLogger(logger)}
+	engineOpts := []llmsim.Option{llmsim.WithSeed(cfg.Seed), llmsim.WithLogger(logger), llmsim.WithToolCalls(cfg.ToolCalls)}
 	if cfg.KVAlloc != "" {
 		mode, err := llmsim.ParseAllocMode(cfg.KVAlloc)
 		if err != nil {
