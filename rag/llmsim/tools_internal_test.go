@@ -54,3 +54,23 @@ func TestHopQuery(t *testing.T) {
 		})
 	}
 }
+
+// A law that parses prints back to itself, and every count it draws is within its range.
+func FuzzParseToolCallLaw(f *testing.F) {
+	for _, s := range []string{"fixed:3", "uniform:1,4", "geometric:0.5,max=5", "geometric:1e-9", "none", "geometric:0.5,max=5,max=2", "uniform:,", ""} {
+		f.Add(s, "what is a KV block?")
+	}
+	f.Fuzz(func(t *testing.T, s, question string) {
+		law, err := ParseToolCallLaw(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseToolCallLaw(law.String())
+		if err != nil || again != law {
+			t.Fatalf("%q parses to %q, which parses to %v, %v", s, law, again, err)
+		}
+		if k := law.Calls(1, question); k < 0 || k > law.Max() || law.Max() > MaxToolCalls || law.Prob(k) == 0 {
+			t.Fatalf("%q: %d calls for %q, max %d, probability %v", law, k, question, law.Max(), law.Prob(k))
+		}
+	})
+}
