@@ -46,13 +46,26 @@ func WriteOutput(path string, stdout io.Writer, write func(io.Writer) error) err
 // commit, or stdout for "-".
 type outputFile struct {
 	io.Writer
-	path string
-	tmp  *os.File // nil for stdout, and once committed or aborted
+	path   string
+	tmp    *os.File // nil for stdout, and once committed or aborted
+	direct *os.File // a path that is not a regular file (/dev/null, a FIFO), written in place
 }
 
 func createOutput(path string, stdout io.Writer) (*outputFile, error) {
 	if path == "-" {
 		return &outputFile{Writer: stdout, path: path}, nil
+	}
+	// A device or a pipe is written in place: renaming a file over it would replace it (as
+	// root, --json /dev/null would leave a regular file where the null device was).
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return nil, fmt.Errorf("create %s: it is a directory; name a file", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		return &outputFile{Writer: f, path: path, direct: f}, nil
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -63,6 +76,14 @@ func createOutput(path string, stdout io.Writer) (*outputFile, error) {
 
 // commit puts the file in place.
 func (f *outputFile) commit() error {
+	if f.direct != nil {
+		err := f.direct.Close()
+		f.direct = nil
+		if err != nil {
+			return fmt.Errorf("write %s: %w", f.path, err)
+		}
+		return nil
+	}
 	if f.tmp == nil {
 		return nil
 	}
@@ -84,6 +105,10 @@ func (f *outputFile) commit() error {
 
 // abort removes the temporary file unless it was committed.
 func (f *outputFile) abort() {
+	if f.direct != nil {
+		_ = f.direct.Close()
+		f.direct = nil
+	}
 	if f.tmp != nil {
 		_ = f.tmp.Close()
 		_ = os.Remove(f.tmp.Name())
