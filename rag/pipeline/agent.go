@@ -44,10 +44,13 @@ func (r *run) executeAgentic(res *Result, gen *generation) error {
 	if maxSteps == 0 {
 		maxSteps = rag.DefaultMaxSteps
 	}
-	var err error
+	var (
+		err    error
+		forced bool // the next call must answer: the step limit, or a call cut short
+	)
 	for step := 1; ; step++ {
 		choice := "auto"
-		if step == maxSteps {
+		if step >= maxSteps || forced {
 			choice = "none"
 		}
 		stepStart := r.p.now()
@@ -56,7 +59,16 @@ func (r *run) executeAgentic(res *Result, gen *generation) error {
 			break
 		}
 		res.Usage = sumUsage(res.Usage, gen.usage)
-		if len(gen.calls) == 0 || res.FinishReason != "tool_calls" {
+		if len(gen.calls) > 0 && res.FinishReason == "length" && choice != "none" {
+			// The token budget cut the call short: its arguments are not whole, so the next
+			// call answers with what the conversation has.
+			res.Steps = append(res.Steps, AgentStep{Start: stepStart, Duration: r.p.now().Sub(stepStart)})
+			forced = true
+			continue
+		}
+		// A calling turn may end with tool_calls or, as OpenAI's does when tool_choice names a
+		// function, with stop: the calls decide.
+		if len(gen.calls) == 0 || choice == "none" {
 			res.Steps = append(res.Steps, AgentStep{Start: stepStart, Duration: r.p.now().Sub(stepStart)})
 			break
 		}

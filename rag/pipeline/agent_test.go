@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -22,6 +23,9 @@ import (
 // that, unless tool_choice is none; then it answers in text.
 type toolGenerator struct {
 	searches int
+	// callFinish is the finish reason of a calling turn: "" for tool_calls; "stop" as OpenAI
+	// ends a turn whose tool_choice named the function; "length" for a call the budget cut.
+	callFinish string
 
 	mu   sync.Mutex
 	reqs []rag.GenRequest
@@ -45,7 +49,7 @@ func (g *toolGenerator) Generate(_ context.Context, req rag.GenRequest) (rag.Tok
 		deltas = []rag.Delta{
 			{Tokens: 1, ToolCalls: []rag.ToolCallDelta{{Index: 0, ID: id, Name: "search"}}},
 			{Tokens: 4, ToolCalls: []rag.ToolCallDelta{{Index: 0, Arguments: fmt.Sprintf(`{"query":"hop %d"}`, answered+1)}}},
-			{FinishReason: "tool_calls", Usage: &rag.Usage{PromptTokens: 100, CompletionTokens: 5}},
+			{FinishReason: cmp.Or(g.callFinish, "tool_calls"), Usage: &rag.Usage{PromptTokens: 100, CompletionTokens: 5}},
 		}
 	} else {
 		deltas = []rag.Delta{{Text: "The answer", Tokens: 2}, {Text: ".", Tokens: 1, FinishReason: "stop", Usage: &rag.Usage{PromptTokens: 300, CompletionTokens: 3}}}
@@ -235,5 +239,51 @@ func TestClientToolsRefused(t *testing.T) {
 	q.Tools = []rag.Tool{{Name: "weather"}}
 	if _, err := p.Run(context.Background(), q, nil); err == nil || !strings.Contains(err.Error(), "own search tool") {
 		t.Errorf("err = %v, want the client's tools refused", err)
+	}
+}
+
+// TestAgenticCallTurnEndings: a calling turn that ends with stop still runs its calls; one the
+// token budget cut short (finish length) is not run, and the next call must answer.
+func TestAgenticCallTurnEndings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		finish          string
+		calls, searches int
+		lastChoice      string
+	}{
+		{finish: "stop", calls: 3, searches: 2, lastChoice: "auto"},
+		{finish: "length", calls: 2, searches: 0, lastChoice: "none"},
+	} {
+		t.Run(tc.finish, func(t *testing.T) {
+			t.Parallel()
+			tp, sr := traced(t)
+			b := zeroLatency(2)
+			gen := &toolGenerator{searches: 2, callFinish: tc.finish}
+			p, err := pipeline.New(b.emb, b.ret, b.docs, gen, pipeline.Config{}, pipeline.WithTracerProvider(tp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink := &recordingSink{tb: t}
+			res, err := p.Run(context.Background(), agenticQuery(0), sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			searches := 0
+			for _, s := range res.Steps {
+				searches += len(s.Searches)
+			}
+			if len(gen.reqs) != tc.calls || searches != tc.searches || gen.reqs[len(gen.reqs)-1].ToolChoice != tc.lastChoice || sink.text() != "The answer." {
+				t.Errorf("%d calls, %d searches, last choice %q, answer %q; want %d, %d, %q and the answer",
+					len(gen.reqs), searches, gen.reqs[len(gen.reqs)-1].ToolChoice, sink.text(), tc.calls, tc.searches, tc.lastChoice)
+			}
+			// Every model call, calling or answering, has its time to first chunk.
+			for _, s := range waitSpans(t, sr, tc.calls+1) {
+				if strings.HasPrefix(s.Name(), "chat ") {
+					if v, ok := spanAttr(s, "gen_ai.response.time_to_first_chunk"); !ok || v.AsFloat64() < 0 {
+						t.Errorf("chat span without gen_ai.response.time_to_first_chunk")
+					}
+				}
+			}
+		})
 	}
 }

@@ -424,8 +424,8 @@ func (r *run) endGenerate(st *stage, err error, streaming bool, gen *generation,
 			if gen.usage.ReasoningTokens > 0 {
 				attrs = append(attrs, semconv.GenAIUsageReasoningOutputTokens(gen.usage.ReasoningTokens))
 			}
-			if !gen.firstToken.IsZero() {
-				attrs = append(attrs, semconv.GenAIResponseTimeToFirstChunk(gen.firstToken.Sub(start).Seconds()))
+			if !gen.firstChunk.IsZero() {
+				attrs = append(attrs, semconv.GenAIResponseTimeToFirstChunk(gen.firstChunk.Sub(start).Seconds()))
 			}
 			if rec.capture {
 				attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(outputJSON(gen.answer.String(), res.FinishReason)))
@@ -469,8 +469,8 @@ func (r *run) recordChat(ctx context.Context, start time.Time, d time.Duration, 
 	if err != nil {
 		return
 	}
-	if !gen.firstToken.IsZero() {
-		inst.inferenceTTFC.Record(ctx, gen.firstToken.Sub(start).Seconds(), ok)
+	if !gen.firstChunk.IsZero() {
+		inst.inferenceTTFC.Record(ctx, gen.firstChunk.Sub(start).Seconds(), ok)
 	}
 	if usage != (rag.Usage{}) {
 		inst.opInput.Record(ctx, int64(usage.PromptTokens), ok)

@@ -693,6 +693,7 @@ func (r *run) announceGeneration(res *Result) error {
 type generation struct {
 	msgs       []rag.Message   // the prompt
 	firstToken time.Time       // when the first delta carrying text arrived
+	firstChunk time.Time       // when the first delta carrying text or a tool call arrived
 	end        time.Time       // when the last delta arrived, or the stage failed
 	answer     strings.Builder // the answer: with content capture on, or tools offered
 	usage      rag.Usage       // the call's token counts
@@ -744,14 +745,17 @@ func (r *run) generateWith(msgs []rag.Message, tools []rag.Tool, toolChoice stri
 		if err != nil {
 			return r.fail(rag.StageGenerate, err)
 		}
+		if chunk := d.Text != "" || len(d.ToolCalls) > 0; chunk && gen.firstChunk.IsZero() {
+			gen.firstChunk = gen.end
+		} else if chunk {
+			r.chunkArrived(st, prev, gen.end)
+		}
 		if gen.firstToken.IsZero() && d.Text != "" {
 			gen.firstToken = gen.end
 			if res.TimeToFirstToken == 0 {
 				res.TimeToFirstToken = gen.end.Sub(r.start)
 			}
 			r.firstToken(st, gen.end)
-		} else if d.Text != "" || len(d.ToolCalls) > 0 {
-			r.chunkArrived(st, prev, gen.end)
 		}
 		completionTokens += d.Tokens
 		if d.Usage != nil {
