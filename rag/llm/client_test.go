@@ -586,7 +586,7 @@ func TestToolCalls(t *testing.T) {
 	if want := []rag.ToolCall{{ID: "chatcmpl-tool-4f2a", Name: "search", Arguments: `{"query": "paged attention KV cache"}`}}; !reflect.DeepEqual(calls, want) {
 		t.Errorf("tool calls %+v, want %+v", calls, want)
 	}
-	if last.FinishReason != "tool_calls" || last.Usage == nil || last.Usage.CompletionTokens != 9 {
+	if last.FinishReason != "tool_calls" || last.Usage == nil || last.Usage.CompletionTokens != 9 || last.Usage.CachedTokens != 16 {
 		t.Errorf("last delta %+v", last)
 	}
 

@@ -62,7 +62,7 @@ func (c *Client) completeOnce(parent context.Context, params openai.ChatCompleti
 		comp.ToolCalls = append(comp.ToolCalls, rag.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}
 	if resp.JSON.Usage.Valid() {
-		comp.Usage = &rag.Usage{PromptTokens: int(resp.Usage.PromptTokens), CompletionTokens: int(resp.Usage.CompletionTokens)}
+		comp.Usage = usageOf(resp.Usage)
 	}
 	if comp.FinishReason == "" {
 		comp.FinishReason = "stop"
@@ -99,4 +99,11 @@ func (s *completionStream) Recv() (rag.Delta, error) {
 func (s *completionStream) Close() error {
 	s.sent = true
 	return nil
+}
+
+// usageOf converts the SDK's usage, with the prompt tokens the server's prefix cache held and the
+// completion tokens spent reasoning when it reports them.
+func usageOf(u openai.CompletionUsage) *rag.Usage {
+	return &rag.Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
+		CachedTokens: int(u.PromptTokensDetails.CachedTokens), ReasoningTokens: int(u.CompletionTokensDetails.ReasoningTokens)}
 }

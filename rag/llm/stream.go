@@ -146,7 +146,7 @@ func (s *stream) step() {
 // handle takes in one chunk.
 func (s *stream) handle(chunk openai.ChatCompletionChunk) {
 	if chunk.JSON.Usage.Valid() {
-		s.usage = &rag.Usage{PromptTokens: int(chunk.Usage.PromptTokens), CompletionTokens: int(chunk.Usage.CompletionTokens)}
+		s.usage = usageOf(chunk.Usage)
 	}
 	// The SDK marks fields it does not know as invalid but keeps their raw JSON.
 	if t, ok := chunk.JSON.ExtraFields["timings"]; ok && t.Raw() != "" && t.Raw() != "null" {
