@@ -7,7 +7,7 @@ import (
 	"os"
 	"runtime/pprof"
 
-	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/internal/loadgen/bench"
 	"github.com/ragtail/ragtail/loadgen/client"
 	"github.com/ragtail/ragtail/telemetry"
 )

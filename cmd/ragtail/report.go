@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/internal/loadgen/bench"
 	"github.com/ragtail/ragtail/loadgen/lab"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/internal/loadgen/bench"
 )
 
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ragtail/ragtail/loadgen/bench"
+	"github.com/ragtail/ragtail/internal/loadgen/bench"
 	"github.com/ragtail/ragtail/rag/llmsim"
 	"github.com/ragtail/ragtail/rag/service"
 )

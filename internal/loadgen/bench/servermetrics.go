@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen/report"
-	"github.com/ragtail/ragtail/loadgen/scrape"
+	"github.com/ragtail/ragtail/internal/loadgen/scrape"
 )
 
 // ServerMetricsOptions configure the scrape of the target's Prometheus endpoint during a run.
