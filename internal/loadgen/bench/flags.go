@@ -7,10 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ragtail/ragtail/internal/loadgen/scrape"
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/client"
 	"github.com/ragtail/ragtail/loadgen/report"
-	"github.com/ragtail/ragtail/internal/loadgen/scrape"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
 )

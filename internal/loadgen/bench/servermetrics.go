@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/internal/loadgen/scrape"
+	"github.com/ragtail/ragtail/loadgen/report"
 )
 
 // ServerMetricsOptions configure the scrape of the target's Prometheus endpoint during a run.
