@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
 
@@ -64,7 +65,7 @@ func (s *answeringServer) answerOf(i int) string {
 // at the server, that every later turn carries the earlier turns with the answers the server
 // actually gave, never the replies the dataset recorded.
 func TestMultiTurnCarriesTheServersAnswers(t *testing.T) {
-	const dataset = `[{"id": "conv-1", "conversations": [
+	const sharegpt = `[{"id": "conv-1", "conversations": [
 		{"from": "system", "value": "be brief"},
 		{"from": "human", "value": "first question"},
 		{"from": "gpt", "value": "RECORDED REPLY ONE"},
@@ -72,7 +73,7 @@ func TestMultiTurnCarriesTheServersAnswers(t *testing.T) {
 		{"from": "gpt", "value": "RECORDED REPLY TWO"},
 		{"from": "human", "value": "third question"},
 		{"from": "gpt", "value": "RECORDED REPLY THREE"}]}]`
-	convs, err := shape.ReadConversations(strings.NewReader(dataset))
+	convs, err := dataset.ReadConversations(strings.NewReader(sharegpt))
 	if err != nil {
 		t.Fatal(err)
 	}

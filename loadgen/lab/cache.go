@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
@@ -344,7 +345,7 @@ func hitRatio(c map[string]float64) string {
 // warm GETs the first n documents once.
 func (e *env) warm(ctx context.Context, n int) error {
 	for i := range n {
-		u := strings.TrimRight(e.t.URL, "/") + "/v1/documents/" + shape.EscapeKey(fmt.Sprintf(shape.DefaultKeyPattern, i))
+		u := strings.TrimRight(e.t.URL, "/") + "/v1/documents/" + dataset.EscapeKey(fmt.Sprintf(shape.DefaultKeyPattern, i))
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
@@ -90,9 +91,9 @@ func RunDemo(ctx context.Context, c DemoConfig) (*DemoResult, error) {
 	if c.URL == "" || c.Model == "" || len(c.Questions) == 0 {
 		return nil, errors.New("demo: a URL, a model and questions are needed")
 	}
-	prompts := make([]shape.Prompt, len(c.Questions))
+	prompts := make([]dataset.Prompt, len(c.Questions))
 	for i, q := range c.Questions {
-		prompts[i] = shape.Prompt{Messages: []loadgen.Message{{Role: "user", Content: q}}}
+		prompts[i] = dataset.Prompt{Messages: []loadgen.Message{{Role: "user", Content: q}}}
 	}
 	modes := c.couplings()
 	n := len(modes)
@@ -121,7 +122,7 @@ func RunDemo(ctx context.Context, c DemoConfig) (*DemoResult, error) {
 }
 
 // modeRun is the generator configuration of mode's stream.
-func (c DemoConfig) modeRun(i int, mode string, prompts []shape.Prompt, p *demoProgress) (loadgen.Config, *client.Client, error) {
+func (c DemoConfig) modeRun(i int, mode string, prompts []dataset.Prompt, p *demoProgress) (loadgen.Config, *client.Client, error) {
 	seed := c.Seed + uint64(i)*0x9e37
 	rate := c.Rate / float64(len(c.couplings()))
 	cl, err := client.New(c.URL, client.WithModel(c.Model), client.WithMaxTokens(c.MaxTokens),

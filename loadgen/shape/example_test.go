@@ -31,9 +31,3 @@ func ExampleArticleConfig_MeanRate() {
 	// 29.4 req/s
 	// 293.780776ms
 }
-
-func ExampleEscapeKey() {
-	fmt.Println(shape.DefaultKeyPath + shape.EscapeKey("guides/kv cache.md#2"))
-	// Output:
-	// /v1/documents/guides/kv%20cache.md%232
-}

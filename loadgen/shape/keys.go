@@ -1,16 +1,14 @@
 package shape
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 )
 
 // DefaultKeyPattern names the keys of ragtail's built-in corpus: chunk 0 of document d is
@@ -19,8 +17,6 @@ import (
 const (
 	DefaultKeyPattern = "doc-%05d#0"
 	DefaultKeyCount   = 600
-	// DefaultKeyPath is where ragtail serves documents: GET /v1/documents/{id}.
-	DefaultKeyPath = "/v1/documents/"
 )
 
 // KeyConfig is a pool of document keys for lookup load (GET /v1/documents/{id}), the mix of
@@ -44,27 +40,8 @@ type KeyConfig struct {
 	// InvalidFraction of lookups ask for keys that do not exist, each one new, so a cache
 	// cannot hold them: only a guard such as a Bloom filter stops them reaching the store.
 	InvalidFraction float64
-	// PathPrefix is prepended to the escaped key; DefaultKeyPath if empty.
+	// PathPrefix is prepended to the escaped key; dataset.DefaultKeyPath if empty.
 	PathPrefix string
-}
-
-// ReadKeys reads keys, one per line; blank lines are skipped and surrounding space trimmed.
-func ReadKeys(r io.Reader) ([]string, error) {
-	var keys []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if k := strings.TrimSpace(sc.Text()); k != "" {
-			keys = append(keys, k)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read keys: %w", err)
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("read keys: no keys")
-	}
-	return keys, nil
 }
 
 // Keys returns a source of document lookups drawn from cfg.
@@ -110,7 +87,7 @@ func Keys(cfg KeyConfig, seed uint64) (Source, error) {
 	}
 	prefix := cfg.PathPrefix
 	if prefix == "" {
-		prefix = DefaultKeyPath
+		prefix = dataset.DefaultKeyPath
 	}
 	return &keySource{keys: keys, hot: hot, zipf: z, cold: cfg.ColdFraction, invalid: cfg.InvalidFraction,
 		prefix: prefix, rng: newRand(seed, streamKeys)}, nil
@@ -136,15 +113,5 @@ func (k *keySource) Next() loadgen.Request {
 	default:
 		key = k.keys[k.zipf.rank(k.rng)-1]
 	}
-	return loadgen.Request{Path: k.prefix + EscapeKey(key), Key: key}
-}
-
-// EscapeKey escapes a document key for a URL path, keeping its slashes (ids of ingested files
-// hold them) and escaping everything else, '#' included.
-func EscapeKey(key string) string {
-	parts := strings.Split(key, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
+	return loadgen.Request{Path: k.prefix + dataset.EscapeKey(key), Key: key}
 }

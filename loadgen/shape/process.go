@@ -8,7 +8,8 @@
 // at once), and rate profiles (Ramp, Steps) whose arrivals are a unit-rate renewal process mapped
 // through the inverse of the cumulative rate (time rescaling), so a ramp of Poisson arrivals is
 // an inhomogeneous Poisson process. Article is the article's shaper (Zipf popularity, context
-// growing with rank, Poisson bursts); Sessions replays user sessions.
+// growing with rank, Poisson bursts); Sessions replays user sessions. The files a load replays
+// (datasets, conversations, sessions, traces) are read by loadgen/dataset.
 //
 // Processes, sources and workloads are not safe for concurrent use; loadgen.Run calls them from
 // one goroutine.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 )
 
 // Source says what each request sends. Next is called once per request, in order.
@@ -104,32 +105,25 @@ func ParseLengths(spec string) ([]Length, error) {
 	return []Length{{Min: a, Max: b}}, nil
 }
 
-// Prompt is one entry of a dataset.
-type Prompt struct {
-	Messages  []loadgen.Message
-	MaxTokens int            // the output length the dataset asks for (ShareGPT: the reply's estimated tokens); 0 if none
-	Extra     map[string]any // other body fields of an OpenAI-messages line
-}
-
 // Prompts returns a source cycling through the prompts in a seeded random order, shuffled
 // afresh on every pass, as vLLM samples its datasets.
-func Prompts(prompts []Prompt, seed uint64) (Source, error) {
+func Prompts(prompts []dataset.Prompt, seed uint64) (Source, error) {
 	if len(prompts) == 0 {
 		return nil, errors.New("dataset has no prompts")
 	}
-	s := &dataset{prompts: prompts, rng: newRand(seed, streamPrompts), order: make([]int, len(prompts))}
+	s := &promptSource{prompts: prompts, rng: newRand(seed, streamPrompts), order: make([]int, len(prompts))}
 	s.shuffle()
 	return s, nil
 }
 
-type dataset struct {
-	prompts []Prompt
+type promptSource struct {
+	prompts []dataset.Prompt
 	rng     *rand.Rand
 	order   []int
 	i       int
 }
 
-func (d *dataset) shuffle() {
+func (d *promptSource) shuffle() {
 	for i := range d.order {
 		d.order[i] = i
 	}
@@ -137,7 +131,7 @@ func (d *dataset) shuffle() {
 	d.i = 0
 }
 
-func (d *dataset) Next() loadgen.Request {
+func (d *promptSource) Next() loadgen.Request {
 	if d.i == len(d.order) {
 		d.shuffle()
 	}
@@ -145,7 +139,7 @@ func (d *dataset) Next() loadgen.Request {
 	d.i++
 	tokens := 0
 	for _, m := range p.Messages {
-		tokens += EstimateTokens(m.Content)
+		tokens += dataset.EstimateTokens(m.Content)
 	}
 	return loadgen.Request{Messages: p.Messages, MaxTokens: p.MaxTokens, PromptTokens: tokens, Extra: p.Extra}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 )
 
 func TestSynthetic(t *testing.T) {
@@ -96,7 +97,7 @@ func TestKeys(t *testing.T) {
 	var invalid, cold, top int
 	for range n {
 		req := src.Next()
-		if req.Path != DefaultKeyPath+EscapeKey(req.Key) {
+		if req.Path != dataset.DefaultKeyPath+dataset.EscapeKey(req.Key) {
 			t.Fatalf("path %q for key %q", req.Path, req.Key)
 		}
 		switch {
@@ -123,7 +124,7 @@ func TestKeys(t *testing.T) {
 			t.Errorf("%s keys: %d of %d, want %.0f +- %.0f", c.name, c.got, n, n*c.share, 4.5*se)
 		}
 	}
-	if got := EscapeKey("guides/kv.md#0"); got != "guides/kv.md%230" {
+	if got := dataset.EscapeKey("guides/kv.md#0"); got != "guides/kv.md%230" {
 		t.Errorf("EscapeKey = %q", got)
 	}
 	for _, bad := range []KeyConfig{
@@ -134,7 +135,7 @@ func TestKeys(t *testing.T) {
 			t.Errorf("Keys(%+v) accepted", bad)
 		}
 	}
-	keys, err := ReadKeys(strings.NewReader("a#0\n\n  b/c#1  \n"))
+	keys, err := dataset.ReadKeys(strings.NewReader("a#0\n\n  b/c#1  \n"))
 	if err != nil || len(keys) != 2 || keys[1] != "b/c#1" {
 		t.Errorf("ReadKeys = %q, %v", keys, err)
 	}
@@ -200,7 +201,7 @@ var _ loadgen.Workload = Open(Infinite(), nil)
 
 func TestEmbeddingsSource(t *testing.T) {
 	t.Parallel()
-	prompts := []Prompt{
+	prompts := []dataset.Prompt{
 		{Messages: []loadgen.Message{{Role: "user", Content: "abcdefgh"}}},
 		{Messages: []loadgen.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "q"}}},
 	}

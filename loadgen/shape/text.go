@@ -10,6 +10,7 @@ import (
 // OpenAI's) and for ragtail's own count (a token per six characters of a word), so a text of n
 // words is close to n tokens wherever it is sent.
 var words = shortWords(`the of and to in is that for it as with was on be by at this are from
+
 or an have not but had his they you were her she which all one their there been has when who
 will more would if no out so said what up its about into than them can only other new some
 could time these two may then do first any my now such like our over man me even most made
@@ -87,13 +88,4 @@ func mix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
-}
-
-// EstimateTokens estimates the tokens of English text the way OpenAI's guidance does, one per
-// four characters, which is what a report falls back on when the server returns no usage.
-func EstimateTokens(s string) int {
-	if s == "" {
-		return 0
-	}
-	return max(1, (len(s)+3)/4)
 }

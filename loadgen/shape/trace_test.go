@@ -7,110 +7,8 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 )
-
-func readSample(t *testing.T, name string, f TraceFormat) []TraceRequest {
-	t.Helper()
-	file, err := os.Open("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = file.Close() }()
-	reqs, err := ReadTrace(file, f)
-	if err != nil {
-		t.Fatalf("ReadTrace(%s): %v", name, err)
-	}
-	return reqs
-}
-
-func TestReadTraceSamples(t *testing.T) {
-	ms := time.Millisecond
-	tests := []struct {
-		file   string
-		format TraceFormat
-		n      int
-		first  TraceRequest
-		last   TraceRequest
-	}{
-		{"mooncake_sample.jsonl", Mooncake, 8,
-			TraceRequest{At: 0, InputTokens: 6955, OutputTokens: 52},
-			TraceRequest{At: 41004 * ms, InputTokens: 1204, OutputTokens: 104}},
-		// Absolute times become offsets from the first row: 18:15:56.1340360 - 18:15:46.6805900.
-		{"azure_sample.csv", Azure, 8,
-			TraceRequest{At: 0, InputTokens: 374, OutputTokens: 44},
-			TraceRequest{At: 9453446 * time.Microsecond, InputTokens: 388, OutputTokens: 27}},
-		// The row with 0 request tokens is skipped; 0 response tokens asks for one.
-		{"burstgpt_sample.csv", BurstGPT, 6,
-			TraceRequest{At: 0, InputTokens: 472, OutputTokens: 18},
-			TraceRequest{At: 165 * time.Second, InputTokens: 2028, OutputTokens: 197}},
-	}
-	for _, tt := range tests {
-		t.Run(string(tt.format), func(t *testing.T) {
-			reqs := readSample(t, tt.file, tt.format)
-			if len(reqs) != tt.n {
-				t.Fatalf("%d requests, want %d", len(reqs), tt.n)
-			}
-			check := func(which string, got, want TraceRequest) {
-				if got.At != want.At || got.InputTokens != want.InputTokens || got.OutputTokens != want.OutputTokens {
-					t.Errorf("%s request: at %v in %d out %d, want at %v in %d out %d", which,
-						got.At, got.InputTokens, got.OutputTokens, want.At, want.InputTokens, want.OutputTokens)
-				}
-			}
-			check("first", reqs[0], tt.first)
-			check("last", reqs[len(reqs)-1], tt.last)
-			for i := 1; i < len(reqs); i++ {
-				if reqs[i].At < reqs[i-1].At {
-					t.Fatalf("request %d at %v before request %d at %v", i, reqs[i].At, i-1, reqs[i-1].At)
-				}
-			}
-		})
-	}
-	if got := readSample(t, "burstgpt_sample.csv", BurstGPT)[3]; got.OutputTokens != 1 {
-		t.Errorf("BurstGPT row with 0 response tokens asks for %d, want 1", got.OutputTokens)
-	}
-}
-
-func TestReadTraceErrors(t *testing.T) {
-	tests := []struct {
-		name   string
-		format TraceFormat
-		in     string
-		want   string
-	}{
-		{"mooncake missing field", Mooncake, `{"timestamp": 0, "input_length": 5}`, "line 1"},
-		{"mooncake bad json", Mooncake, "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{", "line 2"},
-		{"mooncake too few blocks", Mooncake, `{"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}`, "exceeds"},
-		{"mooncake negative", Mooncake, `{"timestamp": 0, "input_length": -1, "output_length": 1}`, "within"},
-		{"mooncake far time", Mooncake, `{"timestamp": 1e300, "input_length": 1, "output_length": 1}`, "out of range"},
-		{"mooncake empty", Mooncake, "\n\n", "no requests"},
-		{"azure header", Azure, "time,in,out\n1,2,3\n", "want the columns"},
-		{"azure time", Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n", "line 2: timestamp"},
-		{"azure tokens", Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,2\n", "want integers"},
-		{"azure short row", Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1\n", "fields"},
-		{"burstgpt seconds", BurstGPT, "Timestamp,Model,Request tokens,Response tokens\nsoon,ChatGPT,1,2\n", "want seconds"},
-		{"burstgpt nan", BurstGPT, "Timestamp,Model,Request tokens,Response tokens\nNaN,ChatGPT,1,2\n", "out of range"},
-		{"unknown format", "parquet", "", "want mooncake"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ReadTrace(strings.NewReader(tt.in), tt.format)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want one containing %q", err, tt.want)
-			}
-		})
-	}
-}
-
-func TestAzureZonedTimestamps(t *testing.T) {
-	in := "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.009930+00:00,1631,9\n2024-05-10 00:00:01.509930+00:00,200,3\n"
-	reqs, err := ReadTrace(strings.NewReader(in), Azure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reqs[1].At != 1500*time.Millisecond {
-		t.Fatalf("second request at %v, want 1.5s", reqs[1].At)
-	}
-}
 
 func drain(t *testing.T, w loadgen.Workload) []loadgen.Item {
 	t.Helper()
@@ -127,7 +25,7 @@ func drain(t *testing.T, w loadgen.Workload) []loadgen.Item {
 // TestTraceSchedule checks that the replay sends each request of the window at its trace time,
 // less the window's start, divided by the speedup.
 func TestTraceSchedule(t *testing.T) {
-	reqs := readSample(t, "mooncake_sample.jsonl", Mooncake)
+	reqs := readSample(t, "mooncake_sample.jsonl", dataset.Mooncake)
 	tests := []struct {
 		name string
 		w    TraceWindow
@@ -167,7 +65,7 @@ func TestTraceSchedule(t *testing.T) {
 // refused with the range, where 1e-300 used to turn offsets past a time.Duration's range and
 // send one request of three without a word. The ends of the range replay every request.
 func TestTraceSpeedupRange(t *testing.T) {
-	reqs := readSample(t, "mooncake_sample.jsonl", Mooncake)
+	reqs := readSample(t, "mooncake_sample.jsonl", dataset.Mooncake)
 	tests := []struct {
 		name    string
 		w       TraceWindow
@@ -202,7 +100,7 @@ func TestTraceSpeedupRange(t *testing.T) {
 		})
 	}
 	// A trace of two days slowed a thousand times would last five years.
-	long := []TraceRequest{{At: 0, InputTokens: 1, OutputTokens: 1}, {At: 48 * time.Hour, InputTokens: 1, OutputTokens: 1}}
+	long := []dataset.TraceRequest{{At: 0, InputTokens: 1, OutputTokens: 1}, {At: 48 * time.Hour, InputTokens: 1, OutputTokens: 1}}
 	if _, err := Trace(long, TraceWindow{Speedup: MinTraceSpeedup}, 1); err == nil || !strings.Contains(err.Error(), "a year at most") {
 		t.Errorf("a replay of five years: %v", err)
 	}
@@ -211,7 +109,7 @@ func TestTraceSpeedupRange(t *testing.T) {
 // TestTracePrefixSharing checks that Mooncake requests sharing hash ids share exactly that
 // many blocks of prompt text, and that prompts have InputTokens words.
 func TestTracePrefixSharing(t *testing.T) {
-	reqs := readSample(t, "mooncake_sample.jsonl", Mooncake)
+	reqs := readSample(t, "mooncake_sample.jsonl", dataset.Mooncake)
 	w, err := Trace(reqs, TraceWindow{}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +140,7 @@ func TestTracePrefixSharing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got := common(words[tt.a], words[tt.b])
-		lo, hi := tt.blocks*MooncakeBlockTokens, (tt.blocks+1)*MooncakeBlockTokens
+		lo, hi := tt.blocks*dataset.MooncakeBlockTokens, (tt.blocks+1)*dataset.MooncakeBlockTokens
 		if got < lo || got >= hi {
 			t.Errorf("requests %d and %d share %d words, want %d blocks (%d..%d words)", tt.a, tt.b, got, tt.blocks, lo, hi-1)
 		}
@@ -252,7 +150,7 @@ func TestTracePrefixSharing(t *testing.T) {
 // TestTraceCSVPromptsDiffer checks that CSV traces (no block ids) get prompts of their own,
 // the same for the same seed.
 func TestTraceCSVPromptsDiffer(t *testing.T) {
-	reqs := readSample(t, "azure_sample.csv", Azure)
+	reqs := readSample(t, "azure_sample.csv", dataset.Azure)
 	prompts := func(seed uint64) []string {
 		w, err := Trace(reqs, TraceWindow{}, seed)
 		if err != nil {
@@ -284,9 +182,24 @@ func TestTraceCSVPromptsDiffer(t *testing.T) {
 	}
 }
 
+// readSample reads one of the sample traces that loadgen/dataset's tests read.
+func readSample(t *testing.T, name string, f dataset.TraceFormat) []dataset.TraceRequest {
+	t.Helper()
+	file, err := os.Open("../dataset/testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = file.Close() }()
+	reqs, err := dataset.ReadTrace(file, f)
+	if err != nil {
+		t.Fatalf("ReadTrace(%s): %v", name, err)
+	}
+	return reqs
+}
+
 func FuzzReadTrace(f *testing.F) {
 	for _, name := range []string{"mooncake_sample.jsonl", "azure_sample.csv", "burstgpt_sample.csv"} {
-		b, err := os.ReadFile("testdata/" + name)
+		b, err := os.ReadFile("../dataset/testdata/" + name)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -294,8 +207,8 @@ func FuzzReadTrace(f *testing.F) {
 	}
 	f.Add([]byte(`{"timestamp": -5, "input_length": 3, "output_length": 0, "hash_ids": [9]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, format := range []TraceFormat{Mooncake, Azure, BurstGPT} {
-			reqs, err := ReadTrace(strings.NewReader(string(b)), format)
+		for _, format := range []dataset.TraceFormat{dataset.Mooncake, dataset.Azure, dataset.BurstGPT} {
+			reqs, err := dataset.ReadTrace(strings.NewReader(string(b)), format)
 			if err != nil {
 				continue
 			}
@@ -303,7 +216,7 @@ func FuzzReadTrace(f *testing.F) {
 				if r.At < 0 || (i > 0 && r.At < reqs[i-1].At) {
 					t.Fatalf("%s: request %d at %v out of order", format, i, r.At)
 				}
-				if r.InputTokens < 1 || r.InputTokens > maxTraceTokens || r.OutputTokens < 1 || r.OutputTokens > maxTraceTokens {
+				if r.InputTokens < 1 || r.InputTokens > dataset.MaxTraceTokens || r.OutputTokens < 1 || r.OutputTokens > dataset.MaxTraceTokens {
 					t.Fatalf("%s: request %d with %d/%d tokens", format, i, r.InputTokens, r.OutputTokens)
 				}
 			}

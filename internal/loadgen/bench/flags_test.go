@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
@@ -165,8 +166,8 @@ func TestParseDataset(t *testing.T) {
 		{spec: file, want: Dataset{File: file}},
 		{spec: "keys", want: Dataset{Keys: true}},
 		{spec: "keys:ids.txt", want: Dataset{Keys: true, File: "ids.txt"}},
-		{spec: "azure:trace.csv", want: Dataset{Trace: shape.Azure, File: "trace.csv"}},
-		{spec: "Mooncake:t.jsonl", want: Dataset{Trace: shape.Mooncake, File: "t.jsonl"}},
+		{spec: "azure:trace.csv", want: Dataset{Trace: dataset.Azure, File: "trace.csv"}},
+		{spec: "Mooncake:t.jsonl", want: Dataset{Trace: dataset.Mooncake, File: "t.jsonl"}},
 		{spec: "synthetic:0", err: "synthetic length"},
 		{spec: "keys:", err: "keys:FILE"},
 		{spec: "nothing-here.json", err: "neither a file nor"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/client"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
 
@@ -212,7 +213,7 @@ func (o *Load) sessionsFile() (sources, error) {
 	if err != nil {
 		return sources{}, fmt.Errorf("--sessions: %w", err)
 	}
-	sessions, err := shape.ReadSessions(f)
+	sessions, err := dataset.ReadSessions(f)
 	_ = f.Close() // read only
 	if err != nil {
 		return sources{}, fmt.Errorf("--sessions %s: %w", o.Sessions, err)
@@ -240,7 +241,7 @@ func (o *Load) conversations() (sources, error) {
 		return sources{}, fmt.Errorf("--multi-turn needs a ShareGPT or OpenAI-messages --dataset file (or --sessions FILE): %w", err)
 	}
 	defer func() { _ = f.Close() }() // read only
-	convs, err := shape.ReadConversations(f)
+	convs, err := dataset.ReadConversations(f)
 	if err != nil {
 		return sources{}, fmt.Errorf("--dataset %s: %w", o.Dataset, err)
 	}
@@ -289,7 +290,7 @@ func (o *Load) prompts() (func() (shape.Source, error), error) {
 		return nil, fmt.Errorf("--dataset: %w", err)
 	}
 	defer func() { _ = f.Close() }() // read only
-	prompts, err := shape.ReadDataset(f)
+	prompts, err := dataset.ReadDataset(f)
 	if err != nil {
 		return nil, fmt.Errorf("--dataset %s: %w", d, err)
 	}
@@ -311,7 +312,7 @@ func (o *Load) keys() (func() (shape.Source, error), error) {
 		if err != nil {
 			return nil, fmt.Errorf("--dataset: %w", err)
 		}
-		cfg.Keys, err = shape.ReadKeys(f)
+		cfg.Keys, err = dataset.ReadKeys(f)
 		_ = f.Close() // read only
 		if err != nil {
 			return nil, fmt.Errorf("--dataset %s: %w", file, err)

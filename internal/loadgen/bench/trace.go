@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
 
@@ -16,8 +17,8 @@ type TraceOptions struct {
 	Speedup       float64       // the trace's gaps are divided by this (2: twice as fast)
 	Start, Length time.Duration // the window of trace time replayed (Length 0: to the end)
 
-	file string               // the trace file read into reqs
-	reqs []shape.TraceRequest // read once: bench plans the workload several times
+	file string                 // the trace file read into reqs
+	reqs []dataset.TraceRequest // read once: bench plans the workload several times
 }
 
 // tracePlan is the plan of a trace dataset (--dataset mooncake:FILE, azure:FILE or
@@ -34,7 +35,7 @@ func (o *Load) tracePlan(rate float64) (plan, error) {
 		if err != nil {
 			return plan{}, fmt.Errorf("--dataset: %w", err)
 		}
-		reqs, err := shape.ReadTrace(f, d.Trace)
+		reqs, err := dataset.ReadTrace(f, d.Trace)
 		_ = f.Close() // read only
 		if err != nil {
 			return plan{}, fmt.Errorf("--dataset %s: %w", d, err)

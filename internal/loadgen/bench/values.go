@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/dataset"
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 	"github.com/ragtail/ragtail/loadgen/stats"
@@ -77,11 +78,11 @@ func (v shapeValue) Set(s string) error {
 // (keys[:FILE]) or a trace replayed on its timestamps (mooncake:FILE, azure:FILE or
 // burstgpt:FILE). The zero Dataset is the synthetic mix of short, medium and long prompts.
 type Dataset struct {
-	Lengths []shape.Length    // synthetic prompt lengths; nil with a File
-	File    string            // the prompts, keys or trace file; "" for synthetic prompts and built keys
-	Keys    bool              // key lookups (GET /v1/documents/{id}), of File's keys or built ones
-	Trace   shape.TraceFormat // the format of a trace File; "" for the others
-	spec    string            // as given
+	Lengths []shape.Length      // synthetic prompt lengths; nil with a File
+	File    string              // the prompts, keys or trace file; "" for synthetic prompts and built keys
+	Keys    bool                // key lookups (GET /v1/documents/{id}), of File's keys or built ones
+	Trace   dataset.TraceFormat // the format of a trace File; "" for the others
+	spec    string              // as given
 }
 
 // ParseDataset reads a --dataset: keys[:FILE], FORMAT:FILE for a trace format, synthetic:SPEC,
@@ -101,7 +102,7 @@ func ParseDataset(s string) (Dataset, error) {
 		return d, nil
 	}
 	if name, file, ok := strings.Cut(s, ":"); ok {
-		if f, err := shape.ParseTraceFormat(name); err == nil {
+		if f, err := dataset.ParseTraceFormat(name); err == nil {
 			d.Trace, d.File = f, file
 			return d, nil
 		}

@@ -1,4 +1,4 @@
-package shape
+package dataset
 
 import (
 	"bufio"
@@ -258,4 +258,11 @@ func decodePrompt(raw json.RawMessage) (Prompt, bool, error) {
 		}
 	}
 	return p, true, nil
+}
+
+// Prompt is one entry of a dataset.
+type Prompt struct {
+	Messages  []loadgen.Message
+	MaxTokens int            // the output length the dataset asks for (ShareGPT: the reply's estimated tokens); 0 if none
+	Extra     map[string]any // other body fields of an OpenAI-messages line
 }
