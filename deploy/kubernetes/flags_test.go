@@ -165,15 +165,9 @@ func sourceEnvNames(root string) (map[string]bool, error) {
 	return out, nil
 }
 
-// pendingEnv are RAGTAIL_* variables the manifests set that the contract names but the source
-// may not read yet.
-var pendingEnv = map[string]string{
-	"RAGTAIL_DOCSTORE": "the PostgreSQL doc store, --docstore postgres://... (issue 12)",
-}
-
 // checkEnv returns a problem for every RAGTAIL_* variable the manifests set on ragtail that its
-// source never names (an ignored setting), and logs the pending ones.
-func checkEnv(tb testing.TB, root string, used map[string][]string) []string {
+// source never names (an ignored setting).
+func checkEnv(root string, used map[string][]string) []string {
 	known, err := sourceEnvNames(root)
 	if err != nil {
 		return []string{err.Error()}
@@ -182,10 +176,6 @@ func checkEnv(tb testing.TB, root string, used map[string][]string) []string {
 	for _, name := range sortedKeys(used) {
 		switch {
 		case known[name]:
-		case pendingEnv[name] != "":
-			if tb != nil {
-				tb.Logf("%s is not read by ragtail yet: %s", name, pendingEnv[name])
-			}
 		default:
 			problems = append(problems, fmt.Sprintf("%s (%s): ragtail reads no such variable: the setting would be ignored", name, used[name][0]))
 		}
@@ -193,13 +183,9 @@ func checkEnv(tb testing.TB, root string, used map[string][]string) []string {
 	return problems
 }
 
-// pendingFlags are flags the manifests use that the project documents but cmd/ragtail may not
-// define yet; the test says which are still missing.
-var pendingFlags = map[string]string{}
-
 // checkFlags returns a problem for every flag the manifests pass that cmd/ragtail does not
-// define, and logs the pending ones.
-func checkFlags(tb testing.TB, root string, used map[string][]string) []string {
+// define.
+func checkFlags(root string, used map[string][]string) []string {
 	defs, err := sourceFlags(root)
 	if err != nil {
 		return []string{err.Error()}
@@ -212,12 +198,6 @@ func checkFlags(tb testing.TB, root string, used map[string][]string) []string {
 	sort.Strings(names)
 	for _, name := range names {
 		if _, ok := defs[name]; ok {
-			continue
-		}
-		if why, ok := pendingFlags[name]; ok {
-			if tb != nil {
-				tb.Logf("--%s is not defined in cmd/ragtail yet: %s", name, why)
-			}
 			continue
 		}
 		problems = append(problems, fmt.Sprintf("ragtail flag --%s (%s) is defined nowhere in cmd/ragtail: the container would exit at start with \"flag provided but not defined\"", name, used[name][0]))

@@ -222,8 +222,8 @@ func checkManifests(tb testing.TB, root string, bl builder) []string {
 			break
 		}
 	}
-	problems = append(problems, checkFlags(tb, root, flags)...)
-	problems = append(problems, checkEnv(tb, root, env)...)
+	problems = append(problems, checkFlags(root, flags)...)
+	problems = append(problems, checkEnv(root, env)...)
 	if len(images) > 1 {
 		problems = append(problems, fmt.Sprintf("the ragtail containers run different images %v: bench, report and serve must be one build (set the same image in every kustomization)", images))
 	}
