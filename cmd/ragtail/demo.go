@@ -31,6 +31,10 @@ measured from each request's intended send time, so a slow server cannot hide it
 --coupling drives that mode alone, at the whole rate. --shard-latency and --link qdrant=TOXICS
 change the world. Needs nothing else running.`)
 	o.service.register(fs)
+	// The demo's world has its own shard latencies unless the flag is given: say so in --help.
+	if f := fs.Lookup("shard-latency"); f != nil {
+		f.DefValue = demoShardLatency + " per shard, the last " + demoReplicaLatency
+	}
 	fs.Float64Var(&o.rate, "request-rate", 4.5, "requests per second over all modes (Poisson arrivals, a third of them per mode)")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "how long to send")
 	fs.IntVar(&o.maxToks, "max-tokens", 24, "max_tokens of each request")
