@@ -4,7 +4,7 @@ package main
 
 // The telemetry end to end (make e2e): the ragtail binary serves on loopback, a real Prometheus
 // (the Debian package) scrapes its admin listener every second, and the test checks through
-// Prometheus's query API that the metrics the README names arrive, with trace_id exemplars that
+// Prometheus's query API that the metrics docs/telemetry.md names arrive, with trace_id exemplars that
 // name requests the test made; that promtool accepts the exposition; that the admin API serves
 // traces and profiles; and that the --trace-file holds every request's spans after a clean
 // SIGTERM.

@@ -33,7 +33,7 @@ import (
 	"github.com/ragtail/ragtail/internal/testci"
 )
 
-var updateFigure = flag.Bool("update-figure", false, "copy the diagnosis notebook's Prometheus figure to notebooks/figures/diagnosis.png (the README's)")
+var updateFigure = flag.Bool("update-figure", false, "copy the diagnosis notebook's Prometheus figure to notebooks/figures/diagnosis.png (docs/diagnosis.md shows it)")
 
 // pythonModules are what the notebooks and their execution need: Debian's python3-numpy,
 // python3-pandas, python3-scipy, python3-matplotlib, python3-requests, jupyter-nbconvert,

@@ -108,7 +108,7 @@ func FuzzReadConversations(f *testing.F) {
 	})
 }
 
-// TestReadConversationsSample reads the ShareGPT-format sample the README replays.
+// TestReadConversationsSample reads the ShareGPT-format sample docs/loadgen.md replays.
 func TestReadConversationsSample(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open("testdata/sharegpt_multiturn.json")
@@ -133,6 +133,6 @@ func TestReadConversationsSample(t *testing.T) {
 		turns += len(c.Turns)
 	}
 	if len(convs) != 40 || turns != 159 {
-		t.Errorf("%d conversations of %d turns, want 40 of 159 (the README's run)", len(convs), turns)
+		t.Errorf("%d conversations of %d turns, want 40 of 159 (the run docs/loadgen.md shows)", len(convs), turns)
 	}
 }
