@@ -5,10 +5,15 @@ import (
 	"context"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ragtail/ragtail/rag/llmsim"
 )
 
 func TestSweepFindsKneeAndMaxRPS(t *testing.T) {
@@ -155,5 +160,67 @@ func TestSweepScrapesEachPoint(t *testing.T) {
 	}
 	if n := strings.Count(stderr.String(), "  server metrics: "); n != 2 {
 		t.Errorf("%d server-metrics lines, want one per point:\n%s", n, stderr.String())
+	}
+}
+
+// TestSweepBisectsUsers: against a server of known capacity, a concurrency sweep with an SLO
+// bisects the most users that meet it. The server holds 8 requests at once for 60 ms each
+// (llm-sim's tiny engine behind a semaphore and a 50 ms pause), so a closed loop of N users
+// waits ceil(N/8) rounds: 16 users take 120 ms a request, and from 17 one request in eight takes
+// a third round, 180 ms, which puts P95 over the 150 ms SLO. The ladder 4, 32 brackets it and
+// the bisection ends at 16, with the interval of the max (from every point's P95 interval)
+// around it.
+func TestSweepBisectsUsers(t *testing.T) {
+	t.Parallel()
+	engine, err := llmsim.New(tinyProfile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = engine.Close() })
+	sim := llmsim.NewHandler(engine)
+	slots := make(chan struct{}, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			sim.ServeHTTP(w, r)
+			return
+		}
+		slots <- struct{}{}
+		defer func() { <-slots }()
+		time.Sleep(50 * time.Millisecond)
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	out := filepath.Join(t.TempDir(), "users.json")
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"sweep", "--url", srv.URL + "/v1/chat/completions", "--concurrencies", "4,32",
+		"--point-duration", "1500ms", "--pause", "0s", "--max-tokens", "4", "--dataset", "short", "--slo", "p95_e2el:150",
+		"--quiet", "--json", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	r := readJSON(t, out)
+	maxUsers, _ := r["max_users_under_slo"].(float64)
+	probes, _ := r["probes"].([]any)
+	met, missed := 0.0, math.Inf(1)
+	for _, raw := range probes {
+		p, _ := raw.(map[string]any)
+		users, _ := p["users"].(float64)
+		if p["meets"] == true {
+			met = max(met, users)
+		} else {
+			missed = min(missed, users)
+		}
+	}
+	if maxUsers != 16 || met != 16 || missed != 17 {
+		t.Errorf("max_users_under_slo %v, probes %v: want 16, met at 16 and missed at 17", r["max_users_under_slo"], probes)
+	}
+	iv, _ := r["max_under_slo_interval"].(map[string]any)
+	lo, _ := iv["lo"].(float64)
+	hi, _ := iv["hi"].(float64)
+	if iv == nil || lo > 16 || lo < 4 || hi <= 16 || hi > 32 {
+		t.Errorf("max_under_slo_interval %v: want lo in [4, 16] and hi in (16, 32]", r["max_under_slo_interval"])
+	}
+	if !strings.Contains(stdout.String(), "Max users under e2el:p95:150") || !strings.Contains(stdout.String(), "16 users (bisection") {
+		t.Errorf("text report:\n%s", stdout.String())
 	}
 }

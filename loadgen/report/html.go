@@ -704,6 +704,16 @@ func sweepCards(s *Sweep) []card {
 			v = fmt.Sprintf("%.2f req/s", *s.MaxRPSUnderSLO)
 		}
 		cards = append(cards, card{"max RPS under " + s.SLO.String(), v})
+		if s.Axis == AxisConcurrency {
+			u := "not met"
+			if s.MaxUsersUnderSLO != nil {
+				u = fmt.Sprintf("%d users", *s.MaxUsersUnderSLO)
+			}
+			cards = append(cards, card{"max users under " + s.SLO.String(), u})
+		}
+		if s.MaxInterval != nil {
+			cards = append(cards, card{"95% interval of the max load", s.MaxInterval.String(s.Axis)})
+		}
 	}
 	return cards
 }
@@ -806,8 +816,15 @@ func sweepPoints(s *Sweep) sweepPointsView {
 	}
 	if len(s.Probes) > 0 {
 		v.Probes = &table{Heads: []string{"rate", "meets the SLO"}}
+		if s.Axis == AxisConcurrency {
+			v.Probes.Heads[0] = "users"
+		}
 		for _, p := range s.Probes {
-			v.Probes.row(fmt.Sprintf("%.2f", p.Rate), fmt.Sprint(p.Meets))
+			x := fmt.Sprintf("%.2f", p.Rate)
+			if s.Axis == AxisConcurrency {
+				x = fmt.Sprint(p.Users)
+			}
+			v.Probes.row(x, fmt.Sprint(p.Meets))
 		}
 	}
 	return v

@@ -23,7 +23,84 @@ type Sweep struct {
 
 	SLO            *PercentileSLO // the SLO of MaxRPSUnderSLO, if any
 	MaxRPSUnderSLO *float64       // nil when no SLO was given or no point met it
-	Probes         []stats.Probe  // bisection probes, when the sweep bisected
+	// MaxUsersUnderSLO is, on a concurrency axis, the most users of the closed loop that met
+	// the SLO (bisected, or read off the ladder); nil otherwise.
+	MaxUsersUnderSLO *int
+	// MaxInterval brackets the max load under the SLO by the points' (and probes') 95%
+	// intervals of the SLO's percentile; nil without an SLO.
+	MaxInterval *SLOInterval
+	Probes      []stats.Probe // bisection probes, when the sweep bisected
+}
+
+// SLOInterval brackets the highest load that meets an SLO by sampling error: Lo is the highest
+// load whose whole 95% interval of the SLO's percentile is within the limit (a load the SLO
+// surely holds at), Hi the lowest load whose whole interval is beyond it (one it surely fails
+// at). A point whose interval straddles the limit, or that has too few requests for one, bounds
+// nothing. On the concurrency axis the loads are numbers of users; on the rate axis points are
+// ordered by offered rate, Lo is the achieved rate of its point (as the max RPS is) and Hi the
+// offered rate of its point (an overloaded point achieves less than it is offered, and what
+// fails is the load offered). HasLo or HasHi is false when no point bounds that side.
+type SLOInterval struct {
+	Lo, Hi       float64
+	HasLo, HasHi bool
+}
+
+// BracketSLO computes the SLOInterval of benches (in any order) on axis.
+func BracketSLO(slo PercentileSLO, axis string, benches []*Bench) SLOInterval {
+	var iv SLOInterval
+	type judged struct {
+		x, lo, hi float64 // the order of the load; its value as Lo and as Hi
+		sure, out bool    // the whole interval meets the limit; the whole interval exceeds it
+	}
+	var js []judged
+	for _, b := range benches {
+		h := b.Histograms[slo.Metric]
+		if h == nil || h.Count() == 0 {
+			continue
+		}
+		_, lo, hi, ok := h.QuantileCI(slo.Percentile/100, 0.95)
+		if !ok {
+			continue
+		}
+		j := judged{x: b.Config.RequestRate, lo: b.RequestThroughput, hi: b.Config.RequestRate, sure: hi <= slo.Limit, out: lo > slo.Limit}
+		if axis == AxisConcurrency {
+			j.x = float64(b.Config.Concurrency)
+			j.lo, j.hi = j.x, j.x
+		}
+		js = append(js, j)
+	}
+	fail, loX := math.Inf(1), math.Inf(-1)
+	for _, j := range js {
+		if j.out && j.x < fail {
+			fail, iv.Hi, iv.HasHi = j.x, j.hi, true
+		}
+	}
+	for _, j := range js {
+		if j.sure && j.x < fail && j.x > loX {
+			loX, iv.Lo, iv.HasLo = j.x, j.lo, true
+		}
+	}
+	return iv
+}
+
+// String says the interval as a report line does, in the axis's unit: "39.34 to 39.71 req/s"
+// (met beyond sampling error at the first, missed beyond it at the second).
+func (iv SLOInterval) String(axis string) string {
+	f := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	unit := "req/s"
+	if axis == AxisConcurrency {
+		f = func(v float64) string { return fmt.Sprintf("%.0f", v) }
+		unit = "users"
+	}
+	switch {
+	case iv.HasLo && iv.HasHi:
+		return fmt.Sprintf("%s to %s %s (met beyond sampling error at the first, missed at the second)", f(iv.Lo), f(iv.Hi), unit)
+	case iv.HasLo:
+		return fmt.Sprintf("at least %s %s (no point missed the SLO beyond sampling error)", f(iv.Lo), unit)
+	case iv.HasHi:
+		return fmt.Sprintf("below %s %s (no point met the SLO beyond sampling error)", f(iv.Hi), unit)
+	}
+	return "not bounded: no point met or missed the SLO beyond sampling error"
 }
 
 // Sweep axes.
@@ -69,6 +146,11 @@ type SweepOptions struct {
 	// first one that does not.
 	MaxRPS *float64
 	Probes []stats.Probe
+	// MaxUsers, when a concurrency sweep bisected for it (stats.BisectMaxUsers), is the answer.
+	MaxUsers *int
+	// Interval, when given, is the SLOInterval over every point and probe the sweep ran
+	// (BracketSLO); when nil it is computed from the points.
+	Interval *SLOInterval
 }
 
 // SummarizeSweep builds the sweep of the benches of its points, ordered by load. A bench whose
@@ -90,12 +172,13 @@ func SummarizeSweep(points []*Bench, opts SweepOptions) *Sweep {
 			AchievedRPS: b.RequestThroughput, Bench: b})
 	}
 	slices.SortStableFunc(s.Points, func(a, b SweepPoint) int { return cmpFloat(a.x(s.Axis), b.x(s.Axis)) })
-	s.analyse(opts.MaxRPS)
+	s.analyse(opts.MaxRPS, opts.MaxUsers, opts.Interval)
 	return s
 }
 
-// analyse finds the knees and, from the ladder when no bisection gave it, the max RPS.
-func (s *Sweep) analyse(maxRPS *float64) {
+// analyse finds the knees and, from the ladder when no bisection gave them, the max RPS, the
+// max users on a concurrency axis, and the interval of the max load.
+func (s *Sweep) analyse(maxRPS *float64, maxUsers *int, iv *SLOInterval) {
 	kp := make([]stats.Point, len(s.Points))
 	for i, p := range s.Points {
 		kp[i] = stats.Point{X: p.x(s.Axis), Achieved: p.AchievedRPS, P99: p.Bench.p99E2EL()}
@@ -116,6 +199,27 @@ func (s *Sweep) analyse(maxRPS *float64) {
 			s.MaxRPSUnderSLO = &v
 		}
 	}
+	if s.SLO == nil {
+		return
+	}
+	s.MaxUsersUnderSLO = maxUsers
+	if maxUsers == nil && s.Axis == AxisConcurrency {
+		for _, p := range s.Points {
+			if ok, _ := s.SLO.Met(p.Bench); !ok {
+				break
+			}
+			s.MaxUsersUnderSLO = ptr(p.Concurrency)
+		}
+	}
+	if iv == nil {
+		benches := make([]*Bench, len(s.Points))
+		for i, p := range s.Points {
+			benches[i] = p.Bench
+		}
+		b := BracketSLO(*s.SLO, s.Axis, benches)
+		iv = &b
+	}
+	s.MaxInterval = iv
 }
 
 func (s *Sweep) knee(k stats.KneeResult) SweepKnee {
@@ -157,6 +261,8 @@ type sweepJSON struct {
 	KneeThresholdMSPerRPS amount             `json:"knee_threshold_ms_per_rps"`
 	SLO                   *string            `json:"slo"`
 	MaxRPSUnderSLO        *amount            `json:"max_rps_under_slo"`
+	MaxUsersUnderSLO      *int               `json:"max_users_under_slo,omitempty"`
+	MaxUnderSLOInterval   *intervalJSON      `json:"max_under_slo_interval,omitempty"`
 	Probes                []probeJSON        `json:"probes"`
 	Points                []pointDoc         `json:"points"`
 }
@@ -186,8 +292,15 @@ func (p *pointDoc) UnmarshalJSON(b []byte) error {
 }
 
 type probeJSON struct {
-	Rate  amount `json:"rate"`
-	Meets bool   `json:"meets"`
+	Rate  *amount `json:"rate,omitempty"`
+	Users *int    `json:"users,omitempty"`
+	Meets bool    `json:"meets"`
+}
+
+// intervalJSON is an SLOInterval as written: null for a side no point bounds.
+type intervalJSON struct {
+	Lo *amount `json:"lo"`
+	Hi *amount `json:"hi"`
 }
 
 // kneeJSON is a knee as written; reading, the knees are found again from the points.
@@ -216,8 +329,24 @@ func (s *Sweep) MarshalJSON() ([]byte, error) {
 	if s.MaxRPSUnderSLO != nil {
 		doc.MaxRPSUnderSLO = ptr(amount(sig(*s.MaxRPSUnderSLO)))
 	}
+	doc.MaxUsersUnderSLO = s.MaxUsersUnderSLO
+	if iv := s.MaxInterval; iv != nil {
+		doc.MaxUnderSLOInterval = &intervalJSON{}
+		if iv.HasLo {
+			doc.MaxUnderSLOInterval.Lo = ptr(amount(sig(iv.Lo)))
+		}
+		if iv.HasHi {
+			doc.MaxUnderSLOInterval.Hi = ptr(amount(sig(iv.Hi)))
+		}
+	}
 	for _, p := range s.Probes {
-		doc.Probes = append(doc.Probes, probeJSON{Rate: amount(sig(p.Rate)), Meets: p.Meets})
+		pj := probeJSON{Meets: p.Meets}
+		if p.Users > 0 {
+			pj.Users = ptr(p.Users)
+		} else {
+			pj.Rate = ptr(amount(sig(p.Rate)))
+		}
+		doc.Probes = append(doc.Probes, pj)
 	}
 	for i, p := range s.Points {
 		pj := pointJSON{AchievedRPS: amount(sig(p.AchievedRPS))}
@@ -283,7 +412,14 @@ func (f *sweepJSON) sweep() (*Sweep, error) {
 		ns.SLO = &slo
 	}
 	for _, p := range f.Probes {
-		ns.Probes = append(ns.Probes, stats.Probe{Rate: float64(p.Rate), Meets: p.Meets})
+		pr := stats.Probe{Meets: p.Meets}
+		if p.Rate != nil {
+			pr.Rate = float64(*p.Rate)
+		}
+		if p.Users != nil {
+			pr.Users = *p.Users
+		}
+		ns.Probes = append(ns.Probes, pr)
 	}
 	for i := range f.Points {
 		if c.err != nil {
@@ -301,11 +437,26 @@ func (f *sweepJSON) sweep() (*Sweep, error) {
 		return nil, c.err
 	}
 	var maxRPS *float64
-	if len(ns.Probes) > 0 && f.MaxRPSUnderSLO != nil {
-		maxRPS = ptr(float64(*f.MaxRPSUnderSLO))
+	var maxUsers *int
+	var iv *SLOInterval
+	if len(ns.Probes) > 0 {
+		// A bisection's answer and interval come from probes the file does not hold.
+		if f.MaxRPSUnderSLO != nil {
+			maxRPS = ptr(float64(*f.MaxRPSUnderSLO))
+		}
+		maxUsers = f.MaxUsersUnderSLO
+		if j := f.MaxUnderSLOInterval; j != nil {
+			iv = &SLOInterval{}
+			if j.Lo != nil {
+				iv.Lo, iv.HasLo = float64(*j.Lo), true
+			}
+			if j.Hi != nil {
+				iv.Hi, iv.HasHi = float64(*j.Hi), true
+			}
+		}
 	}
 	slices.SortStableFunc(ns.Points, func(a, b SweepPoint) int { return cmpFloat(a.x(ns.Axis), b.x(ns.Axis)) })
-	ns.analyse(maxRPS)
+	ns.analyse(maxRPS, maxUsers, iv)
 	return ns, nil
 }
 

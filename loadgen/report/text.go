@@ -357,6 +357,19 @@ func WriteSweepText(w io.Writer, s *Sweep) error {
 			}
 		}
 		t.row("Max RPS under "+s.SLO.String(), "%s", v)
+		if s.Axis == AxisConcurrency {
+			u := "none of the points meets it"
+			if s.MaxUsersUnderSLO != nil {
+				u = fmt.Sprintf("%d users", *s.MaxUsersUnderSLO)
+				if len(s.Probes) > 0 {
+					u += fmt.Sprintf(" (bisection, %d probes)", len(s.Probes))
+				}
+			}
+			t.row("Max users under "+s.SLO.String(), "%s", u)
+		}
+		if s.MaxInterval != nil {
+			t.row("  95% interval of the max load", "%s", s.MaxInterval.String(s.Axis))
+		}
 	}
 	t.rule("", '=')
 	return t.err

@@ -7,9 +7,10 @@ import (
 	"math"
 )
 
-// Probe is one trial of BisectMaxRate.
+// Probe is one trial of BisectMaxRate or BisectMaxUsers.
 type Probe struct {
-	Rate  float64 // offered rate tried, req/s
+	Rate  float64 // offered rate tried, req/s (BisectMaxRate)
+	Users int     // users of the closed loop tried (BisectMaxUsers)
 	Meets bool    // whether the SLO held
 }
 
@@ -68,6 +69,63 @@ func BisectMaxRate(ctx context.Context, lo, hi, tol float64, probe func(ctx cont
 		hi *= 2
 	}
 	for hi-lo > tol {
+		mid := lo + (hi-lo)/2
+		ok, err := try(mid)
+		if err != nil {
+			return lo, probes, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, probes, nil
+}
+
+// BisectMaxUsers finds the largest number of users of a closed loop in [lo, ∞) at which probe
+// reports the SLO met, exactly, assuming that meeting it is monotone in the users: BisectMaxRate
+// on the integers. It checks lo, brackets by doubling hi while the SLO holds there, then
+// bisects until the bracket is one user wide. It returns the largest number seen to meet the
+// SLO and every probe in order, with the errors of BisectMaxRate.
+func BisectMaxUsers(ctx context.Context, lo, hi int, probe func(ctx context.Context, users int) (bool, error)) (int, []Probe, error) {
+	if lo < 1 || hi <= lo {
+		return 0, nil, fmt.Errorf("bisect: need 1 <= lo < hi, got lo=%d hi=%d", lo, hi)
+	}
+	var probes []Probe
+	try := func(n int) (bool, error) {
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("bisect at %d users: %w", n, err)
+		}
+		ok, err := probe(ctx, n)
+		if err != nil {
+			return false, fmt.Errorf("probe %d users: %w", n, err)
+		}
+		probes = append(probes, Probe{Users: n, Meets: ok})
+		return ok, nil
+	}
+	ok, err := try(lo)
+	if err != nil {
+		return 0, probes, err
+	}
+	if !ok {
+		return 0, probes, fmt.Errorf("bisect: %w (%d users)", ErrSLONeverMet, lo)
+	}
+	for doublings := 0; ; doublings++ {
+		ok, err := try(hi)
+		if err != nil {
+			return lo, probes, err
+		}
+		if !ok {
+			break
+		}
+		lo = hi
+		if doublings == maxBracketDoublings || hi > math.MaxInt32 {
+			return lo, probes, fmt.Errorf("bisect: %w (%d users)", ErrSLOAlwaysMet, lo)
+		}
+		hi *= 2
+	}
+	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		ok, err := try(mid)
 		if err != nil {

@@ -76,3 +76,52 @@ func TestBisectMaxRateStops(t *testing.T) {
 		}
 	}
 }
+
+// TestBisectMaxUsers finds the capacity exactly, for every capacity of a range, within the
+// probes a bracket and a bisection to one user take, and never probes the same count twice.
+func TestBisectMaxUsers(t *testing.T) {
+	t.Parallel()
+	for capacity := 1; capacity <= 300; capacity++ {
+		probe := func(_ context.Context, n int) (bool, error) { return n <= capacity, nil }
+		got, probes, err := BisectMaxUsers(context.Background(), 1, 8, probe)
+		if err != nil {
+			t.Fatalf("capacity %d: %v", capacity, err)
+		}
+		if got != capacity {
+			t.Fatalf("capacity %d: got %d", capacity, got)
+		}
+		// lo, doublings up to the first failing hi (8 << d > capacity), then log2 of the bracket.
+		d := 0
+		for 8<<d <= capacity {
+			d++
+		}
+		lo := 1
+		if d > 0 {
+			lo = 8 << (d - 1)
+		}
+		if max := 1 + (d + 1) + int(math.Ceil(math.Log2(float64(8<<d-lo)))); len(probes) > max {
+			t.Errorf("capacity %d: %d probes, want at most %d", capacity, len(probes), max)
+		}
+		seen := map[int]bool{}
+		for _, p := range probes {
+			if seen[p.Users] {
+				t.Errorf("capacity %d: %d users probed twice", capacity, p.Users)
+			}
+			seen[p.Users] = true
+			if p.Meets != (p.Users <= capacity) || p.Rate != 0 {
+				t.Errorf("capacity %d: probe %+v recorded wrongly", capacity, p)
+			}
+		}
+	}
+	never := func(context.Context, int) (bool, error) { return false, nil }
+	if _, _, err := BisectMaxUsers(context.Background(), 2, 4, never); !errors.Is(err, ErrSLONeverMet) {
+		t.Errorf("never met: %v", err)
+	}
+	always := func(context.Context, int) (bool, error) { return true, nil }
+	if n, _, err := BisectMaxUsers(context.Background(), 1, 2, always); !errors.Is(err, ErrSLOAlwaysMet) || n != 1<<17 {
+		t.Errorf("always met: %d, %v", n, err)
+	}
+	if _, _, err := BisectMaxUsers(context.Background(), 4, 4, always); err == nil {
+		t.Error("lo == hi accepted")
+	}
+}

@@ -143,7 +143,7 @@ func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.PointPrompts, "num-prompts", 0, "stop a point after this many requests, too (0: no limit)")
 	fs.Var(sloValue{&o.SLO}, "slo", "percentile `SLO` for max_rps_under_slo: pP_METRIC:MS (p95_e2el:2000) or METRIC:pP:MS")
 	fs.Float64Var(&o.KneeThreshold, "knee-threshold", stats.DefaultKneeSlope, "knee: P99 E2EL growth in ms per extra req/s (the article's 120)")
-	fs.BoolVar(&o.Bisect, "bisect", true, "with --slo and rates: refine the max rate by bisection between the ladder's points")
+	fs.BoolVar(&o.Bisect, "bisect", true, "with --slo: refine the max rate (with --rates) or the most users (with --concurrencies) that\nmeet it by bisection between the ladder's points")
 	fs.Float64Var(&o.Tolerance, "rps-tolerance", 0, "bisection stops when the bracket is this narrow, in req/s (default 5% of its low end)")
 	fs.DurationVar(&o.Pause, "pause", 2*time.Second, "idle time between points, for the server to settle")
 	fs.StringVar(&o.JSONOut, "json", "", "write the ragtail.sweep/v1 JSON to this file ('-' for stdout)")

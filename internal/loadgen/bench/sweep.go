@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +99,9 @@ func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.Segmen
 //  5. scraper: the scrape of the target's Prometheus metrics, when it has any.
 //  6. runLadder: the ladder's points, each a bench run of --point-duration, under Ctrl-C
 //     handling (the first stops the sweep after the point's drain, a second aborts it).
-//  7. findMaxRate: with an SLO and rates, the bisection of the highest rate that meets it.
+//  7. findMaxRate, findMaxUsers: with an SLO, the bisection of the highest rate (or the most
+//     users of a closed loop) that meets it, and the interval of that load from every point
+//     and probe (report.BracketSLO).
 //  8. writeResults: the result files and the report, then an error for a sweep that was
 //     interrupted or whose requests failed too often.
 func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error {
@@ -130,8 +133,12 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 		return err
 	}
 	sopts := report.SweepOptions{KneeThreshold: o.KneeThreshold, SLO: o.SLO}
-	if o.SLO != nil && len(rates) > 0 && o.Bisect && !interrupted {
-		if interrupted, err = s.findMaxRate(runCtx, benches, &sopts); err != nil {
+	if o.SLO != nil && o.Bisect && !interrupted {
+		find := s.findMaxRate
+		if len(rates) == 0 {
+			find = s.findMaxUsers
+		}
+		if interrupted, err = find(runCtx, benches, &sopts); err != nil {
 			return err
 		}
 	}
@@ -206,11 +213,33 @@ func (s *sweeper) runLadder(ctx context.Context, rates []float64, users []int) (
 func (s *sweeper) findMaxRate(ctx context.Context, benches []*report.Bench, sopts *report.SweepOptions) (interrupted bool, err error) {
 	slo := s.o.SLO
 	sopts.MaxRPS, sopts.Probes, err = s.bisect(ctx, benches)
+	iv := report.BracketSLO(*slo, report.AxisRate, append(slices.Clone(benches), s.probed...))
+	sopts.Interval = &iv
 	switch {
 	case errors.Is(err, stats.ErrSLONeverMet):
 		fmt.Fprintf(s.stderr, "the SLO %s is not met even at %g req/s: no max rate\n", slo, benches[0].Config.RequestRate)
 	case errors.Is(err, stats.ErrSLOAlwaysMet):
 		fmt.Fprintf(s.stderr, "the SLO %s still held at the highest rate tried: the max rate is at least that\n", slo)
+	case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return false, nil
+}
+
+// findMaxUsers bisects the most users of the closed loop that meet the SLO from the ladder's
+// results, into sopts, as findMaxRate does for rates.
+func (s *sweeper) findMaxUsers(ctx context.Context, benches []*report.Bench, sopts *report.SweepOptions) (interrupted bool, err error) {
+	slo := s.o.SLO
+	sopts.MaxUsers, sopts.Probes, err = s.bisectUsers(ctx, benches)
+	iv := report.BracketSLO(*slo, report.AxisConcurrency, append(slices.Clone(benches), s.probed...))
+	sopts.Interval = &iv
+	switch {
+	case errors.Is(err, stats.ErrSLONeverMet):
+		fmt.Fprintf(s.stderr, "the SLO %s is not met even at %d users: no max\n", slo, benches[0].Config.Concurrency)
+	case errors.Is(err, stats.ErrSLOAlwaysMet):
+		fmt.Fprintf(s.stderr, "the SLO %s still held at the most users tried: the max is at least that\n", slo)
 	case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
 		return true, nil
 	case err != nil:
@@ -317,9 +346,10 @@ type sweeper struct {
 	stderr io.Writer
 	stop   <-chan struct{} // closed by a first Ctrl-C: the point drains and the sweep ends
 	seg    *loadgen.SegmentOf
-	start  time.Time      // of the first point, when hosts send the sweep together; else zero
-	k      int            // the ladder's point being run
-	scrape *metricsScrape // of the server's metrics, for the next point; nil for none
+	start  time.Time       // of the first point, when hosts send the sweep together; else zero
+	k      int             // the ladder's point being run
+	scrape *metricsScrape  // of the server's metrics, for the next point; nil for none
+	probed []*report.Bench // the bisection's probes, in order
 }
 
 // pointStart is when point k starts: zero (as soon as it can) for a sweep of one host. A point
@@ -500,12 +530,63 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 			return false, errInterrupted
 		}
 		byRate[rate] = b
+		s.probed = append(s.probed, b)
 		met, _ := s.o.SLO.Met(b)
 		return met, nil
 	})
 	if b, ok := byRate[rate]; ok && rate > 0 {
 		v := b.RequestThroughput
 		return &v, probes, err
+	}
+	return nil, probes, err
+}
+
+// bisectUsers brackets the most users meeting the SLO with the ladder and refines it by
+// probing, one user at a time at the end.
+func (s *sweeper) bisectUsers(ctx context.Context, ladder []*report.Bench) (*int, []stats.Probe, error) {
+	byUsers := map[int]*report.Bench{}
+	lo, hi := 0, 0
+	for _, b := range ladder {
+		byUsers[b.Config.Concurrency] = b
+	}
+	for _, b := range ladder {
+		if met, _ := s.o.SLO.Met(b); !met {
+			hi = b.Config.Concurrency
+			break
+		}
+		lo = b.Config.Concurrency
+	}
+	if lo == 0 {
+		return nil, nil, fmt.Errorf("bisect: %w", stats.ErrSLONeverMet)
+	}
+	if hi == 0 {
+		hi = 2 * lo // every rung met it: BisectMaxUsers doubles from here
+	}
+	n := 0
+	users, probes, err := stats.BisectMaxUsers(ctx, lo, hi, func(ctx context.Context, users int) (bool, error) {
+		if b, ok := byUsers[users]; ok {
+			met, _ := s.o.SLO.Met(b)
+			return met, nil
+		}
+		if err := s.rest(ctx); err != nil {
+			return false, err
+		}
+		n++
+		s.k++ // a probe takes the next period after the ladder's
+		b, err := s.point(ctx, math.Inf(1), users, fmt.Sprintf("probe %d", n))
+		if err != nil {
+			return false, err
+		}
+		if b.Config.Interrupted {
+			return false, errInterrupted
+		}
+		byUsers[users] = b
+		s.probed = append(s.probed, b)
+		met, _ := s.o.SLO.Met(b)
+		return met, nil
+	})
+	if users > 0 {
+		return &users, probes, err
 	}
 	return nil, probes, err
 }
