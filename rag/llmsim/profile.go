@@ -246,7 +246,8 @@ const (
 // gpuDatasheet holds the figures of one GPU that its profiles are derived from. Bandwidth and
 // throughput are NVIDIA's datasheet peaks (dense tensor-core FP16/BF16, not the "with
 // sparsity" figure the datasheets print first); memory is what CUDA reports, a little less
-// than the marketing size (ECC and the driver's reserve).
+// than the marketing size (ECC and the driver's reserve): nvidia-smi's memory.total as commonly
+// reported for each device, not read from one here.
 type gpuDatasheet struct {
 	key            string  // suffix of the profile names: llama3-8b-<key>
 	label          string  // the GPU in a profile's description
