@@ -262,7 +262,7 @@ var llamaGPUs = []gpuDatasheet{
 	// NVIDIA publishes no datasheet for the A10G, AWS's variant of the A10 (G5 instances): it
 	// shares the A10's 24 GB of GDDR6 at 600 GB/s (NVIDIA A10 datasheet) but has less tensor
 	// throughput: 70 TFLOPS dense FP16 against the A10's 125 (Baseten, "NVIDIA A10 vs A10G for
-	// ML model inference", from AWS's figures). 23,028 MiB as CUDA reports it with ECC on.
+	// ML model inference"). 23,028 MiB as CUDA reports it with ECC on.
 	{key: "a10g", label: "A10G", name: "NVIDIA A10G", memBytesPerSec: 600e9, denseFP16FLOPS: 70e12, memGiB: 22.49},
 	// NVIDIA L4 datasheet: 24 GB GDDR6 at 300 GB/s, FP16 tensor 242 TFLOPS with sparsity, so
 	// 121 dense. 23,034 MiB as CUDA reports it with ECC on.
