@@ -60,7 +60,7 @@ the GPU's memory, from which the number of KV blocks follows.`)
 		"max_num_seqs", prof.MaxNumSeqs, "max_model_len", prof.MaxModelLen, "max_num_batched_tokens", prof.MaxNumBatchedTokens,
 		"block_size", prof.BlockSize, "num_gpu_blocks", prof.NumBlocks, "chunked_prefill", prof.ChunkedPrefill,
 		"prefix_caching", prof.PrefixCaching, "reasoning_tokens", o.ReasoningTokens, "scheduling_policy", engine.SchedulingPolicy(),
-		"tool_calls", engine.ToolCalls().String())
+		"tool_calls", engine.ToolCalls().String(), "description", prof.Description)
 	fmt.Fprintf(stdout, "llm-sim serving %q (profile %s) on http://%s/v1\n", prof.Model, prof.Name, ln.Addr())
 	return service.Serve(ctx, []*http.Server{srv}, []net.Listener{ln}, o.ShutdownGrace, logger)
 }

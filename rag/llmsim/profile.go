@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,7 +93,8 @@ type Profile struct {
 	KVBytesPerToken int64
 
 	// StepOverhead is the fixed cost of every step: reading all the weights from GPU memory
-	// once, which a decode step cannot avoid whatever its batch size.
+	// once, which a decode step cannot avoid whatever its batch size, plus the engine's own
+	// per-step cost (kernel launches, sampling, scheduling: StepFloor in the Llama profiles).
 	StepOverhead time.Duration
 	// DecodePerSeq is the extra cost of each decoding sequence in a step (its share of the
 	// matrix multiplications).
@@ -199,7 +201,8 @@ func (p Profile) Validate() error {
 	return nil
 }
 
-// Public facts behind the llama3-8b-a100 and llama3-8b-awq-a100 profiles.
+// Public facts behind the Llama profiles: the model's shapes (config.json of
+// meta-llama/Meta-Llama-3-8B) and the AWQ format.
 const (
 	llama3Params       = 8.03e9 // Meta-Llama-3-8B parameter count (model card)
 	llama3Layers       = 32     // num_hidden_layers (config.json)
@@ -216,28 +219,126 @@ const (
 	// stay FP16.
 	awqBits      = 4
 	awqGroupSize = 128
-	a100Name     = "NVIDIA A100-SXM4-80GB"
-	a100MemGiB   = 79.2 // A100-80GB memory as CUDA reports it (80 GB marketing, ~79.2 GiB usable)
-	// a100HBMBytesPerSec is the A100-80GB SXM's HBM2e peak bandwidth (NVIDIA A100 datasheet).
-	a100HBMBytesPerSec = 2.039e12
-	// a100HBMEfficiency is the share of the 2.039 TB/s HBM2e peak that large sequential reads
-	// reach in practice (~80%, as memory-bandwidth benchmarks on A100 show).
-	a100HBMEfficiency = 0.8
-	a100FP16FLOPS     = 312e12 // dense FP16 tensor-core peak (NVIDIA A100 datasheet)
-	// prefillMFU is the model FLOPs utilisation of prefill GEMMs on an 8B model: 50-60% is
-	// typical of vLLM on A100; 55% is the middle.
-	prefillMFU = 0.55
 	// GPUMemoryUtilization is vLLM's default --gpu-memory-utilization: the share of device
 	// memory the engine may take for weights, activations and KV cache.
 	GPUMemoryUtilization = 0.9
 	// activationGiB is what vLLM's memory profiling run sets aside besides weights and KV
 	// cache: peak activations of a 2048-token batch, CUDA graphs and non-torch allocations,
 	// about 2.3 GiB for an 8B model (vLLM start-up logs report 1.5-3 GiB). Activations are FP16
-	// whatever the weights' format, so the AWQ profile keeps the same figure.
+	// whatever the weights' format, so the AWQ profiles keep the same figure.
 	activationGiB = 2.3
 	gib           = 1 << 30
 	mib           = 1 << 20
 )
+
+// The rule that turns a datasheet into step costs. The same two efficiencies apply to every
+// GPU: a datasheet peak is a ceiling no engine reaches, and one figure for all keeps the
+// profiles comparable (the ratios between GPUs are the datasheets' ratios).
+const (
+	// hbmEfficiency is the share of the datasheet's peak memory bandwidth that large
+	// sequential reads reach in practice (~80%, as memory-bandwidth benchmarks on A100 show).
+	hbmEfficiency = 0.8
+	// prefillMFU is the model FLOPs utilisation of prefill GEMMs on an 8B model: 50-60% is
+	// typical of vLLM on A100; 55% is the middle.
+	prefillMFU = 0.55
+)
+
+// gpuDatasheet holds the figures of one GPU that its profiles are derived from. Bandwidth and
+// throughput are NVIDIA's datasheet peaks (dense tensor-core FP16/BF16, not the "with
+// sparsity" figure the datasheets print first); memory is what CUDA reports, a little less
+// than the marketing size (ECC and the driver's reserve): nvidia-smi's memory.total as commonly
+// reported for each device, not read from one here.
+type gpuDatasheet struct {
+	key            string  // suffix of the profile names: llama3-8b-<key>
+	label          string  // the GPU in a profile's description
+	name           string  // the device as dcgm-exporter's modelName label reports it
+	memBytesPerSec float64 // peak memory bandwidth, bytes/s
+	denseFP16FLOPS float64 // dense FP16/BF16 tensor-core peak, FLOP/s
+	memGiB         float64 // device memory as CUDA reports it, GiB
+}
+
+// The GPUs of the built-in profiles, slowest memory first.
+var llamaGPUs = []gpuDatasheet{
+	// NVIDIA publishes no datasheet for the A10G, AWS's variant of the A10 (G5 instances): it
+	// shares the A10's 24 GB of GDDR6 at 600 GB/s (NVIDIA A10 datasheet) but has less tensor
+	// throughput: 70 TFLOPS dense FP16 against the A10's 125 (Baseten, "NVIDIA A10 vs A10G for
+	// ML model inference"). 23,028 MiB as CUDA reports it with ECC on.
+	{key: "a10g", label: "A10G", name: "NVIDIA A10G", memBytesPerSec: 600e9, denseFP16FLOPS: 70e12, memGiB: 22.49},
+	// NVIDIA L4 datasheet: 24 GB GDDR6 at 300 GB/s, FP16 tensor 242 TFLOPS with sparsity, so
+	// 121 dense. 23,034 MiB as CUDA reports it with ECC on.
+	{key: "l4", label: "L4", name: "NVIDIA L4", memBytesPerSec: 300e9, denseFP16FLOPS: 121e12, memGiB: 22.49},
+	// NVIDIA A100 datasheet, 80GB SXM: HBM2e at 2,039 GB/s, FP16 tensor 312 TFLOPS dense (624
+	// with sparsity); 80 GB, of which CUDA reports ~79.2 GiB.
+	{key: "a100", label: "A100-80GB", name: "NVIDIA A100-SXM4-80GB", memBytesPerSec: 2.039e12, denseFP16FLOPS: 312e12, memGiB: 79.2},
+	// NVIDIA H100 datasheet, SXM: HBM3 at 3.35 TB/s, FP16/BF16 tensor 1,979 TFLOPS with sparsity,
+	// 989 dense; 80 GB, 81,559 MiB as CUDA reports it.
+	{key: "h100", label: "H100-SXM", name: "NVIDIA H100 80GB HBM3", memBytesPerSec: 3.35e12, denseFP16FLOPS: 989e12, memGiB: 79.65},
+	// NVIDIA H200 datasheet, SXM: 141 GB of HBM3e at 4.8 TB/s, the H100's compute (FP16/BF16
+	// tensor 1,979 TFLOPS with sparsity, 989 dense); 143,771 MiB as CUDA reports it.
+	{key: "h200", label: "H200", name: "NVIDIA H200", memBytesPerSec: 4.8e12, denseFP16FLOPS: 989e12, memGiB: 140.4},
+}
+
+// llamaWeights is one format of Llama-3-8B-Instruct's weights.
+type llamaWeights struct {
+	infix  string // between "llama3-8b-" and the GPU key in the profile name
+	model  string // the checkpoint's Hugging Face id
+	format string // the format in a profile's description
+	bytes  int64  // the weights' size on the device
+}
+
+// The formats of the built-in profiles.
+var llamaFormats = []llamaWeights{
+	{infix: "", model: "meta-llama/Meta-Llama-3-8B-Instruct", format: "FP16", bytes: int64(llama3Params * fp16Bytes)}, // 16.06 GB
+	// vLLM runs AWQ checkpoints with its Marlin kernels (awq_marlin) on every GPU here: Marlin
+	// needs compute capability 8.0 or more (A10G 8.6, L4 8.9, A100 8.0, H100 and H200 9.0). They
+	// dequantize the 4-bit weights to FP16 in registers and multiply on the FP16 tensor cores,
+	// so a token still costs 2 x 8.03 GFLOP at the GPU's FP16 rate. On Hopper, Marlin uses
+	// Ampere's mma instructions rather than Hopper's wgmma, so it reaches less of the 989
+	// TFLOPS than FP16 GEMMs do: where compute dominates (prefill, large batches) the Hopper
+	// AWQ profiles err on the fast side.
+	{infix: "awq-", model: "casperhansen/llama-3-8b-instruct-awq", format: "AWQ 4-bit (Marlin kernels)", bytes: llama3AWQWeightBytes()}, // 5.73 GB
+}
+
+// The published measurement the per-step floor is calibrated on (John Musgrave, "vLLM
+// throughput-latency sweep on NVIDIA A100", https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on):
+// Llama-3.1-8B-Instruct BF16 (the same shapes as Llama-3-8B) on one A100-40GB under vLLM
+// 0.23.0 defaults, one request at a time, 1024-token prompts and 128 output tokens, decodes at
+// about 75 tokens/s.
+var floorReference = struct {
+	gpu                        gpuDatasheet
+	promptTokens, outputTokens int
+	tokensPerSec               float64
+}{
+	// NVIDIA A100 datasheet, 40GB SXM: HBM2 at 1,555 GB/s, the same 312 TFLOPS dense FP16.
+	gpu:          gpuDatasheet{key: "a100-40gb", label: "A100-40GB", name: "NVIDIA A100-SXM4-40GB", memBytesPerSec: 1.555e12, denseFP16FLOPS: 312e12, memGiB: 39.4},
+	promptTokens: 1024, outputTokens: 128, tokensPerSec: 75,
+}
+
+// stepFloor is the fixed cost of every step besides reading the weights: kernel launches (or
+// the replay of a CUDA graph), sampling, the scheduler and the input preparation of the
+// engine's CPU side, which vLLM overlaps with the GPU only in part. It is calibrated once, on
+// floorReference: the measured decode step (1/75 s = 13.33 ms) less what the datasheet rule
+// gives for the same run without a floor (13.12 ms: the weights at 80% of 1,555 GB/s, one
+// sequence's FLOPs and a context of 1,088 tokens on average) leaves 0.21 ms. The same figure
+// applies to every GPU and format, on the assumption that this cost is the host's and the
+// engine's, not the GPU's memory system. It is small because vLLM runs decode steps as CUDA
+// graphs and (since v0.6) overlaps scheduling with the GPU; the rounding of the published
+// 75 tokens/s alone moves it by about 0.1 ms.
+var stepFloor = calibrateStepFloor()
+
+// StepFloor returns the fixed per-step cost the Llama profiles charge besides the weight read,
+// as part of their StepOverhead (see stepFloor in profile.go for its source).
+func StepFloor() time.Duration { return stepFloor }
+
+func calibrateStepFloor() time.Duration {
+	ref := floorReference
+	p := llamaProfile(ref.gpu, llamaFormats[0], 0)
+	// The mean decode step of the measured run under the rule: its end-to-end latency less its
+	// first token's, over the output tokens after the first.
+	decode := p.UnloadedE2E(ref.promptTokens, 0, ref.outputTokens) - p.UnloadedE2E(ref.promptTokens, 0, 1)
+	modelled := decode / time.Duration(ref.outputTokens-1)
+	return seconds(1/ref.tokensPerSec) - modelled
+}
 
 // bytesOfGiB converts GiB to bytes, rounding down.
 func bytesOfGiB(x float64) int64 { return int64(x * gib) }
@@ -260,24 +361,36 @@ func llama3AWQWeightBytes() int64 {
 	return quantized*awqBits/8 + groups*fp16Bytes + groups*awqBits/8 + fp16Params*fp16Bytes
 }
 
-// Profiles returns the built-in profiles, sorted by name. The returned slice is a fresh copy.
-func Profiles() []Profile {
-	fp16WeightBytes := int64(llama3Params * fp16Bytes)                                     // 16.06 GB
-	effectiveBandwidth := a100HBMBytesPerSec * a100HBMEfficiency                           // 1.63 TB/s
+// llamaProfile derives the profile of Llama-3-8B-Instruct in format w on gpu under vLLM's
+// defaults, charging floor on every step. It is the one rule behind every Llama profile:
+//
+//	StepOverhead        = floor + weight bytes / (80% of peak bandwidth)
+//	DecodePerSeq        = PrefillPerToken = 2 x 8.03 GFLOP / (55% of dense FP16 peak)
+//	AttentionPerKVToken = 128 KiB of K and V / (80% of peak bandwidth)
+//	NumBlocks           = BlocksForMemory(0.9) of the memory CUDA reports
+//
+// On the A100-80GB in FP16: 0.21 + 9.85 ms a step, 93.6 us per prefill token and per decoding
+// sequence (about 10.7k prompt tokens/s), 80 ns per cached token read, 27,659 blocks (442k
+// tokens). Adding the per-sequence FLOPs to the weight read, rather than overlapping the two,
+// errs on the slow side at mid-size batches; attention's quadratic term in prefill is left out
+// (small below 8k tokens).
+func llamaProfile(gpu gpuDatasheet, w llamaWeights, floor time.Duration) Profile {
+	bandwidth := gpu.memBytesPerSec * hbmEfficiency
 	kvBytesPerToken := int64(llama3Layers * llama3KVHeads * llama3HeadDim * 2 * fp16Bytes) // K and V: 128 KiB
-	const blockSize = 16                                                                   // vLLM's default block size
 	flopsPerToken := 2 * llama3Params                                                      // one multiply-add per parameter per token
-
-	llama := Profile{
-		Name:        "llama3-8b-a100",
-		Model:       "meta-llama/Meta-Llama-3-8B-Instruct",
-		Description: "Llama-3-8B-Instruct FP16 on one A100-80GB under vLLM defaults (paged KV cache, chunked prefill)",
-		BlockSize:   blockSize,
+	weightRead := seconds(float64(w.bytes) / bandwidth)
+	p := Profile{
+		Name:  "llama3-8b-" + w.infix + gpu.key,
+		Model: w.model,
+		Description: fmt.Sprintf("Llama-3-8B-Instruct %s on one %s under vLLM defaults (paged KV cache, chunked prefill): "+
+			"each step costs a %s floor + %s reading the weights at 80%% of %s",
+			w.format, gpu.label, roundDuration(floor), roundDuration(weightRead), bandwidthString(gpu.memBytesPerSec)),
+		BlockSize: 16, // vLLM's default block size
 		// vLLM's default --max-num-seqs.
 		MaxNumSeqs: 256,
 		// The token budget vLLM has long used by default for the OpenAI server with chunked
 		// prefill (recent releases raise it on GPUs of 70 GiB and more); it bounds how much
-		// prefill one step mixes into the decodes: 2048 x PrefillPerToken = 192 ms.
+		// prefill one step mixes into the decodes.
 		MaxNumBatchedTokens: 2048,
 		ChunkedPrefill:      true,
 		// Llama 3's native context, vLLM's default --max-model-len for it. PITFALLS.md cites 4096
@@ -285,50 +398,49 @@ func Profiles() []Profile {
 		MaxModelLen: llama3ContextLen,
 		Alloc:       AllocPaged,
 
-		GPU:             a100Name,
-		GPUMemoryBytes:  bytesOfGiB(a100MemGiB),
-		WeightBytes:     fp16WeightBytes,
+		GPU:             gpu.name,
+		GPUMemoryBytes:  bytesOfGiB(gpu.memGiB),
+		WeightBytes:     w.bytes,
 		ActivationBytes: bytesOfGiB(activationGiB),
-		// Each cached token's K and V: 32 layers x 8 heads x 128 dims x 2 x 2 bytes = 128 KiB.
+		// Each cached token's K and V: 32 layers x 8 heads x 128 dims x 2 x 2 bytes = 128 KiB;
+		// the KV cache stays FP16 whatever the weights' format.
 		KVBytesPerToken: kvBytesPerToken,
 
-		// Decoding is memory-bound: every step streams all 16.06 GB of weights at 1.63 TB/s:
-		// 9.85 ms, the floor of a decode step whatever the batch size.
-		StepOverhead: seconds(float64(fp16WeightBytes) / effectiveBandwidth),
-		// Each decoding sequence adds its 2 x 8.03 GFLOP at 55% of 312 TFLOPS: 93.6 us. (Adding
-		// it to the weight read, rather than overlapping the two, errs on the slow side at
-		// mid-size batches.)
-		DecodePerSeq: seconds(flopsPerToken / (a100FP16FLOPS * prefillMFU)),
-		// Prefill is compute-bound: 16.06 GFLOP per token at 171.6 TFLOPS effective = 93.6 us,
-		// about 10.7k prompt tokens/s. Attention's quadratic term is left out (small below 8k).
-		PrefillPerToken: seconds(flopsPerToken / (a100FP16FLOPS * prefillMFU)),
-		// Each cached token's 128 KiB of K and V is read once per decode step at 1.63 TB/s:
-		// 80 ns; 1k tokens of context cost 80 us.
-		AttentionPerKVToken: seconds(float64(kvBytesPerToken) / effectiveBandwidth),
+		// Decoding is memory-bound: every step streams all the weights once, the floor of a
+		// decode step whatever the batch size, plus the engine's fixed per-step cost.
+		StepOverhead: floor + weightRead,
+		// Each decoding sequence adds its 2 x 8.03 GFLOP at 55% of the dense FP16 peak.
+		DecodePerSeq: seconds(flopsPerToken / (gpu.denseFP16FLOPS * prefillMFU)),
+		// Prefill is compute-bound: the same FLOPs per prompt token.
+		PrefillPerToken: seconds(flopsPerToken / (gpu.denseFP16FLOPS * prefillMFU)),
+		// Each cached token's K and V is read once per decode step.
+		AttentionPerKVToken: seconds(float64(kvBytesPerToken) / bandwidth),
 	}
-	// (79.2 GiB x 0.9 - 2.3 GiB - 16.06 GB of weights) / (16 tokens x 128 KiB) = 27,659 blocks,
-	// about 442k tokens of KV cache.
-	llama.NumBlocks = llama.BlocksForMemory(GPUMemoryUtilization)
+	p.NumBlocks = p.BlocksForMemory(GPUMemoryUtilization)
+	return p
+}
 
-	// The same model and GPU with 4-bit AWQ weights. Everything that depends on the weights'
-	// size follows from it; everything that depends on the arithmetic does not change:
-	awq := llama
-	awq.Name = "llama3-8b-awq-a100"
-	awq.Model = "casperhansen/llama-3-8b-instruct-awq"
-	awq.Description = "Llama-3-8B-Instruct AWQ 4-bit on one A100-80GB under vLLM defaults (Marlin kernels, FP16 KV cache)"
-	awq.WeightBytes = llama3AWQWeightBytes() // 5.73 GB
-	// A decode step still streams every weight once, now 5.73 GB at the same 1.63 TB/s: 3.51 ms
-	// instead of 9.85 ms, the whole gain of weight-only quantization at small batches.
-	awq.StepOverhead = seconds(float64(awq.WeightBytes) / effectiveBandwidth)
-	// The FLOPs do not shrink: vLLM runs AWQ checkpoints on Ampere with its Marlin kernels
-	// (awq_marlin), which dequantize the 4-bit weights to FP16 in registers and multiply on the
-	// FP16 tensor cores, so a token still costs 2 x 8.03 GFLOP and prefill and the per-sequence
-	// decode cost keep the FP16 figures (DecodePerSeq, PrefillPerToken). Marlin is built to hide
-	// the dequantization behind the memory reads; where it does not (large batches), these
-	// figures err on the fast side. The KV cache stays FP16, so AttentionPerKVToken is unchanged.
-	// The 10.33 GB the weights no longer take go to the KV cache:
-	// (79.2 GiB x 0.9 - 2.3 GiB - 5.73 GB) / 2 MiB = 32,586 blocks, about 521k tokens.
-	awq.NumBlocks = awq.BlocksForMemory(GPUMemoryUtilization)
+// roundDuration rounds d for a description: to 10 us below 1 ms, to 0.01 ms above.
+func roundDuration(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+
+// bandwidthString writes a bandwidth in GB/s or TB/s, as datasheets do.
+func bandwidthString(bytesPerSec float64) string {
+	if bytesPerSec >= 1e12 {
+		return strconv.FormatFloat(bytesPerSec/1e12, 'f', -1, 64) + " TB/s"
+	}
+	return strconv.FormatFloat(bytesPerSec/1e9, 'f', -1, 64) + " GB/s"
+}
+
+// Profiles returns the built-in profiles, sorted by name: Llama-3-8B-Instruct in FP16 and AWQ
+// on each GPU of llamaGPUs (llama3-8b-<gpu>, llama3-8b-awq-<gpu>), and tiny. The returned
+// slice is a fresh copy.
+func Profiles() []Profile {
+	var ps []Profile
+	for _, gpu := range llamaGPUs {
+		for _, w := range llamaFormats {
+			ps = append(ps, llamaProfile(gpu, w, stepFloor))
+		}
+	}
 
 	// tiny is not derived from hardware: its numbers are round and small so that tests and CI
 	// see queueing, preemption and batching within milliseconds. A step costs about 1 ms, a
@@ -356,7 +468,7 @@ func Profiles() []Profile {
 		AttentionPerKVToken: 10 * time.Nanosecond,
 	}
 	tiny.NumBlocks = tiny.BlocksForMemory(GPUMemoryUtilization)
-	ps := []Profile{llama, awq, tiny}
+	ps = append(ps, tiny)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
 	return ps
 }
