@@ -822,6 +822,11 @@ type Stats struct {
 	Stopped  int64
 	Aborted  int64    // requests closed or cancelled before finishing
 	LastStep StepInfo // the last step run
+	// PowerWatts is the simulated device's power now: Profile.StepPower of the last step while
+	// sequences run, its idle power otherwise. EnergyJoules is what it has drawn since the
+	// engine started (Profile.Energy). Both 0 for a profile without a power model.
+	PowerWatts   float64
+	EnergyJoules float64
 }
 
 // Stats returns a snapshot of the engine's state and counters.
@@ -839,6 +844,11 @@ func (e *Engine) Stats() Stats {
 	st.BlocksCached = e.kv.cached()
 	st.BlocksCachedIdle = e.kv.idle.len
 	st.MemoryUsedBytes = e.prof.MemoryUsed(st.BlocksUsed)
+	st.PowerWatts = e.prof.IdleWatts
+	if st.Running > 0 {
+		st.PowerWatts = e.prof.StepPower(st.LastStep.Duration)
+	}
+	st.EnergyJoules = e.prof.Energy(st.Now, st.BusyTime, st.Steps)
 	for _, s := range e.running {
 		if used := blocksFor(s.prompt+s.generated, e.prof.BlockSize); s.heldBlocks() > used {
 			st.BlocksReservedUnused += s.heldBlocks() - used

@@ -1,6 +1,8 @@
 package llmsim
 
 import (
+	"math"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -26,7 +28,7 @@ type metrics struct {
 	preemptions, promptTokens, genTokens *prometheus.Desc
 	success                              *prometheus.Desc
 	prefixQueries, prefixHits            *prometheus.Desc
-	fbUsed                               *prometheus.Desc
+	fbUsed, power, energy                *prometheus.Desc
 
 	ttft, tpot, e2e prometheus.Histogram
 }
@@ -58,6 +60,14 @@ func newMetrics(e *Engine) *metrics {
 		fbUsed: prometheus.NewDesc("DCGM_FI_DEV_FB_USED",
 			"Framebuffer memory used (in MiB). Simulated: weights + activation reserve + KV-cache blocks in use.", nil,
 			prometheus.Labels{"gpu": "0", "device": "nvidia0", "modelName": e.prof.GPU}),
+		// dcgm-exporter's power (W) and energy since boot (mJ), from the profile's power model
+		// (Profile.StepPower, Profile.Energy).
+		power: prometheus.NewDesc("DCGM_FI_DEV_POWER_USAGE",
+			"Power draw (in W). Simulated: idle power, plus the TDP's dynamic range while a step runs on the GPU.", nil,
+			prometheus.Labels{"gpu": "0", "device": "nvidia0", "modelName": e.prof.GPU}),
+		energy: prometheus.NewDesc("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+			"Total energy consumption since boot (in mJ). Simulated from the power model since the engine started.", nil,
+			prometheus.Labels{"gpu": "0", "device": "nvidia0", "modelName": e.prof.GPU}),
 		ttft: hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
 		tpot: hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", tpotBuckets),
 		e2e:  hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", e2eBuckets),
@@ -69,6 +79,10 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.gpuCache, m.kvCache,
 		m.preemptions, m.promptTokens, m.genTokens, m.success, m.prefixQueries, m.prefixHits, m.fbUsed} {
 		ch <- d
+	}
+	if m.e.prof.TDPWatts > 0 {
+		ch <- m.power
+		ch <- m.energy
 	}
 	m.ttft.Describe(ch)
 	m.tpot.Describe(ch)
@@ -94,6 +108,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(m.prefixQueries, float64(st.PrefixCacheQueries))
 	counter(m.prefixHits, float64(st.PrefixCacheHits))
 	gauge(m.fbUsed, float64(st.MemoryUsedBytes/mib)) // whole MiB, as DCGM reports
+	if m.e.prof.TDPWatts > 0 {
+		gauge(m.power, st.PowerWatts)
+		counter(m.energy, math.Floor(st.EnergyJoules*1000)) // whole mJ, as DCGM reports
+	}
 	// A text answer always runs to max_tokens; tool calls end at the model's end of turn, which
 	// vLLM's engine counts as "stop" (its API layer reports them as finish_reason "tool_calls").
 	// Every reason is exported from the start, as vLLM does, so that sums over reasons work.

@@ -104,6 +104,33 @@ type Profile struct {
 	// AttentionPerKVToken is the cost of reading one cached token's keys and values during a
 	// decode step, so long contexts slow decoding down.
 	AttentionPerKVToken time.Duration
+
+	// TDPWatts is the device's board power limit (its datasheet's TDP) and IdleWatts what it
+	// draws with nothing to run. The simulated power is IdleWatts between steps and, during a
+	// step, IdleWatts plus (TDPWatts - IdleWatts) times the share of the step the GPU works:
+	// all of it but HostStepTime (StepPower). Both 0: no power is simulated.
+	TDPWatts, IdleWatts float64
+	// HostStepTime is the part of StepOverhead spent off the GPU (kernel launches, sampling,
+	// scheduling: StepFloor in the Llama profiles), when the GPU draws only its idle power.
+	HostStepTime time.Duration
+}
+
+// StepPower is the power the simulated device draws during a step of duration d, in watts:
+// idle plus the dynamic range in proportion to the share of d the GPU works.
+func (p Profile) StepPower(d time.Duration) float64 {
+	if d <= 0 {
+		return p.IdleWatts
+	}
+	busy := max(d-p.HostStepTime, 0)
+	return p.IdleWatts + (p.TDPWatts-p.IdleWatts)*float64(busy)/float64(d)
+}
+
+// Energy is what the simulated device has drawn, in joules, after elapsed time during which
+// it ran steps lasting busy in all, steps of them: its idle power all along, and the dynamic
+// range over the time the GPU worked (busy less each step's HostStepTime).
+func (p Profile) Energy(elapsed, busy time.Duration, steps int64) float64 {
+	gpu := max(busy-time.Duration(steps)*p.HostStepTime, 0)
+	return p.IdleWatts*elapsed.Seconds() + (p.TDPWatts-p.IdleWatts)*gpu.Seconds()
 }
 
 // StepTime returns the modelled duration of a step that prefills prefillTokens prompt tokens
@@ -194,6 +221,10 @@ func (p Profile) Validate() error {
 		return bad("step overhead must be positive, got %v", p.StepOverhead)
 	case p.DecodePerSeq < 0 || p.PrefillPerToken < 0 || p.AttentionPerKVToken < 0:
 		return bad("per-sequence and per-token costs must not be negative")
+	case math.IsNaN(p.TDPWatts) || math.IsNaN(p.IdleWatts) || p.IdleWatts < 0 || p.TDPWatts < p.IdleWatts:
+		return bad("power: want 0 <= idle watts <= TDP watts, got %g and %g", p.IdleWatts, p.TDPWatts)
+	case p.HostStepTime < 0 || p.HostStepTime > p.StepOverhead:
+		return bad("host step time must lie within 0 and the step overhead %v, got %v", p.StepOverhead, p.HostStepTime)
 	}
 	if _, err := ParseAllocMode(string(p.Alloc)); err != nil {
 		return bad("alloc %q: want paged or contiguous", p.Alloc)
@@ -255,27 +286,35 @@ type gpuDatasheet struct {
 	memBytesPerSec float64 // peak memory bandwidth, bytes/s
 	denseFP16FLOPS float64 // dense FP16/BF16 tensor-core peak, FLOP/s
 	memGiB         float64 // device memory as CUDA reports it, GiB
+	tdpWatts       float64 // board power limit (TDP), W
 }
+
+// idleShare is the share of its TDP a simulated GPU draws idle. An assumption, not a
+// measurement: nvidia-smi shows data-centre GPUs idling at roughly a tenth to a fifth of their
+// power limit with the driver loaded and persistence mode on.
+const idleShare = 0.15
 
 // The GPUs of the built-in profiles, slowest memory first.
 var llamaGPUs = []gpuDatasheet{
 	// NVIDIA publishes no datasheet for the A10G, AWS's variant of the A10 (G5 instances): it
 	// shares the A10's 24 GB of GDDR6 at 600 GB/s (NVIDIA A10 datasheet) but has less tensor
 	// throughput: 70 TFLOPS dense FP16 against the A10's 125 (Baseten, "NVIDIA A10 vs A10G for
-	// ML model inference"). 23,028 MiB as CUDA reports it with ECC on.
-	{key: "a10g", label: "A10G", name: "NVIDIA A10G", memBytesPerSec: 600e9, denseFP16FLOPS: 70e12, memGiB: 22.49},
+	// ML model inference"). 23,028 MiB as CUDA reports it with ECC on. Its power limit is 300 W
+	// as nvidia-smi reports it on G5 instances (the A10's datasheet says 150 W).
+	{key: "a10g", label: "A10G", name: "NVIDIA A10G", memBytesPerSec: 600e9, denseFP16FLOPS: 70e12, memGiB: 22.49, tdpWatts: 300},
 	// NVIDIA L4 datasheet: 24 GB GDDR6 at 300 GB/s, FP16 tensor 242 TFLOPS with sparsity, so
-	// 121 dense. 23,034 MiB as CUDA reports it with ECC on.
-	{key: "l4", label: "L4", name: "NVIDIA L4", memBytesPerSec: 300e9, denseFP16FLOPS: 121e12, memGiB: 22.49},
+	// 121 dense. 23,034 MiB as CUDA reports it with ECC on. 72 W max thermal design power.
+	{key: "l4", label: "L4", name: "NVIDIA L4", memBytesPerSec: 300e9, denseFP16FLOPS: 121e12, memGiB: 22.49, tdpWatts: 72},
 	// NVIDIA A100 datasheet, 80GB SXM: HBM2e at 2,039 GB/s, FP16 tensor 312 TFLOPS dense (624
-	// with sparsity); 80 GB, of which CUDA reports ~79.2 GiB.
-	{key: "a100", label: "A100-80GB", name: "NVIDIA A100-SXM4-80GB", memBytesPerSec: 2.039e12, denseFP16FLOPS: 312e12, memGiB: 79.2},
+	// with sparsity); 80 GB, of which CUDA reports ~79.2 GiB; max TDP 400 W.
+	{key: "a100", label: "A100-80GB", name: "NVIDIA A100-SXM4-80GB", memBytesPerSec: 2.039e12, denseFP16FLOPS: 312e12, memGiB: 79.2, tdpWatts: 400},
 	// NVIDIA H100 datasheet, SXM: HBM3 at 3.35 TB/s, FP16/BF16 tensor 1,979 TFLOPS with sparsity,
-	// 989 dense; 80 GB, 81,559 MiB as CUDA reports it.
-	{key: "h100", label: "H100-SXM", name: "NVIDIA H100 80GB HBM3", memBytesPerSec: 3.35e12, denseFP16FLOPS: 989e12, memGiB: 79.65},
+	// 989 dense; 80 GB, 81,559 MiB as CUDA reports it; max TDP up to 700 W.
+	{key: "h100", label: "H100-SXM", name: "NVIDIA H100 80GB HBM3", memBytesPerSec: 3.35e12, denseFP16FLOPS: 989e12, memGiB: 79.65, tdpWatts: 700},
 	// NVIDIA H200 datasheet, SXM: 141 GB of HBM3e at 4.8 TB/s, the H100's compute (FP16/BF16
-	// tensor 1,979 TFLOPS with sparsity, 989 dense); 143,771 MiB as CUDA reports it.
-	{key: "h200", label: "H200", name: "NVIDIA H200", memBytesPerSec: 4.8e12, denseFP16FLOPS: 989e12, memGiB: 140.4},
+	// tensor 1,979 TFLOPS with sparsity, 989 dense); 143,771 MiB as CUDA reports it; max TDP
+	// up to 700 W.
+	{key: "h200", label: "H200", name: "NVIDIA H200", memBytesPerSec: 4.8e12, denseFP16FLOPS: 989e12, memGiB: 140.4, tdpWatts: 700},
 }
 
 // llamaWeights is one format of Llama-3-8B-Instruct's weights.
@@ -415,6 +454,10 @@ func llamaProfile(gpu gpuDatasheet, w llamaWeights, floor time.Duration) Profile
 		PrefillPerToken: seconds(flopsPerToken / (gpu.denseFP16FLOPS * prefillMFU)),
 		// Each cached token's K and V is read once per decode step.
 		AttentionPerKVToken: seconds(float64(kvBytesPerToken) / bandwidth),
+
+		// The datasheet's TDP while the GPU works, idleShare of it otherwise (and during the
+		// floor, which is the host's).
+		TDPWatts: gpu.tdpWatts, IdleWatts: idleShare * gpu.tdpWatts, HostStepTime: floor,
 	}
 	p.NumBlocks = p.BlocksForMemory(GPUMemoryUtilization)
 	return p
@@ -466,6 +509,7 @@ func Profiles() []Profile {
 		DecodePerSeq:        50 * time.Microsecond,
 		PrefillPerToken:     time.Microsecond,
 		AttentionPerKVToken: 10 * time.Nanosecond,
+		// No power model: tiny is no device.
 	}
 	tiny.NumBlocks = tiny.BlocksForMemory(GPUMemoryUtilization)
 	ps = append(ps, tiny)
