@@ -291,7 +291,9 @@ func runPoolSaturation(ctx context.Context, e *env) (*Result, error) {
 	cpus := runtime.NumCPU()
 	arms := poolArms(cpus)
 	const rate, burst = 25.0, 0.25
-	calib := max(e.dur/8, 5*time.Second)
+	// 68 s by default: an 8 s calibration, then 20 s per arm, about 500 offered requests each,
+	// enough for the P99 over all of them to have its 95% interval (minP99Samples).
+	calib := max(e.dur*2/17, 5*time.Second)
 	per := (e.dur - calib) / time.Duration(len(arms))
 	if per < time.Second {
 		return nil, fmt.Errorf("--duration %v leaves less than 1 s per arm after the %v calibration", e.dur, calib)
