@@ -71,6 +71,10 @@ type Bench struct {
 	StageHistograms map[string]*stats.Histogram
 }
 
+// ErrorRate is the fraction of the measured requests that failed: Failed / (Completed +
+// Failed); NaN when there were none.
+func (b *Bench) ErrorRate() float64 { return ratio(b.Failed, b.Completed+b.Failed) }
+
 // MetricStats summarises one metric.
 type MetricStats struct {
 	Metric      string

@@ -42,19 +42,20 @@ func (f *benchFile) UnmarshalJSON(b []byte) error {
 // benchHead are the keys of a bench document before its metrics': the run's description and
 // counts, the token details, the workload's counts and the throughputs.
 type benchHead struct {
-	Schema            string      `json:"schema,omitempty"`
-	Start             timestamp   `json:"start"`
-	Config            configJSON  `json:"config"`
-	Options           optionsJSON `json:"options"`
-	Clock             *clockJSON  `json:"clock,omitempty"`
-	MergedFrom        count       `json:"merged_from,omitempty"` // written from 2 runs on
-	Sources           []string    `json:"sources,omitempty"`
-	Completed         count       `json:"completed"`
-	Failed            count       `json:"failed"`
-	Warmup            count       `json:"warmup,omitempty"`
-	DurationS         seconds     `json:"duration_s"`
-	TotalInputTokens  count       `json:"total_input_tokens"`
-	TotalOutputTokens count       `json:"total_output_tokens"`
+	Schema            string          `json:"schema,omitempty"`
+	Start             timestamp       `json:"start"`
+	Config            configJSON      `json:"config"`
+	Options           optionsJSON     `json:"options"`
+	Clock             *clockJSON      `json:"clock,omitempty"`
+	MergedFrom        count           `json:"merged_from,omitempty"` // written from 2 runs on
+	Sources           []string        `json:"sources,omitempty"`
+	Completed         count           `json:"completed"`
+	Failed            count           `json:"failed"`
+	ErrorRate         derived[number] `json:"error_rate"` // failed / (completed + failed), null for none
+	Warmup            count           `json:"warmup,omitempty"`
+	DurationS         seconds         `json:"duration_s"`
+	TotalInputTokens  count           `json:"total_input_tokens"`
+	TotalOutputTokens count           `json:"total_output_tokens"`
 	tokenDetailsJSON
 	workloadJSON
 	RequestThroughput    amount  `json:"request_throughput"`
@@ -265,7 +266,8 @@ func (b *Bench) head(schema string) benchHead {
 			Percentiles: orEmpty(b.Percentiles), Metrics: orEmpty(b.Metrics), Confidence: number(b.Confidence),
 			SessionStepLimitMS: msWhen(b.SessionStepLimit > 0, b.SessionStepLimit),
 		},
-		Sources: b.Sources, Completed: count(b.Completed), Failed: count(b.Failed), Warmup: count(max(b.Warmup, 0)),
+		Sources: b.Sources, Completed: count(b.Completed), Failed: count(b.Failed),
+		ErrorRate: derived[number]{number(sig(b.ErrorRate()))}, Warmup: count(max(b.Warmup, 0)),
 		DurationS: seconds(b.Duration), TotalInputTokens: count(b.InputTokens), TotalOutputTokens: count(b.OutputTokens),
 		tokenDetailsJSON:     b.tokenDetails(),
 		workloadJSON:         b.workloadCounts(),
