@@ -62,6 +62,13 @@ type Bench struct {
 	// and after a merge.
 	ServerMetrics *ServerMetrics
 
+	// NewConns counts the measured requests that opened a connection, ReusedConns those sent on a
+	// kept-alive one; Phases summarises PhaseHistograms, one per phase of AllPhases (see
+	// phases.go), for the phases with samples.
+	NewConns, ReusedConns int64
+	Phases                []MetricStats
+	PhaseHistograms       map[string]*stats.Histogram
+
 	// TokenLengths is the distribution of prompt and output lengths of completed requests.
 	TokenLengths TokenLengths
 
@@ -209,6 +216,7 @@ func newBench(o Options) *Bench {
 		SessionStepLimit: o.SessionStepLimit,
 		Histograms:       map[string]*stats.Histogram{},
 		StageHistograms:  map[string]*stats.Histogram{},
+		PhaseHistograms:  newPhaseHistograms(),
 	}
 	for _, m := range AllMetrics {
 		b.Histograms[m] = stats.NewHistogram()
@@ -298,6 +306,7 @@ func (b *Bench) finish() {
 			Percentiles: percentiles(h, b.Percentiles, b.Confidence),
 		})
 	}
+	b.finishPhases()
 	b.Stages = b.Stages[:0]
 	for _, st := range stageOrder(b.StageHistograms) {
 		h := b.StageHistograms[st]

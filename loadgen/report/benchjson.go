@@ -19,12 +19,13 @@ import (
 type benchFile struct {
 	benchHead
 	metrics metricKeys
+	phases  metricKeys // the HTTP phases' keys, after the metrics'; read back from their histograms
 	benchRest
 }
 
 // MarshalJSON writes the document's keys in order.
 func (f benchFile) MarshalJSON() ([]byte, error) {
-	return members{f.benchHead, f.metrics, f.benchRest}.MarshalJSON()
+	return members{f.benchHead, f.metrics, f.phases, f.benchRest}.MarshalJSON()
 }
 
 // UnmarshalJSON reads the document: its static keys, then its metrics' keys.
@@ -63,6 +64,8 @@ type benchHead struct {
 	TotalTokenThroughput amount  `json:"total_token_throughput"`
 	Goodput              *amount `json:"goodput"`
 	GoodputRequests      *count  `json:"goodput_requests,omitempty"`
+	NewConnections       count   `json:"new_connections,omitempty"`
+	ReusedConnections    count   `json:"reused_connections,omitempty"`
 }
 
 // configJSON is the file form of loadgen.RunInfo.
@@ -129,6 +132,7 @@ type benchRest struct {
 type histogramsJSON struct {
 	Metrics keyed[json.RawMessage] `json:"metrics"`
 	Stages  keyed[json.RawMessage] `json:"stages"`
+	Phases  keyed[json.RawMessage] `json:"phases,omitempty"`
 }
 
 // stageJSON is a stage's count and mean, then its percentiles.
@@ -256,7 +260,7 @@ func (b *Bench) MarshalJSON() ([]byte, error) {
 // file is the document of b, with the schema key given ("" for none).
 func (b *Bench) file(schema string) (benchFile, error) {
 	rest, err := b.rest()
-	return benchFile{benchHead: b.head(schema), metrics: b.metricKeys(), benchRest: rest}, err
+	return benchFile{benchHead: b.head(schema), metrics: b.metricKeys(), phases: b.phaseKeys(), benchRest: rest}, err
 }
 
 func (b *Bench) head(schema string) benchHead {
@@ -288,6 +292,7 @@ func (b *Bench) head(schema string) benchHead {
 	if b.MergedFrom > 1 {
 		h.MergedFrom = count(b.MergedFrom)
 	}
+	h.NewConnections, h.ReusedConnections = count(b.NewConns), count(b.ReusedConns)
 	return h
 }
 
@@ -373,7 +378,9 @@ func (b *Bench) histogramsJSON() (histogramsJSON, error) {
 		}
 		h.Stages = append(h.Stages, entry[json.RawMessage]{st, raw})
 	}
-	return h, nil
+	var err error
+	h.Phases, err = b.phaseHistogramsJSON()
+	return h, err
 }
 
 func sessionsObject(s *Sessions) *sessionsJSON {
@@ -506,6 +513,7 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 	f.readOptions(c, b)
 	f.readCounts(b)
 	f.readHistograms(c, b)
+	f.readPhases(c, b)
 	b.readWorkloads(c, f)
 	f.readMetrics(b)
 	f.readAnalysis(c, b)

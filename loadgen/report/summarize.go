@@ -96,6 +96,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	s.last = max(s.last, r.End)
 	s.tl.at(r.Sent).sent++
 	s.noteSlow(r)
+	b.addPhases(r)
 	if !r.OK() {
 		b.Failed++
 		s.tl.at(r.End).failed++
