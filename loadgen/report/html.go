@@ -150,6 +150,7 @@ func benchPage(b *Bench, opt HTMLOptions) (page, error) {
 	s.add("histograms", "TTFT and ITL histograms", "blocks", histograms(b))
 	s.add("token-lengths", "Input and output token lengths", "blocks", tokenLengthCharts(b))
 	s.add("stages", "Per-stage breakdown (Server-Timing)", "blocks", stages(b))
+	s.add("phases", "Request phases: DNS, connect, TLS, first byte", "blocks", phasesBlocks(b))
 	s.add("tail", "Tail: fits against the data", "bench-tail", tails(b))
 	if b.Sessions != nil {
 		s.add("sessions", "Sessions", "bench-sessions", sessionsTable(b.Sessions))

@@ -141,3 +141,30 @@ func (t *textWriter) phaseRows(b *Bench) {
 		t.printf("%s\n", line)
 	}
 }
+
+// phasesBlocks is the HTML section of the phases: a row per phase with its count, mean and
+// percentiles with their intervals.
+func phasesBlocks(b *Bench) blocks {
+	if len(b.Phases) == 0 {
+		return blocks{Empty: "No HTTP phases were recorded (a result file from before they were)."}
+	}
+	t := table{Heads: []string{"phase", "n", "mean"}}
+	for _, p := range b.Percentiles {
+		t.Heads = append(t.Heads, "p"+formatP(p)+" [95% CI]")
+	}
+	for _, s := range b.Phases {
+		cells := []string{s.Metric, fmt.Sprint(s.Count), fmtMS(s.Mean)}
+		for _, p := range s.Percentiles {
+			cell := fmtMS(p.Value)
+			if p.HasCI {
+				cell += " [" + fmtMS(p.Lo) + ", " + fmtMS(p.Hi) + "]"
+			}
+			cells = append(cells, cell)
+		}
+		t.row(cells...)
+	}
+	return blocks{Tables: []table{t}, Notes: []string{fmt.Sprintf("Milliseconds, from the transport's httptrace hooks. "+
+		"%d requests opened a connection and %d reused a kept-alive one: DNS, connect and TLS are over the requests "+
+		"that opened one (DNS only for a host name, TLS only over TLS); TTFB, the first response byte after the "+
+		"send, over every request that got a response.", b.NewConns, b.ReusedConns)}}
+}
