@@ -66,7 +66,7 @@ func (t Threshold) holds(v float64) bool {
 
 // runKeys are the numeric keys of every bench result, whatever its options.
 var runKeys = []string{"completed", "failed", "error_rate", "duration_s", "total_input_tokens", "total_output_tokens",
-	"request_throughput", "output_throughput", "total_token_throughput"}
+	"request_throughput", "output_throughput", "total_token_throughput", "new_connections", "reused_connections"}
 
 // goodputKeys are the numeric keys of a result with goodput SLOs.
 var goodputKeys = []string{"goodput", "goodput_requests"}
@@ -113,7 +113,8 @@ func knownKey(key string) bool {
 		return true
 	}
 	metric, p, ok := splitMetricKey(key)
-	return ok && slices.Contains(AllMetrics, metric) && (p == "mean" || p == "median" || p == "std" || validP(p))
+	return ok && (slices.Contains(AllMetrics, metric) || slices.Contains(AllPhases, metric)) &&
+		(p == "mean" || p == "median" || p == "std" || validP(p))
 }
 
 // splitMetricKey splits STAT_METRIC_ms into STAT (mean, median, std or pP) and METRIC.
@@ -140,7 +141,8 @@ func validP(s string) bool {
 func keyHelp() string {
 	return strings.Join(append(slices.Clone(runKeys), goodputKeys...), ", ") +
 		" (with --goodput), or mean_M_ms, median_M_ms, std_M_ms, pP_M_ms for M in " + strings.Join(AllMetrics, ", ") +
-		" and P in --metric-percentiles (p50_ttft_ms, p99.9_e2el_ms)"
+		" and P in --metric-percentiles (p50_ttft_ms, p99.9_e2el_ms), and the same of the HTTP phases "+strings.Join(AllPhases, ", ")+
+		" (p99_connect_ms)"
 }
 
 // GateKeys lists the numeric keys of the bench results that Summarize writes with o: the ones
@@ -151,7 +153,7 @@ func GateKeys(o Options) []string {
 	if len(o.Goodput) > 0 {
 		keys = append(keys, goodputKeys...)
 	}
-	for _, m := range o.Metrics {
+	for _, m := range append(slices.Clone(o.Metrics), AllPhases...) {
 		keys = append(keys, "mean_"+m+"_ms", "median_"+m+"_ms", "std_"+m+"_ms")
 		for _, p := range o.Percentiles {
 			keys = append(keys, "p"+formatP(p)+"_"+m+"_ms")
@@ -182,7 +184,8 @@ type ThresholdResult struct {
 
 // CheckBench checks the thresholds against the JSON of b: each against the value its key has
 // in the file, as any reader of the file would. A key that is null (no sample) or absent (TTFO's,
-// written only when the server reasoned) fails its threshold.
+// written only when the server reasoned; a phase's, only when some request had it; the
+// connections', only when some were counted) fails its threshold.
 func CheckBench(b *Bench, ts []Threshold) ([]ThresholdResult, error) {
 	raw, err := json.Marshal(b)
 	if err != nil {
@@ -196,7 +199,7 @@ func CheckBench(b *Bench, ts []Threshold) ([]ThresholdResult, error) {
 	for _, t := range ts {
 		r := ThresholdResult{Threshold: t, Value: math.NaN()}
 		v, ok := keys[t.Key]
-		if !ok { // the keys of TTFO, written only when the server reasoned
+		if !ok { // TTFO's, a phase's or a count's, written only when they have a value
 			out = append(out, r)
 			continue
 		}
