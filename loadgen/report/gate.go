@@ -141,7 +141,7 @@ func validP(s string) bool {
 func keyHelp() string {
 	return strings.Join(append(slices.Clone(runKeys), goodputKeys...), ", ") +
 		" (with --goodput), or mean_M_ms, median_M_ms, std_M_ms, pP_M_ms for M in " + strings.Join(AllMetrics, ", ") +
-		" and P in --metric-percentiles (p50_ttft_ms, p99.9_e2el_ms), and the same of the HTTP phases "+strings.Join(AllPhases, ", ")+
+		" and P in --metric-percentiles (p50_ttft_ms, p99.9_e2el_ms), and the same of the HTTP phases " + strings.Join(AllPhases, ", ") +
 		" (p99_connect_ms)"
 }
 
