@@ -48,3 +48,36 @@ func TestBenchPhases(t *testing.T) {
 		})
 	}
 }
+
+func TestBenchSlices(t *testing.T) {
+	t.Parallel()
+	srv := startLLMSim(t, tinyProfile(t), llmsim.WithVirtualTime())
+	out := filepath.Join(t.TempDir(), "r.json")
+	var stdout bytes.Buffer
+	err := run(context.Background(), []string{"bench", "--url", srv.URL + "/v1/chat/completions", "--request-rate", "100",
+		"--shape", "constant", "--duration", "1s", "--max-tokens", "8", "--slice", "250ms", "--quiet", "--json", out}, &stdout, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := readJSON(t, out)
+	slices, _ := r["slices"].([]any)
+	var sent float64
+	for _, s := range slices {
+		sl, _ := s.(map[string]any)
+		n, _ := sl["sent"].(float64)
+		sent += n
+		if _, ok := sl["p50_ttft_ms_ci"]; !ok {
+			t.Errorf("slice %v lacks p50_ttft_ms_ci", sl["t_s"])
+		}
+	}
+	if len(slices) < 4 || len(slices) > 5 || sent != r["completed"].(float64)+r["failed"].(float64) {
+		t.Errorf("%d slices sending %v requests; want 4 (5 with the drain), all %v+%v", len(slices), sent, r["completed"], r["failed"])
+	}
+	if !strings.Contains(stdout.String(), "Slices of 250ms") {
+		t.Errorf("the text report lacks the slices:\n%s", stdout.String())
+	}
+	if err := run(context.Background(), []string{"bench", "--url", srv.URL, "--num-prompts", "1", "--slice", "1ms"}, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "--slice") {
+		t.Errorf("a 1ms slice: %v", err)
+	}
+}

@@ -118,6 +118,8 @@ func (o *Options) validate() error {
 		return errors.New("an infinite rate without --concurrency sends every request at once: give --num-prompts, a --request-rate or --concurrency")
 	case o.Load.MaxTokens < 1:
 		return errors.New("--max-tokens must be positive")
+	case o.Load.Slice < 0 || (o.Load.Slice > 0 && o.Load.Slice < 100*time.Millisecond):
+		return errors.New("--slice: give a width of 100ms or more (0: no slices)")
 	}
 	if err := loadgen.CheckConcurrency(o.Concurrency, math.IsInf(o.RequestRate, 1)); err != nil {
 		return fmt.Errorf("--concurrency: %w", err)

@@ -112,6 +112,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(thresholdsValue{&o.FailOn}, "fail-on", "`thresholds` on numeric keys of the result JSON, comma-separated KEY<N, KEY<=N, KEY>N or KEY>=N,\n"+
 		"e.g. 'p95_ttft_ms<500,error_rate<0.01,goodput>20': the results are written, a line per threshold\n"+
 		"says what was measured, and a breach exits with status 99 (other failures exit 1)")
+	fs.DurationVar(&o.Slice, "slice", 0, "summarise each slice of this width (e.g. 10s) on its own: requests, TTFT and E2EL percentiles with\n"+
+		"their intervals, throughput and failures by intended send time, in the JSON (slices), the text and the HTML")
 	o.ServerMetrics.registerFlags(fs, "the run")
 }
 

@@ -56,6 +56,7 @@ type Bench struct {
 	Turns    []TurnStats   // by session step; nil when no request carried a session id
 	Slowest  []SlowRequest // slowest first
 	Timeline []TimelineBin
+	Slices   []Slice      // with Options.Slice: the run in slices of that width, each summarised
 	Errors   []ErrorCount // by kind, most frequent first
 
 	// ServerMetrics is the target's own metrics during the run; nil when none were scraped,

@@ -120,6 +120,7 @@ type benchRest struct {
 	Turns         []turnJSON         `json:"turns,omitempty"`
 	Slowest       []slowJSON         `json:"slowest"`
 	Timeline      []timelineJSON     `json:"timeline"`
+	Slices        []sliceJSON        `json:"slices,omitempty"`
 	Errors        keyed[count]       `json:"errors"`
 	ErrorExamples keyed[string]      `json:"error_examples"`
 	TokenLengths  tokenLengthsJSON   `json:"token_lengths"`
@@ -343,6 +344,7 @@ func (b *Bench) rest() (benchRest, error) {
 	for _, t := range b.Timeline {
 		r.Timeline = append(r.Timeline, timelineObject(t))
 	}
+	r.Slices = b.slicesJSON()
 	for _, e := range b.Errors {
 		r.Errors = append(r.Errors, entry[count]{e.Kind, count(e.Count)})
 		if e.Example != "" {
@@ -514,6 +516,7 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 	f.readCounts(b)
 	f.readHistograms(c, b)
 	f.readPhases(c, b)
+	f.readSlices(b)
 	b.readWorkloads(c, f)
 	f.readMetrics(b)
 	f.readAnalysis(c, b)

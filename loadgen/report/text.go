@@ -154,6 +154,7 @@ func writeBenchText(t *textWriter, b *Bench) {
 	}
 
 	t.phaseRows(b)
+	t.sliceRows(b)
 
 	if len(b.Tails) > 0 {
 		t.rule("Tail", '-')
