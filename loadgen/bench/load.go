@@ -65,7 +65,7 @@ type Load struct {
 	Percentiles       []float64  // report.DefaultPercentiles when empty
 	SessionPatience   time.Duration
 	Slice             time.Duration // width of the time slices summarised each on its own (bench --slice); 0: none
-	Quiet             bool // no progress line
+	Quiet             bool          // no progress line
 }
 
 // KeyOptions configure key lookups (Dataset keys[:FILE]).
