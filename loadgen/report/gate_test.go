@@ -162,3 +162,22 @@ func TestCheckBench(t *testing.T) {
 		t.Errorf("all passed: %v", err)
 	}
 }
+
+// FuzzParseThresholds checks that what ParseThresholds accepts writes back as it reads.
+func FuzzParseThresholds(f *testing.F) {
+	for _, s := range []string{"p95_ttft_ms<500,error_rate<0.01,goodput>20", "p99.9_e2el_ms>=1e3", "completed<=-0", "x<", "<>="} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ts, err := ParseThresholds(s)
+		if err != nil {
+			return
+		}
+		for _, th := range ts {
+			again, err := ParseThresholds(th.String())
+			if err != nil || len(again) != 1 || again[0] != th {
+				t.Fatalf("%q: %+v writes %q, read back %+v, %v", s, th, th.String(), again, err)
+			}
+		}
+	})
+}
