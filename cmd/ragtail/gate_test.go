@@ -72,12 +72,12 @@ func startSlowedLLMSim(tb testing.TB, delay time.Duration) *httptest.Server {
 }
 
 // gateRun benches srv with 250 short requests at a constant 50 req/s (5 s), writing the JSON to
-// path: enough samples for the intervals of P50 to P95, and too few arrivals at once to queue.
+// path and the per-request file to path + "l": enough samples for the intervals of P50 to P95, and too few arrivals at once to queue.
 func gateRun(tb testing.TB, srv *httptest.Server, seed int, path string, extra ...string) (stderr string, err error) {
 	tb.Helper()
 	var errBuf bytes.Buffer
 	args := append([]string{"bench", "--url", srv.URL + "/v1/chat/completions", "--request-rate", "50", "--shape", "constant", "--num-prompts", "250",
-		"--max-tokens", "8", "--dataset", "short", "--seed", fmt.Sprint(seed), "--quiet", "--json", path}, extra...)
+		"--max-tokens", "8", "--dataset", "short", "--seed", fmt.Sprint(seed), "--quiet", "--json", path, "--save-detailed", path + "l"}, extra...)
 	err = run(context.Background(), args, io.Discard, &errBuf)
 	return errBuf.String(), err
 }
@@ -185,6 +185,18 @@ func TestCompareFailOnRegression(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the check does not say %q", want)
 		}
+	}
+	// The per-request files: the same intervals from their records, and the rank tests.
+	stdout.Reset()
+	err = run(context.Background(), []string{"report", "--compare", base + "l", same + "l", "--fail-on-regression"}, &stdout, io.Discard)
+	t.Logf("same setup, per-request files:\n%s", stdout.String())
+	if err != nil || !strings.Contains(stdout.String(), "rank tests on the per-request files") {
+		t.Errorf("two runs of one setup, per-request files: %v (status %d), want none", err, exitStatus(err))
+	}
+	stdout.Reset()
+	err = run(context.Background(), []string{"report", "--compare", base + "l", slow + "l", "--fail-on-regression"}, &stdout, io.Discard)
+	if exitStatus(err) != report.GateExitStatus || !strings.Contains(stdout.String(), "REGRESSED  ttft ") {
+		t.Errorf("a 50 ms slower first byte, per-request files: %v (status %d)\n%s", err, exitStatus(err), stdout.String())
 	}
 	// Without --fail-on-regression the check is printed and the status is 0.
 	if err := run(context.Background(), []string{"report", "--compare", base, slow}, io.Discard, io.Discard); err != nil {

@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/report"
 )
 
@@ -99,15 +101,16 @@ func (o *ReportOptions) writeComparison(stdout io.Writer) error {
 		return fmt.Errorf("--regression-tolerance %g: want a fraction from 0 to 1 (0.05 is 5%%)", o.Tolerance)
 	}
 	benches := make([]*report.Bench, 0, len(o.Files))
+	var runs []*loadgen.Result // the runs of per-request files, for the rank tests
 	for _, path := range o.Files {
-		f, err := report.Read(path)
+		b, run, err := readCompared(path)
 		if err != nil {
 			return err
 		}
-		if f.Bench == nil {
-			return fmt.Errorf("%s is a sweep result: --compare compares bench results", path)
+		benches = append(benches, b)
+		if run != nil {
+			runs = append(runs, run)
 		}
-		benches = append(benches, f.Bench)
 	}
 	c, err := report.NewComparison(o.Files, benches)
 	if err != nil {
@@ -125,7 +128,53 @@ func (o *ReportOptions) writeComparison(stdout io.Writer) error {
 		return nil
 	}
 	rs := report.Regressions(benches[0], benches[1], o.Tolerance)
-	return report.WriteRegressions(stdout, o.Files[0], o.Files[1], rs, o.Tolerance, o.FailOnRegression)
+	regressed, checked := report.WriteRegressions(stdout, o.Files[0], o.Files[1], rs, o.Tolerance)
+	if len(runs) == 2 {
+		r, t := report.WriteRankTests(stdout, report.RankTests(runs[0], runs[1], o.Tolerance))
+		regressed, checked = regressed+r, checked+t
+	}
+	fmt.Fprintf(stdout, "%d of %d figures regressed\n", regressed, checked)
+	if !o.FailOnRegression {
+		return nil
+	}
+	return report.RegressionError(regressed, checked)
+}
+
+// readCompared reads a file to compare: a bench result, or the per-request file of bench
+// --save-detailed, summarised (with the default percentiles) and returned with its run too.
+func readCompared(path string) (*report.Bench, *loadgen.Result, error) {
+	if isRequestsFile(path) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer func() { _ = f.Close() }() // read only
+		run, err := report.ReadRequests(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return report.Summarize(run, report.Options{}), run, nil
+	}
+	f, err := report.Read(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.Bench == nil {
+		return nil, nil, fmt.Errorf("%s is a sweep result: --compare compares bench results", path)
+	}
+	return f.Bench, nil, nil
+}
+
+// isRequestsFile reports whether path starts with the ragtail.requests/v1 header.
+func isRequestsFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }() // read only
+	head := make([]byte, 64)
+	n, _ := io.ReadFull(f, head)
+	return bytes.Contains(head[:n], []byte(`"schema":"`+report.SchemaRequests+`"`))
 }
 
 // writeCSV converts the one per-request JSONL given to CSV.

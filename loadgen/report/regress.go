@@ -127,12 +127,11 @@ func (r Regression) judge(tolerance float64) Regression {
 }
 
 // WriteRegressions writes a line per figure compared, with both values and intervals, and
-// returns a GateError when failOn and any figure regressed.
-func WriteRegressions(w io.Writer, baseName, newName string, rs []Regression, tolerance float64, failOn bool) error {
+// returns how many regressed and how many were compared.
+func WriteRegressions(w io.Writer, baseName, newName string, rs []Regression, tolerance float64) (regressed, checked int) {
 	fmt.Fprintf(w, "regression check: %s against %s (95%% intervals apart on the worse side, by more than %g%%)\n",
 		newName, baseName, 100*tolerance)
 	fmt.Fprintf(w, "  %-9s  %-24s %-30s %-30s %s\n", "verdict", "figure", "base [95% CI]", "new [95% CI]", "change")
-	regressed, checked := 0, 0
 	for _, r := range rs {
 		verdict := "ok"
 		switch {
@@ -153,11 +152,16 @@ func WriteRegressions(w io.Writer, baseName, newName string, rs []Regression, to
 		}
 		fmt.Fprintln(w, line)
 	}
-	fmt.Fprintf(w, "%d of %d figures regressed\n", regressed, checked)
-	if failOn && regressed > 0 {
-		return &GateError{What: gateRegressions, Failed: regressed, Checked: checked}
+	return regressed, checked
+}
+
+// RegressionError is the GateError of a regression check in which regressed of checked
+// figures regressed; nil when none did.
+func RegressionError(regressed, checked int) error {
+	if regressed == 0 {
+		return nil
 	}
-	return nil
+	return &GateError{What: gateRegressions, Failed: regressed, Checked: checked}
 }
 
 func (r Regression) changeText() string {
