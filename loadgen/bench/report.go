@@ -36,7 +36,8 @@ func (o *ReportOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DebugURL, "debug-url", "",
 		"origin of the target's /debug/traces and /debug/profiles for the HTML's slowest-request links (default the target URL's origin; ragtail serve answers them on --admin-addr)")
 	fs.BoolVar(&o.Compare, "compare", false, "with several bench files and --html, show them side by side instead of merging them; with two\n"+
-		"files BASE NEW and no --html, print a regression check of NEW against BASE (see --fail-on-regression)")
+		"files BASE NEW and no --html, print a regression check of NEW against BASE (see --fail-on-regression);\n"+
+		"two per-request files of bench --save-detailed add Mann-Whitney rank tests of TTFT, TPOT and E2EL")
 	fs.BoolVar(&o.FailOnRegression, "fail-on-regression", false, "with --compare BASE NEW: exit with status 99 when NEW is worse than BASE beyond sampling error\n"+
 		"(the 95% intervals apart, on the worse side) and by more than --regression-tolerance, in a percentile\n"+
 		"of TTFT, TTFO, TPOT, ITL or E2EL, the request or output throughput, or the error rate")
