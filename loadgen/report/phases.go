@@ -3,7 +3,6 @@ package report
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/stats"
@@ -36,10 +35,14 @@ func (b *Bench) addPhases(r *loadgen.Record) {
 	case r.ConnReused:
 		b.ReusedConns++
 	}
-	for phase, d := range map[string]time.Duration{PhaseDNS: r.DNS, PhaseConnect: r.Connect, PhaseTLS: r.TLSHandshake} {
-		if d > 0 {
-			b.PhaseHistograms[phase].Record(d)
-		}
+	if r.DNS > 0 {
+		b.PhaseHistograms[PhaseDNS].Record(r.DNS)
+	}
+	if r.Connect > 0 {
+		b.PhaseHistograms[PhaseConnect].Record(r.Connect)
+	}
+	if r.TLSHandshake > 0 {
+		b.PhaseHistograms[PhaseTLS].Record(r.TLSHandshake)
 	}
 	if ttfb, ok := r.TTFB(); ok {
 		b.PhaseHistograms[PhaseTTFB].Record(ttfb)
