@@ -37,6 +37,16 @@ type Record struct {
 	End      time.Duration `json:"end_ns"`           // last byte, or the failure
 	Chunks   []Chunk       `json:"chunks,omitempty"` // every content chunk, in order
 
+	// The connection's phases, from the transport's httptrace hooks: on a new connection
+	// (NewConn), how long the DNS lookup, the TCP connect and the TLS handshake took, each 0
+	// when it did not happen (an IP address needs no lookup, http:// no handshake); a request on
+	// a kept-alive connection (ConnReused) had none of them.
+	NewConn      bool          `json:"new_conn,omitempty"`
+	ConnReused   bool          `json:"conn_reused,omitempty"`
+	DNS          time.Duration `json:"dns_ns,omitempty"`
+	Connect      time.Duration `json:"connect_ns,omitempty"`
+	TLSHandshake time.Duration `json:"tls_ns,omitempty"`
+
 	Status  int    `json:"status"`             // HTTP status; 0 if no response
 	Err     string `json:"error,omitempty"`    // what went wrong, for humans
 	ErrKind string `json:"err_kind,omitempty"` // bounded class: see the ErrKind constants
@@ -107,6 +117,15 @@ func (r *Record) E2EL() time.Duration { return r.End - r.Intended }
 
 // ServiceE2EL is the end-to-end latency from the actual send: last byte minus sent.
 func (r *Record) ServiceE2EL() time.Duration { return r.End - r.Sent }
+
+// TTFB is the time to first byte: the response's first byte (its headers) minus the actual
+// send, the server's wait and the network's, without the generator's send lag.
+func (r *Record) TTFB() (time.Duration, bool) {
+	if r.FirstByte == 0 || r.FirstByte < r.Sent {
+		return 0, false
+	}
+	return r.FirstByte - r.Sent, true
+}
 
 // SendLag is how late the request was sent: sent minus intended.
 func (r *Record) SendLag() time.Duration { return r.Sent - r.Intended }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/ragtail/ragtail/internal/redact"
+	"github.com/ragtail/ragtail/loadgen/report"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,14 +48,29 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	status := exitStatus(err)
+	if status != 0 && status != 2 {
+		fmt.Fprintln(os.Stderr, errorLine(err))
+	}
+	os.Exit(status)
+}
+
+// exitStatus is the status the program exits with after err: 0 for none (or --help), 2 for a
+// command line that could not be parsed (its usage is printed), report.GateExitStatus (99) for
+// a gate that failed on results that were written (bench --fail-on, report
+// --fail-on-regression), so that CI tells a breached threshold from a run that could not be
+// made, and 1 for any other error.
+func exitStatus(err error) int {
+	var gate *report.GateError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.Is(err, errUsage):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, errorLine(err))
-		os.Exit(1)
+		return 2
+	case errors.As(err, &gate):
+		return report.GateExitStatus
 	}
+	return 1
 }
 
 // errorLine is the line a command's error ends the program with, credentials hidden

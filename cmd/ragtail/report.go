@@ -29,6 +29,7 @@ Examples:
   ragtail report host1.json host2.json --json merged.json --html merged.html
   ragtail report seg-*.json --json run.json
   ragtail report a.json b.json --compare --html ab.html   (side by side, not merged)
+  ragtail report --compare base.json new.json --fail-on-regression   (exit 99 when new is worse)
   ragtail report run.jsonl --csv run.csv       (the file of bench --save-detailed)`)
 	o.RegisterFlags(fs)
 	files, err := parseFlagsAndArgs(fs, args, stdout, stderr)

@@ -132,7 +132,11 @@ func TestReportErrors(t *testing.T) {
 		{"csv of a bench file", []string{good, "--csv", filepath.Join(dir, "x.csv")}, nil, "not a ragtail.requests/v1 header"},
 		{"csv of two files", []string{good, good, "--csv", "-"}, nil, "one per-request file"},
 		{"compare one file", []string{good, "--compare", "--html", "-"}, nil, "at least two"},
-		{"compare without html", []string{good, good, "--compare"}, nil, "give --html"},
+		{"compare three without html", []string{good, good, good, "--compare"}, nil, "give --html"},
+		{"regression without compare", []string{good, good, "--fail-on-regression"}, nil, "give --compare BASE NEW"},
+		{"regression of three", []string{good, good, good, "--compare", "--fail-on-regression"}, nil, "two files, BASE and NEW; got 3"},
+		{"regression with html on stdout", []string{good, good, "--compare", "--fail-on-regression", "--html", "-"}, nil, "write --html to a file"},
+		{"regression tolerance", []string{good, good, "--compare", "--regression-tolerance", "5"}, nil, "--regression-tolerance 5: want a fraction"},
 		{"csv with html", []string{good, "--csv", "-", "--html", "x"}, nil, "does not combine"},
 	}
 	for _, tt := range tests {

@@ -31,6 +31,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -303,8 +304,52 @@ type timing struct {
 	origin    time.Time
 	wrote     atomic.Int64 // offset at which the request was written; 0 if not yet
 	firstByte atomic.Int64
-	trace     httptrace.ClientTrace
-	tp        [1]string // the traceparent header's value, in the same allocation
+	// The connection's phases, as offsets: the first start and the last end of each (a dual-stack
+	// dial may try several addresses), and whether the connection was a kept-alive one.
+	dnsStart, dnsDone, connectStart, connectDone, tlsStart, tlsDone atomic.Int64
+	gotConn, reused                                                 atomic.Bool
+	trace                                                           httptrace.ClientTrace
+	tp                                                              [1]string // the traceparent header's value, in the same allocation
+}
+
+// now is the offset of the present from the origin, at least 1 (0 means "not seen").
+func (t *timing) now() int64 { return max(int64(time.Since(t.origin)), 1) }
+
+func (t *timing) dnsStarted(httptrace.DNSStartInfo) { t.dnsStart.CompareAndSwap(0, t.now()) }
+func (t *timing) dnsFinished(httptrace.DNSDoneInfo) { t.dnsDone.Store(t.now()) }
+func (t *timing) connectStarted(_, _ string)        { t.connectStart.CompareAndSwap(0, t.now()) }
+func (t *timing) connectFinished(_, _ string, _ error) {
+	t.connectDone.Store(t.now())
+}
+func (t *timing) tlsStarted()                            { t.tlsStart.CompareAndSwap(0, t.now()) }
+func (t *timing) tlsFinished(tls.ConnectionState, error) { t.tlsDone.Store(t.now()) }
+func (t *timing) gotConnection(info httptrace.GotConnInfo) {
+	t.reused.Store(info.Reused)
+	t.gotConn.Store(true)
+}
+func phase(start, done *atomic.Int64) time.Duration {
+	s, d := start.Load(), done.Load()
+	if s == 0 || d < s {
+		return 0
+	}
+	return time.Duration(d - s)
+}
+
+// phases fills rec's connection phases: on a new connection, how long its DNS lookup, TCP
+// connect and TLS handshake took (each 0 when it did not happen: an IP address needs no
+// lookup, http:// no handshake); on a kept-alive one, only ConnReused.
+func (t *timing) phases(rec *loadgen.Record) {
+	if !t.gotConn.Load() {
+		return
+	}
+	if t.reused.Load() {
+		rec.ConnReused = true
+		return
+	}
+	rec.NewConn = true
+	rec.DNS = phase(&t.dnsStart, &t.dnsDone)
+	rec.Connect = phase(&t.connectStart, &t.connectDone)
+	rec.TLSHandshake = phase(&t.tlsStart, &t.tlsDone)
 }
 
 func (t *timing) wroteRequest(httptrace.WroteRequestInfo) {
@@ -328,6 +373,10 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	tm := &timing{origin: origin}
 	tm.trace.WroteRequest = tm.wroteRequest
 	tm.trace.GotFirstResponseByte = tm.gotFirstResponseByte
+	tm.trace.DNSStart, tm.trace.DNSDone = tm.dnsStarted, tm.dnsFinished
+	tm.trace.ConnectStart, tm.trace.ConnectDone = tm.connectStarted, tm.connectFinished
+	tm.trace.TLSHandshakeStart, tm.trace.TLSHandshakeDone = tm.tlsStarted, tm.tlsFinished
+	tm.trace.GotConn = tm.gotConnection
 	ctx = httptrace.WithClientTrace(ctx, &tm.trace)
 
 	hreq, err := c.newRequest(ctx, req)
@@ -351,6 +400,7 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 
 	before := time.Since(origin)
 	resp, err := c.roundTrip(hreq)
+	tm.phases(rec)
 	if err != nil {
 		rec.Sent, rec.End = sentAt(tm, before), time.Since(origin)
 		written := tm.wrote.Load() != 0

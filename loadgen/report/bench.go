@@ -56,11 +56,19 @@ type Bench struct {
 	Turns    []TurnStats   // by session step; nil when no request carried a session id
 	Slowest  []SlowRequest // slowest first
 	Timeline []TimelineBin
+	Slices   []Slice      // with Options.Slice: the run in slices of that width, each summarised
 	Errors   []ErrorCount // by kind, most frequent first
 
 	// ServerMetrics is the target's own metrics during the run; nil when none were scraped,
 	// and after a merge.
 	ServerMetrics *ServerMetrics
+
+	// NewConns counts the measured requests that opened a connection, ReusedConns those sent on a
+	// kept-alive one; Phases summarises PhaseHistograms, one per phase of AllPhases (see
+	// phases.go), for the phases with samples.
+	NewConns, ReusedConns int64
+	Phases                []MetricStats
+	PhaseHistograms       map[string]*stats.Histogram
 
 	// TokenLengths is the distribution of prompt and output lengths of completed requests.
 	TokenLengths TokenLengths
@@ -70,6 +78,10 @@ type Bench struct {
 	Histograms      map[string]*stats.Histogram
 	StageHistograms map[string]*stats.Histogram
 }
+
+// ErrorRate is the fraction of the measured requests that failed: Failed / (Completed +
+// Failed); NaN when there were none.
+func (b *Bench) ErrorRate() float64 { return ratio(b.Failed, b.Completed+b.Failed) }
 
 // MetricStats summarises one metric.
 type MetricStats struct {
@@ -205,6 +217,7 @@ func newBench(o Options) *Bench {
 		SessionStepLimit: o.SessionStepLimit,
 		Histograms:       map[string]*stats.Histogram{},
 		StageHistograms:  map[string]*stats.Histogram{},
+		PhaseHistograms:  newPhaseHistograms(),
 	}
 	for _, m := range AllMetrics {
 		b.Histograms[m] = stats.NewHistogram()
@@ -294,6 +307,7 @@ func (b *Bench) finish() {
 			Percentiles: percentiles(h, b.Percentiles, b.Confidence),
 		})
 	}
+	b.finishPhases()
 	b.Stages = b.Stages[:0]
 	for _, st := range stageOrder(b.StageHistograms) {
 		h := b.StageHistograms[st]

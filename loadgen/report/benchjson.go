@@ -19,12 +19,13 @@ import (
 type benchFile struct {
 	benchHead
 	metrics metricKeys
+	phases  metricKeys // the HTTP phases' keys, after the metrics'; read back from their histograms
 	benchRest
 }
 
 // MarshalJSON writes the document's keys in order.
 func (f benchFile) MarshalJSON() ([]byte, error) {
-	return members{f.benchHead, f.metrics, f.benchRest}.MarshalJSON()
+	return members{f.benchHead, f.metrics, f.phases, f.benchRest}.MarshalJSON()
 }
 
 // UnmarshalJSON reads the document: its static keys, then its metrics' keys.
@@ -42,19 +43,20 @@ func (f *benchFile) UnmarshalJSON(b []byte) error {
 // benchHead are the keys of a bench document before its metrics': the run's description and
 // counts, the token details, the workload's counts and the throughputs.
 type benchHead struct {
-	Schema            string      `json:"schema,omitempty"`
-	Start             timestamp   `json:"start"`
-	Config            configJSON  `json:"config"`
-	Options           optionsJSON `json:"options"`
-	Clock             *clockJSON  `json:"clock,omitempty"`
-	MergedFrom        count       `json:"merged_from,omitempty"` // written from 2 runs on
-	Sources           []string    `json:"sources,omitempty"`
-	Completed         count       `json:"completed"`
-	Failed            count       `json:"failed"`
-	Warmup            count       `json:"warmup,omitempty"`
-	DurationS         seconds     `json:"duration_s"`
-	TotalInputTokens  count       `json:"total_input_tokens"`
-	TotalOutputTokens count       `json:"total_output_tokens"`
+	Schema            string          `json:"schema,omitempty"`
+	Start             timestamp       `json:"start"`
+	Config            configJSON      `json:"config"`
+	Options           optionsJSON     `json:"options"`
+	Clock             *clockJSON      `json:"clock,omitempty"`
+	MergedFrom        count           `json:"merged_from,omitempty"` // written from 2 runs on
+	Sources           []string        `json:"sources,omitempty"`
+	Completed         count           `json:"completed"`
+	Failed            count           `json:"failed"`
+	ErrorRate         derived[number] `json:"error_rate"` // failed / (completed + failed), null for none
+	Warmup            count           `json:"warmup,omitempty"`
+	DurationS         seconds         `json:"duration_s"`
+	TotalInputTokens  count           `json:"total_input_tokens"`
+	TotalOutputTokens count           `json:"total_output_tokens"`
 	tokenDetailsJSON
 	workloadJSON
 	RequestThroughput    amount  `json:"request_throughput"`
@@ -62,6 +64,8 @@ type benchHead struct {
 	TotalTokenThroughput amount  `json:"total_token_throughput"`
 	Goodput              *amount `json:"goodput"`
 	GoodputRequests      *count  `json:"goodput_requests,omitempty"`
+	NewConnections       count   `json:"new_connections,omitempty"`
+	ReusedConnections    count   `json:"reused_connections,omitempty"`
 }
 
 // configJSON is the file form of loadgen.RunInfo.
@@ -116,6 +120,7 @@ type benchRest struct {
 	Turns         []turnJSON         `json:"turns,omitempty"`
 	Slowest       []slowJSON         `json:"slowest"`
 	Timeline      []timelineJSON     `json:"timeline"`
+	Slices        []sliceJSON        `json:"slices,omitempty"`
 	Errors        keyed[count]       `json:"errors"`
 	ErrorExamples keyed[string]      `json:"error_examples"`
 	TokenLengths  tokenLengthsJSON   `json:"token_lengths"`
@@ -128,6 +133,7 @@ type benchRest struct {
 type histogramsJSON struct {
 	Metrics keyed[json.RawMessage] `json:"metrics"`
 	Stages  keyed[json.RawMessage] `json:"stages"`
+	Phases  keyed[json.RawMessage] `json:"phases,omitempty"`
 }
 
 // stageJSON is a stage's count and mean, then its percentiles.
@@ -255,7 +261,7 @@ func (b *Bench) MarshalJSON() ([]byte, error) {
 // file is the document of b, with the schema key given ("" for none).
 func (b *Bench) file(schema string) (benchFile, error) {
 	rest, err := b.rest()
-	return benchFile{benchHead: b.head(schema), metrics: b.metricKeys(), benchRest: rest}, err
+	return benchFile{benchHead: b.head(schema), metrics: b.metricKeys(), phases: b.phaseKeys(), benchRest: rest}, err
 }
 
 func (b *Bench) head(schema string) benchHead {
@@ -265,7 +271,8 @@ func (b *Bench) head(schema string) benchHead {
 			Percentiles: orEmpty(b.Percentiles), Metrics: orEmpty(b.Metrics), Confidence: number(b.Confidence),
 			SessionStepLimitMS: msWhen(b.SessionStepLimit > 0, b.SessionStepLimit),
 		},
-		Sources: b.Sources, Completed: count(b.Completed), Failed: count(b.Failed), Warmup: count(max(b.Warmup, 0)),
+		Sources: b.Sources, Completed: count(b.Completed), Failed: count(b.Failed),
+		ErrorRate: derived[number]{number(sig(b.ErrorRate()))}, Warmup: count(max(b.Warmup, 0)),
 		DurationS: seconds(b.Duration), TotalInputTokens: count(b.InputTokens), TotalOutputTokens: count(b.OutputTokens),
 		tokenDetailsJSON:     b.tokenDetails(),
 		workloadJSON:         b.workloadCounts(),
@@ -286,6 +293,7 @@ func (b *Bench) head(schema string) benchHead {
 	if b.MergedFrom > 1 {
 		h.MergedFrom = count(b.MergedFrom)
 	}
+	h.NewConnections, h.ReusedConnections = count(b.NewConns), count(b.ReusedConns)
 	return h
 }
 
@@ -336,6 +344,7 @@ func (b *Bench) rest() (benchRest, error) {
 	for _, t := range b.Timeline {
 		r.Timeline = append(r.Timeline, timelineObject(t))
 	}
+	r.Slices = b.slicesJSON()
 	for _, e := range b.Errors {
 		r.Errors = append(r.Errors, entry[count]{e.Kind, count(e.Count)})
 		if e.Example != "" {
@@ -371,7 +380,9 @@ func (b *Bench) histogramsJSON() (histogramsJSON, error) {
 		}
 		h.Stages = append(h.Stages, entry[json.RawMessage]{st, raw})
 	}
-	return h, nil
+	var err error
+	h.Phases, err = b.phaseHistogramsJSON()
+	return h, err
 }
 
 func sessionsObject(s *Sessions) *sessionsJSON {
@@ -504,6 +515,8 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 	f.readOptions(c, b)
 	f.readCounts(b)
 	f.readHistograms(c, b)
+	f.readPhases(c, b)
+	f.readSlices(b)
 	b.readWorkloads(c, f)
 	f.readMetrics(b)
 	f.readAnalysis(c, b)

@@ -62,6 +62,21 @@ func appendDetailed(b []byte, d *detailedRecord, scratch *bytes.Buffer) []byte {
 		}
 		b = append(b, ']')
 	}
+	if r.NewConn {
+		b = append(b, `,"new_conn":true`...)
+	}
+	if r.ConnReused {
+		b = append(b, `,"conn_reused":true`...)
+	}
+	if r.DNS != 0 {
+		b = appendIntField(b, `,"dns_ns":`, int64(r.DNS))
+	}
+	if r.Connect != 0 {
+		b = appendIntField(b, `,"connect_ns":`, int64(r.Connect))
+	}
+	if r.TLSHandshake != 0 {
+		b = appendIntField(b, `,"tls_ns":`, int64(r.TLSHandshake))
+	}
 	b = appendIntField(b, `,"status":`, int64(r.Status))
 	if r.Err != "" {
 		b = appendStringField(b, `,"error":`, r.Err, scratch)

@@ -146,10 +146,14 @@ func benchPage(b *Bench, opt HTMLOptions) (page, error) {
 	var s sections
 	s.add("summary", "Summary", "bench-summary", benchSummary(b))
 	s.add("latency-over-time", "Latency, load and tokens over time", "bench-timeline", timeline(b))
+	if len(b.Slices) > 0 {
+		s.add("slices", "Percentiles by time slice", "blocks", slicesBlocks(b))
+	}
 	s.add("percentile-spectrum", "Percentile spectrum", "blocks", spectrum(b))
 	s.add("histograms", "TTFT and ITL histograms", "blocks", histograms(b))
 	s.add("token-lengths", "Input and output token lengths", "blocks", tokenLengthCharts(b))
 	s.add("stages", "Per-stage breakdown (Server-Timing)", "blocks", stages(b))
+	s.add("phases", "Request phases: DNS, connect, TLS, first byte", "blocks", phasesBlocks(b))
 	s.add("tail", "Tail: fits against the data", "bench-tail", tails(b))
 	if b.Sessions != nil {
 		s.add("sessions", "Sessions", "bench-sessions", sessionsTable(b.Sessions))

@@ -90,6 +90,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		for _, name := range AllMetrics {
 			m.Histograms[name].Merge(b.Histograms[name])
 		}
+		m.mergePhases(b)
 		for st, h := range b.StageHistograms {
 			if h == nil {
 				return nil, fmt.Errorf("merge: %w (stage %s)", ErrNoHistograms, st)

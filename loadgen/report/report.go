@@ -80,6 +80,8 @@ type Options struct {
 	// TimelineBin is the width of a timeline bin; 0 means 1 s, widened so that a long run has at
 	// most 600 bins.
 	TimelineBin time.Duration
+	// Slice is the width of the time slices each summarised on its own (Bench.Slices); 0: none.
+	Slice time.Duration
 }
 
 func (o Options) withDefaults() Options {

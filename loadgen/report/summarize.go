@@ -47,6 +47,7 @@ type Summarizer struct {
 	tl       *timelineAcc
 	errs     map[string]*ErrorCount
 	sessions *Sessions
+	slices   *slicesAcc      // nil without Options.Slice
 	slow     []slowCandidate // the slowest so far, slowest first, at most o.Slowest
 	measured bool            // a measured (not warmup, sent) record was added
 	last     time.Duration   // the latest end of a measured record
@@ -60,7 +61,8 @@ type slowCandidate struct {
 // NewSummarizer returns a Summarizer that computes with opts.
 func NewSummarizer(opts Options) *Summarizer {
 	o := opts.withDefaults()
-	return &Summarizer{o: o, b: newBench(o), tl: newTimelineAcc(o.TimelineBin), errs: map[string]*ErrorCount{}}
+	return &Summarizer{o: o, b: newBench(o), tl: newTimelineAcc(o.TimelineBin), errs: map[string]*ErrorCount{},
+		slices: newSlicesAcc(o.Slice)}
 }
 
 // Add adds the records of one item of the run: a lone request, or every step of one session
@@ -96,6 +98,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	s.last = max(s.last, r.End)
 	s.tl.at(r.Sent).sent++
 	s.noteSlow(r)
+	b.addPhases(r)
 	if !r.OK() {
 		b.Failed++
 		s.tl.at(r.End).failed++
@@ -106,6 +109,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 			s.errs[kind] = e
 		}
 		e.Count++
+		s.slices.addFailed(r)
 		return
 	}
 	b.Completed++
@@ -118,6 +122,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	b.TokenLengths.add(r.PromptTokens, out)
 	b.addWorkloadRecord(r)
 	lat := latencies(r, out)
+	s.slices.addCompleted(r, lat, out)
 	b.Histograms[MetricE2EL].Record(lat.E2EL)
 	b.Histograms[MetricServiceE2EL].Record(r.ServiceE2EL())
 	b.Histograms[MetricSendLag].Record(r.SendLag())
@@ -242,6 +247,7 @@ func (s *Summarizer) Bench(res *loadgen.Result) *Bench {
 	end = max(end, off)
 	b.Start, b.Config, b.Duration = res.Start.Add(off), res.Config, end-off
 	b.Timeline = s.tl.finish(off, end)
+	b.Slices = s.slices.finish(off, end, s.o.Percentiles, s.o.Confidence)
 	b.Errors = sortErrors(s.errs)
 	b.Slowest = make([]SlowRequest, len(s.slow))
 	for i, c := range s.slow {

@@ -14,7 +14,7 @@ var testStart = time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)
 // syntheticResult builds a deterministic run of n streamed requests: Poisson arrivals at 40
 // req/s, a small send lag, lognormal time to first token with a one-second stall of 800 ms for
 // the arrivals between 6 and 7 s, Pareto-tailed inter-token gaps, Server-Timing stages, four-step
-// sessions, 3% HTTP 503s, 1% timeouts and the last three requests cut by Ctrl-C.
+// sessions, eight connections opened then kept alive, 3% HTTP 503s, 1% timeouts and the last three requests cut by Ctrl-C.
 func syntheticResult(seed uint64, n int) *loadgen.Result {
 	r := rand.New(rand.NewPCG(seed, 1))
 	res := &loadgen.Result{Start: testStart, Config: loadgen.RunInfo{
@@ -31,6 +31,13 @@ func syntheticResult(seed uint64, n int) *loadgen.Result {
 		}
 		rec.Sent = t + time.Duration(20000+r.IntN(80000))
 		rec.FirstByte = rec.Sent + 2*time.Millisecond
+		// Eight connections opened by the first requests (no random draw, so that the rest is
+		// as before), kept alive for the others.
+		if i < 8 {
+			rec.NewConn, rec.Connect = true, time.Duration(150+10*i)*time.Microsecond
+		} else {
+			rec.ConnReused = true
+		}
 		switch u := r.Float64(); {
 		case i >= n-3:
 			rec.End, rec.ErrKind, rec.Err = rec.Sent+50*time.Millisecond, loadgen.ErrKindCanceled, "context canceled"

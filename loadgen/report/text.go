@@ -153,6 +153,9 @@ func writeBenchText(t *textWriter, b *Bench) {
 		}
 	}
 
+	t.phaseRows(b)
+	t.sliceRows(b)
+
 	if len(b.Tails) > 0 {
 		t.rule("Tail", '-')
 		for _, mt := range b.Tails {

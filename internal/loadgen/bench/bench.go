@@ -35,6 +35,7 @@ type Options struct {
 	SaveDetailed string             // JSONL of every record
 	Segment      *loadgen.SegmentOf // the share of a multi-host run this host sends; nil: all
 	StartAt      time.Time          // when the run starts, on every host of a multi-host run; zero: now
+	FailOn       []report.Threshold // thresholds on the result's keys; a breach is a *report.GateError
 	// ServerMetrics is the scrape of the target's Prometheus endpoint during the run.
 	ServerMetrics ServerMetricsOptions
 	// ClientOptions are added to the client's own (for example a tracer provider).
@@ -56,7 +57,8 @@ type Options struct {
 //  9. execute: the load under Ctrl-C handling (the first drains it, a second aborts it),
 //     summarised as the records come.
 //  10. writeResults: the result files, then the report on stdout.
-//  11. verdict: an error when the run was interrupted or failed too often.
+//  11. verdict: the thresholds of --fail-on checked, and an error when the run was interrupted
+//     or failed too often, else a *report.GateError when a threshold was breached.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -116,12 +118,17 @@ func (o *Options) validate() error {
 		return errors.New("an infinite rate without --concurrency sends every request at once: give --num-prompts, a --request-rate or --concurrency")
 	case o.Load.MaxTokens < 1:
 		return errors.New("--max-tokens must be positive")
+	case o.Load.Slice < 0 || (o.Load.Slice > 0 && o.Load.Slice < 100*time.Millisecond):
+		return errors.New("--slice: give a width of 100ms or more (0: no slices)")
 	}
 	if err := loadgen.CheckConcurrency(o.Concurrency, math.IsInf(o.RequestRate, 1)); err != nil {
 		return fmt.Errorf("--concurrency: %w", err)
 	}
 	if err := o.ServerMetrics.validate(); err != nil {
 		return err
+	}
+	if err := report.CheckThresholds(o.FailOn, o.Load.reportOptions()); err != nil {
+		return fmt.Errorf("--fail-on %w", err)
 	}
 	return o.Load.validate()
 }
@@ -372,14 +379,27 @@ func (o *Options) writeResults(c *client.Client, b *report.Bench, detailed *deta
 	return nil
 }
 
-// verdict notes on stderr when requests waited for the default cap on requests in flight, and
-// fails a run that was interrupted or whose requests failed more than --max-error-rate allows.
+// verdict notes on stderr when requests waited for the default cap on requests in flight and
+// writes there the thresholds of --fail-on checked; it fails a run that was interrupted or whose
+// requests failed more than --max-error-rate allows, and then one that breached a threshold (a
+// *report.GateError).
 func (o *Options) verdict(res *loadgen.Result, b *report.Bench, stderr io.Writer) error {
 	noteCap(stderr, res)
+	var gate error
+	if len(o.FailOn) > 0 {
+		checked, err := report.CheckBench(b, o.FailOn)
+		if err != nil {
+			return fmt.Errorf("--fail-on: %w", err)
+		}
+		gate = report.WriteThresholds(stderr, checked)
+	}
 	if res.Config.Interrupted {
 		return errors.New("interrupted: the results above cover what completed")
 	}
-	return checkErrorRate(b, o.Load.MaxErrorRate)
+	if err := checkErrorRate(b, o.Load.MaxErrorRate); err != nil {
+		return err
+	}
+	return gate
 }
 
 // noteCap says when requests waited for the open loop's default cap on requests in flight: the

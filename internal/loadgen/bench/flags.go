@@ -109,6 +109,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.SaveDetailed, "save-detailed", "", "write every request's record as JSONL to this file, as the run goes")
 	fs.Var(segmentValue{&o.Segment}, "segment", "multi-host runs: send share `i/n` (i from 0 to n-1, e.g. $JOB_COMPLETION_INDEX/4) of the seeded\nschedule that every host builds alike; ragtail report merges the n result files into the whole run")
 	fs.Var(wallTimeValue{&o.StartAt}, "start-at", "start the run at this wall-clock `time` (RFC 3339 or Unix seconds), so that several hosts start together")
+	fs.Var(thresholdsValue{&o.FailOn}, "fail-on", "`thresholds` on numeric keys of the result JSON, comma-separated KEY<N, KEY<=N, KEY>N or KEY>=N,\n"+
+		"e.g. 'p95_ttft_ms<500,error_rate<0.01,goodput>20': the results are written, a line per threshold\n"+
+		"says what was measured, and a breach exits with status 99 (other failures exit 1)")
+	fs.DurationVar(&o.Slice, "slice", 0, "summarise each slice of this width (e.g. 10s) on its own: requests, TTFT and E2EL percentiles with\n"+
+		"their intervals, throughput and failures by intended send time, in the JSON (slices), the text and the HTML")
 	o.ServerMetrics.registerFlags(fs, "the run")
 }
 

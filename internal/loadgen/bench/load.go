@@ -64,7 +64,8 @@ type Load struct {
 	PercentileMetrics []string   // report.AllMetrics when empty
 	Percentiles       []float64  // report.DefaultPercentiles when empty
 	SessionPatience   time.Duration
-	Quiet             bool // no progress line
+	Slice             time.Duration // width of the time slices summarised each on its own (bench --slice); 0: none
+	Quiet             bool          // no progress line
 }
 
 // KeyOptions configure key lookups (Dataset keys[:FILE]).
@@ -173,7 +174,7 @@ func (o *Load) drain() time.Duration {
 // reportOptions are the report options of o.
 func (o *Load) reportOptions() report.Options {
 	return report.Options{Goodput: o.Goodput, Metrics: o.PercentileMetrics, Percentiles: o.Percentiles,
-		SessionStepLimit: o.SessionPatience}
+		SessionStepLimit: o.SessionPatience, Slice: o.Slice}
 }
 
 // sessionPatience is the step latency past which a replayed session's user leaves: the

@@ -439,3 +439,25 @@ func increasing[T cmp.Ordered](xs []T) bool {
 	}
 	return true
 }
+
+// thresholdsValue is the --fail-on flag (report.ParseThresholds).
+type thresholdsValue struct{ v *[]report.Threshold }
+
+func (t thresholdsValue) String() string {
+	if t.v == nil {
+		return ""
+	}
+	parts := make([]string, len(*t.v))
+	for i, th := range *t.v {
+		parts[i] = th.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (t thresholdsValue) Set(s string) error {
+	ts, err := report.ParseThresholds(s)
+	if err == nil {
+		*t.v = ts
+	}
+	return err
+}
