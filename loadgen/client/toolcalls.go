@@ -10,7 +10,7 @@ import (
 // costs the generator bounded memory.
 const (
 	// MaxToolCalls is the most tool calls one response may make.
-	MaxToolCalls = 64
+	MaxToolCalls     = 64
 	maxToolIDBytes   = 256     // a call's id or function name
 	maxArgumentBytes = 1 << 20 // the arguments of all of a response's calls together
 )
@@ -70,4 +70,3 @@ func (a *toolCallAcc) record(rec *loadgen.Record, keep bool) {
 		rec.Calls = a.calls
 	}
 }
-
