@@ -153,6 +153,9 @@ type Config struct {
 	// Start, if set, is the run's offset 0 (Result.Start): Run waits for it when it lies ahead,
 	// so that several generators can start on one instant. Zero starts when Run is called.
 	Start time.Time
+	// Agent, if set, drives a live tool loop: a response that calls tools is followed by a
+	// step answering them (see Agent).
+	Agent *Agent
 	// Info describes the run in the Result.
 	Info RunInfo
 	// Progress, if set, is called every ProgressInterval (default 1 s) while the run lasts and
