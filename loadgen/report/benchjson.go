@@ -114,6 +114,7 @@ type benchRest struct {
 	Tail          keyed[tailJSON]    `json:"tail"`
 	Sessions      *sessionsJSON      `json:"sessions,omitempty"`
 	Turns         []turnJSON         `json:"turns,omitempty"`
+	Agent         *agentJSON         `json:"agent,omitempty"`
 	Slowest       []slowJSON         `json:"slowest"`
 	Timeline      []timelineJSON     `json:"timeline"`
 	Errors        keyed[count]       `json:"errors"`
@@ -275,6 +276,8 @@ func (b *Bench) head(schema string) benchHead {
 	}
 	if len(b.Goodput) > 0 {
 		h.Options.Goodput = ptr(b.Goodput.String())
+	}
+	if len(b.Goodput.Requests()) > 0 {
 		h.GoodputRequests = ptr(count(b.GoodRequests))
 	}
 	if b.GoodputRate != nil {
@@ -347,6 +350,9 @@ func (b *Bench) rest() (benchRest, error) {
 	}
 	var err error
 	if r.Turns, err = b.turnsJSON(); err != nil {
+		return r, err
+	}
+	if r.Agent, err = b.agentObject(); err != nil {
 		return r, err
 	}
 	r.Histograms, err = b.histogramsJSON()
@@ -505,6 +511,7 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 	f.readCounts(b)
 	f.readHistograms(c, b)
 	b.readWorkloads(c, f)
+	b.readAgents(c, f.Agent)
 	f.readMetrics(b)
 	f.readAnalysis(c, b)
 	f.readRequests(c, b)
@@ -517,6 +524,9 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 		return nil, c.err
 	}
 	b.finishTurns()
+	if b.Agents != nil {
+		b.Agents.finish(b.Percentiles, b.Confidence, b.Duration)
+	}
 	return b, nil
 }
 
