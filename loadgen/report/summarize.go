@@ -47,8 +47,8 @@ type Summarizer struct {
 	tl       *timelineAcc
 	errs     map[string]*ErrorCount
 	sessions *Sessions
-	agents   *Agents    // with Options.Agent
-	reqSLOs  stats.SLOs // the request-level goodput SLOs
+	agents   *Agents         // with Options.Agent
+	reqSLOs  stats.SLOs      // the request-level goodput SLOs
 	slow     []slowCandidate // the slowest so far, slowest first, at most o.Slowest
 	measured bool            // a measured (not warmup, sent) record was added
 	last     time.Duration   // the latest end of a measured record
