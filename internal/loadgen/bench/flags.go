@@ -43,6 +43,7 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.MultiTurn, "multi-turn", false, "replay the --dataset file's conversations turn by turn as sessions (ShareGPT: every human turn, not\nonly the first), and with --sessions FILE make each chat step continue the conversation: every turn\nis sent with the server's actual answers to the turns before it, never the dataset's recorded replies")
 	o.registerArticle(fs)
 	o.registerKeys(fs)
+	o.Agent.registerFlags(fs)
 
 	fs.IntVar(&o.EmbedBatch, "embed-batch", 1, "with an /embeddings --url (http://host:8080/v1/embeddings): the dataset's prompts embedded in each request")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", loadgen.DefaultDrainTimeout, "once sending stops (at the end, or at a first Ctrl-C), how long to wait for requests in flight\nbefore cancelling them (0: no limit); a second Ctrl-C cancels them at once")
@@ -93,6 +94,7 @@ func (t *TraceOptions) RegisterFlags(fs *flag.FlagSet) {
 // flagsParsed sets the fields of o that depend on whether a flag was given at all.
 func (o *Load) flagsParsed(set map[string]bool) {
 	o.SendTemperature, o.OverrideMaxTokens = set["temperature"], set["max-tokens"]
+	o.Agent.flagsParsed(set)
 }
 
 // RegisterFlags registers bench's flags on fs (the shared ones of Load included), filling o.
