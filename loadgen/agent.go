@@ -49,7 +49,9 @@ func newAgentLoop(a *Agent, n int64) *agentLoop {
 	if a == nil {
 		return nil
 	}
-	return &agentLoop{agent: a, rng: rand.New(rand.NewPCG(a.Seed, uint64(n)))}
+	// The stream is a hash of n: PCG states that differ by a small count give correlated
+	// first draws.
+	return &agentLoop{agent: a, rng: rand.New(rand.NewPCG(a.Seed, splitMix(uint64(n))))}
 }
 
 // maxSteps is the loop's bound on steps.
@@ -104,4 +106,12 @@ func (l *agentLoop) next(req *Request, rec *Record) (step *Request, wait time.Du
 		wait = max(l.agent.ToolLatency.Sample(l.rng), 0)
 	}
 	return &out, wait, true
+}
+
+// splitMix is SplitMix64's finaliser: a well-spread hash of x.
+func splitMix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

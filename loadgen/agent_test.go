@@ -1,12 +1,15 @@
 package loadgen_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -203,5 +206,71 @@ func TestAgentMaxSteps(t *testing.T) {
 		if r.Step != k || r.AgentCut != (k == 2) || r.Session != "agent-0" {
 			t.Errorf("record %d: step %d, cut %v, session %q", k, r.Step, r.AgentCut, r.Session)
 		}
+	}
+}
+
+// toolCaller is a Doer whose model calls one tool on the question and answers once the call
+// is answered.
+type toolCaller struct{}
+
+func (toolCaller) Do(_ context.Context, req *loadgen.Request, origin time.Time, rec *loadgen.Record) {
+	rec.Sent = time.Since(origin)
+	if last := req.Messages[len(req.Messages)-1]; last.Role != "tool" {
+		rec.ToolCalls = 1
+		if req.KeepAnswer {
+			rec.Calls = []loadgen.ToolCall{{ID: "call_" + last.Content, Type: "function", Function: loadgen.FunctionCall{Name: "search"}}}
+		}
+	}
+	rec.Status, rec.End = 200, time.Since(origin)
+}
+
+// TestAgentToolWaitsFollowTheLaw checks the tool waits of many conversations, each drawn from
+// its own seeded stream, against the law's quantiles: the share of waits at or below the
+// analytic quantile q is binomial(n, q)/n, within 4.5 standard errors of q. The same seed
+// draws the same waits.
+func TestAgentToolWaitsFollowTheLaw(t *testing.T) {
+	t.Parallel()
+	const n = 400
+	law, err := shape.ParseLaw("lognormal:1ms,0.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := func() []time.Duration {
+		i := 0
+		work := workloadFunc(func() (loadgen.Item, bool) {
+			i++
+			return loadgen.Item{Request: loadgen.Request{Messages: []loadgen.Message{{Role: "user", Content: strconv.Itoa(i)}}}}, true
+		})
+		res := mustRun(t, loadgen.Config{Workload: work, Client: toolCaller{}, NumItems: n, Agent: &loadgen.Agent{ToolLatency: law, Seed: 42}})
+		out := map[string]time.Duration{}
+		for _, r := range res.Records {
+			if r.Step == 1 {
+				out[r.Session] = r.ToolWait
+			}
+		}
+		if len(out) != n {
+			t.Fatalf("%d tool waits, want %d", len(out), n)
+		}
+		sorted := make([]time.Duration, 0, n)
+		for k := range n {
+			sorted = append(sorted, out["agent-"+strconv.Itoa(k)])
+		}
+		return sorted
+	}
+	got := waits()
+	for _, q := range []float64{0.1, 0.5, 0.9} {
+		at, below := law.Quantile(q), 0
+		for _, w := range got {
+			if w <= at {
+				below++
+			}
+		}
+		share, se := float64(below)/n, math.Sqrt(q*(1-q)/n)
+		if math.Abs(share-q) > 4.5*se {
+			t.Errorf("%.3f of the waits at or below the law's P%g %v, want %g ± %.3f", share, 100*q, at, q, 4.5*se)
+		}
+	}
+	if again := waits(); !reflect.DeepEqual(again, got) {
+		t.Error("the same seed drew other waits")
 	}
 }
