@@ -103,3 +103,17 @@ func TestAgentsSummary(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentsHTML(t *testing.T) {
+	t.Parallel()
+	b := Summarize(agentResult(), Options{Agent: true})
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Agents: tool loops", "2 / 1 / 1", "mean agent latency"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("HTML has no %q", want)
+		}
+	}
+}
