@@ -129,6 +129,7 @@ func TestBenchToolFlagsErrors(t *testing.T) {
 		{[]string{"--tools", "browse"}, "--tools"},
 		{[]string{"--tools", "search", "--agent-max-steps", "0"}, "--agent-max-steps"},
 		{[]string{"--tools", "search", "--extra-body", `{"tools":[]}`}, "--tools"},
+		{[]string{"--goodput", "agent:500"}, "--tools or --tool-latency"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), append([]string{"bench", "--url", "http://127.0.0.1:1/v1/chat/completions", "--model", "m", "--quiet"}, tc.args...), &stdout, &stderr)

@@ -222,6 +222,9 @@ func (o *Load) validate() error {
 	if err := o.Agent.validate(); err != nil {
 		return err
 	}
+	if _, ok := o.Goodput.Limit(stats.SLOAgent); ok && !o.Agent.On {
+		return errors.New("--goodput agent:MS bounds an agent's conversations: run the tool loop with --tools or --tool-latency")
+	}
 	return o.checkCombinations()
 }
 
