@@ -63,15 +63,16 @@ func (a *toolCallAcc) add(pieces []toolCallPiece, keep bool) error {
 	return nil
 }
 
-// record puts the calls into rec: their number always, the calls themselves when kept. A
-// kept call without an id fails the request: no tool message could answer it.
+// record puts the calls into rec: their number always, the calls themselves when kept and the
+// response succeeded (no step answers the calls of a failed one). A kept call without an id
+// fails the request: no tool message could answer it.
 func (a *toolCallAcc) record(rec *loadgen.Record, keep bool) {
 	rec.ToolCalls = len(a.calls)
-	if !keep || len(a.calls) == 0 {
+	if !keep || len(a.calls) == 0 || rec.ErrKind != "" {
 		return
 	}
 	for i := range a.calls {
-		if a.calls[i].ID == "" && rec.ErrKind == "" {
+		if a.calls[i].ID == "" {
 			fail(rec, loadgen.ErrKindProtocol, fmt.Errorf("tool call %d has no id for a tool message to answer", i))
 			return
 		}

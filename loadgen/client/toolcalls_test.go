@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/dataset"
@@ -132,5 +134,52 @@ func TestReplayToolMessages(t *testing.T) {
 		if json.Unmarshal([]byte(c.sent), &sent) != nil || json.Unmarshal([]byte(c.file), &file) != nil || !reflect.DeepEqual(sent, file) {
 			t.Errorf("%s sent\n%s\nthe file has\n%s", c.name, c.sent, c.file)
 		}
+	}
+}
+
+// FuzzToolCalls feeds arbitrary streams to a request that keeps its tool calls: it must not
+// panic, and what it keeps is bounded, counted, and answerable (every call has an id).
+func FuzzToolCalls(f *testing.F) {
+	f.Add([]byte(`data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"search","arguments":"{\"q\":"}}]}}]}` +
+		"\n\n" + `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}},{"index":1,"id":"b"}]}}]}` + "\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(`data: {"choices":[{"delta":{"tool_calls":[{"index":-1}]}}]}` + "\n\n"))
+	f.Add([]byte(`data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"x"}}]}}]}` + "\n\ndata: [DONE]\n\n"))
+	c, err := New("http://127.0.0.1:1/v1/chat/completions")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := question
+		req.KeepAnswer = true
+		var rec loadgen.Record
+		c.readStream(context.Background(), strings.NewReader(string(body)), &req, time.Now(), &rec)
+		if rec.ToolCalls < 0 || rec.ToolCalls > MaxToolCalls || len(rec.Calls) > rec.ToolCalls {
+			t.Fatalf("%d tool calls, %d kept", rec.ToolCalls, len(rec.Calls))
+		}
+		for i, call := range rec.Calls {
+			if call.ID == "" || len(call.ID) > maxToolIDBytes+3 || len(call.Function.Name) > maxToolIDBytes+3 {
+				t.Fatalf("call %d kept: %+v", i, call)
+			}
+		}
+	})
+}
+
+// TestDoToolCallWithoutID fails a kept response whose call has no id, which no tool message
+// could answer; counting the calls alone does not need ids.
+func TestDoToolCallWithoutID(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"search","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv)
+	if rec := do(t, c, question); rec.ErrKind != "" || rec.ToolCalls != 1 {
+		t.Errorf("counting: %+v", rec)
+	}
+	req := question
+	req.KeepAnswer = true
+	if rec := do(t, c, req); rec.ErrKind != loadgen.ErrKindProtocol || rec.Calls != nil || !strings.Contains(rec.Err, "no id") {
+		t.Errorf("keeping: %+v, want a protocol error", rec)
 	}
 }
