@@ -96,3 +96,27 @@ func TestLawQuantiles(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseLaw checks that a law read is written back as it reads, and draws within its cap
+// and MaxLaw's bound on a cap.
+func FuzzParseLaw(f *testing.F) {
+	for _, s := range []string{"lognormal:80ms,0.6", "exponential:1s,2s", "uniform:1ms,2ms", "fixed:0", "none", "lognormal:1h,9,1s"} {
+		f.Add(s)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseLaw(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseLaw(l.String())
+		if err != nil || again != l {
+			t.Fatalf("%q read as %v, which reads back as %v, %v", s, l, again, err)
+		}
+		for range 10 {
+			if d := l.Sample(r); d < 0 || (l.Max > 0 && d > l.Max) {
+				t.Fatalf("%v drew %v", l, d)
+			}
+		}
+	})
+}
