@@ -31,7 +31,7 @@ type Agents struct {
 	// also holds the longer ones.
 	Steps     []int64
 	ToolCalls int64         // tool calls the responses made, over every step
-	ToolWaits int64         // steps sent after a tool wait
+	ToolWaits int64         // steps sent after a tool wait (answering the step before)
 	ToolWait  time.Duration // the tool waits, summed
 	// Latency holds the agent latencies of the answered conversations; the fields after it
 	// derive from it.
@@ -55,14 +55,14 @@ func (a *Agents) add(steps []*loadgen.Record) {
 	a.Conversations++
 	sent := 0
 	ok := true
-	for _, r := range steps {
+	for i, r := range steps {
 		if r.NotSent {
 			ok = false
 			continue
 		}
 		sent++
 		a.ToolCalls += int64(r.ToolCalls)
-		if r.Step > 0 {
+		if i > 0 && steps[i-1].ToolCalls > 0 { // a step answering tool calls, not a user's next turn
 			a.ToolWaits++
 			a.ToolWait += r.ToolWait
 		}

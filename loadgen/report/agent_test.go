@@ -117,3 +117,19 @@ func TestAgentsHTML(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentsUserTurnsAreNoToolWaits counts as tool waits only the steps that answer tool calls:
+// a user's next turn of a multi-turn conversation follows an answer, after a think time.
+func TestAgentsUserTurnsAreNoToolWaits(t *testing.T) {
+	t.Parallel()
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	recs := []loadgen.Record{
+		{Session: "m", Step: 0, Intended: 0, Sent: 0, End: ms(100), Status: 200, ToolCalls: 1},
+		{Session: "m", Step: 1, Intended: ms(130), Sent: ms(130), End: ms(200), Status: 200, ToolWait: ms(30)},
+		{Session: "m", Step: 2, Intended: ms(1200), Sent: ms(1200), End: ms(1300), Status: 200},
+	}
+	a := Summarize(&loadgen.Result{Records: recs, Duration: ms(1300)}, Options{Agent: true}).Agents
+	if a.ToolWaits != 1 || a.MeanToolWait() != ms(30) || a.Answered != 1 || a.Latency.Count() != 1 {
+		t.Errorf("tool waits %d, mean %v, answered %d; want 1, 30ms, 1", a.ToolWaits, a.MeanToolWait(), a.Answered)
+	}
+}
