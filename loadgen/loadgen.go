@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -28,10 +29,41 @@ type Request struct {
 	KeepAnswer bool `json:",omitempty"`
 }
 
-// Message is one chat message.
+// Message is one chat message, as OpenAI's chat completions API takes it: an assistant message
+// may carry the tool calls the model made (ToolCalls), and a "tool" message answers one of them
+// (ToolCallID). An assistant message with tool calls and no text is sent with a null content.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	Name       string     `json:"name,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+// MarshalJSON writes the message as OpenAI expects it: content null for an assistant message
+// that only calls tools.
+func (m Message) MarshalJSON() ([]byte, error) {
+	type plain Message
+	if m.Content == "" && len(m.ToolCalls) > 0 {
+		return json.Marshal(struct {
+			Content *string `json:"content"`
+			plain
+		}{nil, plain(m)})
+	}
+	return json.Marshal(plain(m))
+}
+
+// ToolCall is one call of a function tool, as an assistant message carries it.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function a ToolCall calls and its arguments, a JSON text.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // Item is one unit of a workload: a request due at At, or a session whose first step is due at
@@ -121,6 +153,9 @@ type Config struct {
 	// Start, if set, is the run's offset 0 (Result.Start): Run waits for it when it lies ahead,
 	// so that several generators can start on one instant. Zero starts when Run is called.
 	Start time.Time
+	// Agent, if set, drives a live tool loop: a response that calls tools is followed by a
+	// step answering them (see Agent).
+	Agent *Agent
 	// Info describes the run in the Result.
 	Info RunInfo
 	// Progress, if set, is called every ProgressInterval (default 1 s) while the run lasts and

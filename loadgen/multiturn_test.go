@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -98,7 +98,7 @@ func TestMultiTurnCarriesTheServersAnswers(t *testing.T) {
 			{Role: "user", Content: "second question"}, {Role: "assistant", Content: a2}, {Role: "user", Content: "third question"}},
 	}
 	for i, w := range want {
-		if !slices.Equal(srv.bodies[i], w) {
+		if !reflect.DeepEqual(srv.bodies[i], w) {
 			t.Errorf("turn %d sent\n%q\nwant\n%q", i, srv.bodies[i], w)
 		}
 	}

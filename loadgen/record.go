@@ -61,9 +61,22 @@ type Record struct {
 	ReasoningTokens int  `json:"reasoning_tokens,omitempty"`  // usage.completion_tokens_details.reasoning_tokens, within OutputTokens
 	Inputs          int  `json:"inputs,omitempty"`            // texts embedded, for an embeddings request
 
+	// ToolCalls counts the tool calls the response made (an agent's step that calls tools).
+	ToolCalls int `json:"tool_calls,omitempty"`
+	// ToolWait is the tool latency the generator waited, after the previous step's response
+	// ended, before this step was due (Config.Agent): it is in the agent's latency, not in this
+	// step's, which runs from its intended send time as every request's does.
+	ToolWait time.Duration `json:"tool_wait_ns,omitempty"`
+	// AgentCut marks the last step of an agent's loop that the step bound cut: the response
+	// called tools, and Agent.MaxSteps steps had been sent.
+	AgentCut bool `json:"agent_cut,omitempty"`
+
 	// Answer is the answer's text, kept only when the request asked for it (KeepAnswer) and
 	// only until the session's next step is built from it; it is never written out.
 	Answer string `json:"-"`
+	// Calls are the tool calls the response made, kept with Answer (KeepAnswer) for the next
+	// step of an agent's loop; never written out.
+	Calls []ToolCall `json:"-"`
 	// ResponseModel is the model the response named (the "model" of its first chunk that has
 	// one, cut at 256 bytes), kept only when the client traces requests, for the client span's
 	// gen_ai.response.model; it is never written out.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,6 +122,7 @@ type runner struct {
 	defaultCap bool          // the cap is DefaultMaxInFlight, not Concurrency
 	slotWaits  atomic.Int64  // requests that waited for a slot
 
+	items        atomic.Int64 // items started, numbering their agent loops
 	measuredFrom atomic.Int64 // intended time of the first measured item, in ns; -1 until one
 	warmups      atomic.Int64 // records of warmup requests
 
@@ -411,58 +413,91 @@ func (r *runner) endClaimsLocked() {
 }
 
 // runItem sends an item's request, intended at intended, then the later steps of its session
-// (those that continue the conversation carry its history, see conversation), hands the item's
-// records over, and returns when the last request it sent ended.
+// (those that continue the conversation carry its history, see conversation), and with an
+// Agent the steps that answer each response's tool calls (see Agent), hands the item's records
+// over, and returns when the last request it sent ended.
 func (r *runner) runItem(item Item, intended time.Duration, warm bool) (end time.Duration) {
 	var one [1]itemRecord
 	recs := one[:0]
 	defer func() { r.deliver(recs) }()
 	var conv conversation
-	req := conv.request(&item.Request, item.Then)
-	rec, ok := r.send(req, item.Session, 0, intended, warm)
-	conv.answered(req, &rec.rec)
-	ok = ok && r.patient(&rec.rec)
-	recs = append(recs, rec)
-	end = rec.rec.End
-	if len(item.Then) == 0 {
-		return end
-	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for k := range item.Then {
-		if !ok {
-			break // the user gave up after a failed or too slow step
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		st := &item.Then[k]
-		due := end + st.Think
-		// Session steps wait on the Go timer alone: their lateness (up to about a millisecond)
-		// is measured as send lag like any other. A graceful stop ends the thinking too.
-		cut := r.reqCtx.Err() != nil || r.stopped.Load()
-		if d := time.Until(r.start.Add(due)); d > 0 && !cut {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-r.reqCtx.Done():
-				cut = true
-			case <-r.sendCtx.Done():
-				cut = r.stopped.Load() || r.reqCtx.Err() != nil
-				if !cut { // sending ended by Duration: the session goes on
-					<-timer.C
+	}()
+	n := r.items.Add(1) - 1
+	loop := newAgentLoop(r.cfg.Agent, n)
+	session := item.Session
+	if loop != nil && session == "" {
+		session = "agent-" + strconv.FormatInt(n, 10)
+	}
+	step := 0
+	// turn sends req, due at due, and the steps answering its tool calls; it reports whether
+	// the session goes on.
+	turn := func(req *Request, later []Step, due time.Duration) bool {
+		req = loop.keep(conv.request(req, later))
+		var wait time.Duration
+		for {
+			if step > 0 {
+				if timer == nil {
+					timer = time.NewTimer(time.Hour)
+				}
+				if !r.await(timer, due) {
+					recs = append(recs, r.notSent(session, step, due, req, warm))
+					return false
 				}
 			}
+			rec, ok := r.send(req, session, step, due, warm)
+			rec.rec.ToolWait = wait
+			step++
+			if loop != nil {
+				loop.steps++
+			}
+			next, w, more := loop.next(req, &rec.rec)
+			conv.answered(req, &rec.rec)
+			ok = ok && r.patient(&rec.rec)
+			recs = append(recs, rec)
+			end = rec.rec.End
+			if !ok || !more {
+				return ok
+			}
+			req, wait, due = next, w, end+w
 		}
-		if cut {
-			recs = append(recs, r.notSent(item.Session, k+1, due, &st.Request, warm))
-			return end
+	}
+	if !turn(&item.Request, item.Then, intended) {
+		return end
+	}
+	for k := range item.Then {
+		st := &item.Then[k]
+		if !turn(&st.Request, item.Then[k+1:], end+st.Think) {
+			break // the user gave up after a failed or too slow step, or the run stopped
 		}
-		req = conv.request(&st.Request, item.Then[k+1:])
-		rec, ok = r.send(req, item.Session, k+1, due, warm)
-		conv.answered(req, &rec.rec)
-		ok = ok && r.patient(&rec.rec)
-		recs = append(recs, rec)
-		end = rec.rec.End
 	}
 	return end
+}
+
+// await waits until due, an offset on the run's clock, for a session's next step, and reports
+// false when the run gave up on the step first: interrupted, or drained. Session steps wait
+// on the Go timer alone: their lateness (up to about a millisecond) is measured as send lag
+// like any other. A graceful stop ends the thinking too.
+func (r *runner) await(timer *time.Timer, due time.Duration) bool {
+	cut := r.reqCtx.Err() != nil || r.stopped.Load()
+	if d := time.Until(r.start.Add(due)); d > 0 && !cut {
+		timer.Reset(d)
+		select {
+		case <-timer.C:
+		case <-r.reqCtx.Done():
+			cut = true
+		case <-r.sendCtx.Done():
+			cut = r.stopped.Load() || r.reqCtx.Err() != nil
+			if !cut { // sending ended by Duration: the session goes on
+				<-timer.C
+			}
+		}
+	}
+	return !cut
 }
 
 // patient reports whether a session's user waits on after the step rec: its E2EL is within

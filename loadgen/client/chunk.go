@@ -27,6 +27,20 @@ type chunkInfo struct {
 	model            []byte // the raw (quoted) top-level "model" string
 	objectIsError    bool
 	message          []byte // raw "message" string at the top level
+	// toolCalls are the pieces of tool calls the choices' deltas (or messages) carry, in order:
+	// a stream hands out each call in pieces that share its index.
+	toolCalls []toolCallPiece
+}
+
+// toolCallPiece is one element of a delta's or message's tool_calls: the raw JSON strings of
+// whichever of its id, function name and argument fragment it carries.
+type toolCallPiece struct {
+	index     int  // the "index" member; the element's position when it has none
+	hasIndex  bool // an "index" member was read
+	position  int  // the element's position in its array
+	id        []byte
+	name      []byte
+	arguments []byte
 }
 
 // errBadJSON is returned by scanChunk for input that is not one valid JSON value.
@@ -41,7 +55,7 @@ var errBadJSON = errors.New("invalid JSON")
 // when decoding into a map. Values of unexpected types are ignored: a content that is not a
 // string is no content, token counts that are not non-negative integers are absent.
 func scanChunk(b []byte, out *chunkInfo) error {
-	*out = chunkInfo{}
+	*out = chunkInfo{toolCalls: out.toolCalls[:0]} // the pieces' array is reused
 	s := scanner{b: b}
 	s.ws()
 	if err := s.value(ctxTop, out); err != nil {
@@ -50,6 +64,12 @@ func scanChunk(b []byte, out *chunkInfo) error {
 	s.ws()
 	if s.i != len(s.b) {
 		return errBadJSON
+	}
+	for i := range out.toolCalls {
+		if p := &out.toolCalls[i]; nonEmptyString(p.id) || nonEmptyString(p.name) || nonEmptyString(p.arguments) {
+			out.content = true // a tool call's pieces are output tokens, as text is
+			break
+		}
 	}
 	if out.objectIsError {
 		out.isError = true
@@ -72,6 +92,9 @@ const (
 	ctxUsage                        // the usage object
 	ctxPromptDetails                // usage.prompt_tokens_details
 	ctxOutputDetails                // usage.completion_tokens_details
+	ctxToolCalls                    // a delta's or message's tool_calls array
+	ctxToolCall                     // one element of it
+	ctxFunction                     // its function object
 )
 
 type scanner struct {
@@ -219,8 +242,11 @@ func (s *scanner) array(c scanCtx, out *chunkInfo) error {
 	}
 	defer func() { s.depth-- }()
 	elem := ctxOther
-	if c == ctxChoices {
+	switch c {
+	case ctxChoices:
 		elem = ctxChoice
+	case ctxToolCalls:
+		elem = ctxToolCall
 	}
 	s.i++ // [
 	s.ws()
@@ -228,8 +254,14 @@ func (s *scanner) array(c scanCtx, out *chunkInfo) error {
 		s.i++
 		return nil
 	}
-	for {
+	for position := 0; ; position++ {
 		s.ws()
+		if elem == ctxToolCall && s.i < len(s.b) && s.b[s.i] == '{' {
+			if len(out.toolCalls) >= maxToolCallPieces {
+				return errTooManyToolCalls
+			}
+			out.toolCalls = append(out.toolCalls, toolCallPiece{index: position, position: position})
+		}
 		if err := s.value(elem, out); err != nil {
 			return err
 		}
@@ -396,6 +428,42 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 			return s.stringFlag(reasoningContent, nonEmptyString)
 		case "reasoning":
 			return s.stringFlag(reasoning, nonEmptyString)
+		case "tool_calls":
+			return s.value(ctxToolCalls, out)
+		}
+	case ctxToolCall:
+		p := &out.toolCalls[len(out.toolCalls)-1]
+		switch key {
+		case "index":
+			n := -1
+			if c := s.b[s.i]; c == '-' || c >= '0' && c <= '9' {
+				raw, err := s.num()
+				if err != nil {
+					return err
+				}
+				if v, err := strconv.Atoi(string(raw)); err == nil && v >= 0 {
+					n = v
+				}
+			} else if err := s.value(ctxOther, out); err != nil {
+				return err
+			}
+			if n < 0 {
+				return errBadToolCallIndex
+			}
+			p.index, p.hasIndex = n, true
+			return nil
+		case "id":
+			return s.rawString(&p.id)
+		case "function":
+			return s.value(ctxFunction, out)
+		}
+	case ctxFunction:
+		p := &out.toolCalls[len(out.toolCalls)-1]
+		switch key {
+		case "name":
+			return s.rawString(&p.name)
+		case "arguments":
+			return s.rawString(&p.arguments)
 		}
 	case ctxUsage:
 		switch key {
@@ -420,6 +488,26 @@ func (s *scanner) member(c scanCtx, key string, out *chunkInfo, content, reasoni
 		}
 	}
 	return s.value(ctxOther, out)
+}
+
+// maxToolCallPieces bounds the tool call pieces one chunk may carry.
+const maxToolCallPieces = 64
+
+// Errors of a chunk's tool calls.
+var (
+	errTooManyToolCalls = errors.New("more than 64 tool calls in one chunk")
+	errBadToolCallIndex = errors.New("a tool call's index is not a non-negative integer")
+)
+
+// rawString scans a value into *raw when it is a string (quotes included), nil otherwise.
+func (s *scanner) rawString(raw *[]byte) error {
+	if s.b[s.i] != '"' {
+		*raw = nil
+		return s.value(ctxOther, &chunkInfo{})
+	}
+	r, _, err := s.str()
+	*raw = r
+	return err
 }
 
 // stringFlag scans a value and sets *flag to test(raw) for a string, false for anything else.

@@ -731,12 +731,14 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 		answer     []byte // the answer's text, when the request asks to keep it
 		tokens     int    // output tokens counted over the content chunks
 		events     int    // data events read
+		calls      toolCallAcc
 	)
 	maxTokens := c.maxTokensOf(req)
 	limit := OutputTokenLimit(maxTokens)
 	if req.KeepAnswer {
 		defer func() { rec.Answer = string(answer) }()
 	}
+	defer calls.record(rec, req.KeepAnswer)
 	for {
 		event, data, at, err := sr.next()
 		if err != nil {
@@ -791,6 +793,13 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 			rec.End = offset
 			fail(rec, loadgen.ErrKindOverlong, overlong(ch.completionTokens, "tokens by its usage", maxTokens, limit))
 			return
+		}
+		if len(ch.toolCalls) > 0 {
+			if err := calls.add(ch.toolCalls, req.KeepAnswer); err != nil {
+				rec.End = offset
+				fail(rec, loadgen.ErrKindProtocol, err)
+				return
+			}
 		}
 		if ch.content {
 			n := 1
@@ -881,6 +890,12 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 	if req.KeepAnswer {
 		rec.Answer = string(ch.appendText(nil, maxAnswerBytes))
 	}
+	var calls toolCallAcc
+	if err := calls.add(ch.toolCalls, req.KeepAnswer); err != nil {
+		fail(rec, loadgen.ErrKindProtocol, err)
+		return
+	}
+	calls.record(rec, req.KeepAnswer)
 }
 
 // DefaultOutputTokenLimit bounds the output of a request sent without max_tokens: no model

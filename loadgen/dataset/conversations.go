@@ -64,7 +64,7 @@ func ReadConversations(r io.Reader) ([]Conversation, error) {
 
 // speech is one message of an entry, whatever its form.
 type speech struct {
-	role string // "user", "system" or "reply"
+	role string // "user", "system", "reply" or "tool"
 	text string
 	ok   bool // text content (not images or audio)
 }
@@ -131,19 +131,23 @@ func decodeConversation(raw json.RawMessage) (Conversation, bool, error) {
 	return c, true, nil
 }
 
-// speakerRole maps a ShareGPT speaker or an OpenAI role to user, system or reply.
+// speakerRole maps a ShareGPT speaker or an OpenAI role to user, system, tool (a tool's
+// result, "tool" or the older "function") or reply.
 func speakerRole(s string) string {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "human", "user":
 		return "user"
 	case "system":
 		return "system"
+	case "tool", "function":
+		return "tool"
 	}
 	return "reply"
 }
 
 // splitTurns groups what was said into user turns, cutting at the first empty user turn or
-// content that is not text.
+// content that is not text. A turn's output length is its first reply with text: an
+// assistant message that only calls tools has none, and tool results are not replies.
 func splitTurns(said []speech) []Turn {
 	var turns []Turn
 	var pending []loadgen.Message
@@ -160,6 +164,8 @@ func splitTurns(said []speech) []Turn {
 			}
 			turns = append(turns, Turn{Messages: append(pending, loadgen.Message{Role: "user", Content: s.text})})
 			pending = nil
+		case "tool":
+			// A recorded tool result is no answer: the live loop (or the server) makes its own.
 		default:
 			if n := len(turns); n > 0 && turns[n-1].MaxTokens == 0 {
 				turns[n-1].MaxTokens = EstimateTokens(s.text)

@@ -30,6 +30,15 @@ func TestReadConversations(t *testing.T) {
 				{Messages: []loadgen.Message{user("q2")}, MaxTokens: 1}}}},
 		},
 		{
+			name: "an agent's recorded tool exchange sets no length: the final answer does",
+			in: `{"id": "t1", "messages": [{"role": "user", "content": "q1"},` +
+				`{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},` +
+				`{"role": "tool", "tool_call_id": "c1", "content": "` + strings.Repeat("y", 400) + `"},` +
+				`{"role": "assistant", "content": "abcdefgh"}, {"role": "user", "content": "q2"}]}` + "\n",
+			want: []Conversation{{ID: "t1", Turns: []Turn{{Messages: []loadgen.Message{user("q1")}, MaxTokens: 2},
+				{Messages: []loadgen.Message{user("q2")}}}}},
+		},
+		{
 			name: "system joins the next turn; a conversation ending on a question keeps it",
 			in:   `[{"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q1"}, {"from": "chatgpt", "value": "r"}, {"from": "human", "value": "q2"}]}]`,
 			want: []Conversation{{ID: "c1", Turns: []Turn{{Messages: []loadgen.Message{system("s"), user("q1")}, MaxTokens: 1},

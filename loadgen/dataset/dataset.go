@@ -159,7 +159,9 @@ var standardFields = map[string]bool{
 	"stream_options": true, "max_tokens": true, "max_completion_tokens": true, "id": true,
 }
 
-// decodePrompt decodes one dataset entry; ok is false for an entry with no usable prompt.
+// decodePrompt decodes one dataset entry; ok is false for an entry with no usable prompt. The
+// messages of an OpenAI-messages entry keep their tool calls, the ids the tool messages answer
+// and their names, so that an agent's recorded steps replay as they were.
 func decodePrompt(raw json.RawMessage) (Prompt, bool, error) {
 	var e struct {
 		Conversations []struct {
@@ -169,8 +171,11 @@ func decodePrompt(raw json.RawMessage) (Prompt, bool, error) {
 			Content json.RawMessage `json:"content"`
 		} `json:"conversations"`
 		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
+			Role       string             `json:"role"`
+			Content    json.RawMessage    `json:"content"`
+			Name       string             `json:"name"`
+			ToolCalls  []loadgen.ToolCall `json:"tool_calls"`
+			ToolCallID string             `json:"tool_call_id"`
 		} `json:"messages"`
 		Prompt              *string `json:"prompt"`
 		MaxTokens           *int    `json:"max_tokens"`
@@ -227,7 +232,8 @@ func decodePrompt(raw json.RawMessage) (Prompt, bool, error) {
 			if role == "" {
 				role = "user"
 			}
-			p.Messages = append(p.Messages, loadgen.Message{Role: role, Content: text})
+			p.Messages = append(p.Messages, loadgen.Message{Role: role, Content: text, Name: m.Name,
+				ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID})
 		}
 	case e.Prompt != nil && strings.TrimSpace(*e.Prompt) != "":
 		p.Messages = []loadgen.Message{{Role: "user", Content: *e.Prompt}}

@@ -54,6 +54,7 @@ type Bench struct {
 	Tails    []MetricTail  // for TailMetrics
 	Sessions *Sessions     // nil when no request carried a session id
 	Turns    []TurnStats   // by session step; nil when no request carried a session id
+	Agents   *Agents       // an agent's conversations; nil unless Options.Agent
 	Slowest  []SlowRequest // slowest first
 	Timeline []TimelineBin
 	Slices   []Slice      // with Options.Slice: the run in slices of that width, each summarised
@@ -292,7 +293,7 @@ func (b *Bench) finish() {
 	b.OutputThroughput = per(b.OutputTokens)
 	b.TotalTokenThroughput = per(b.InputTokens + b.OutputTokens)
 	b.GoodputRate = nil
-	if len(b.Goodput) > 0 {
+	if len(b.Goodput.Requests()) > 0 {
 		g := per(b.GoodRequests)
 		b.GoodputRate = &g
 	}
@@ -315,6 +316,9 @@ func (b *Bench) finish() {
 			Percentiles: percentiles(h, b.Percentiles, b.Confidence)})
 	}
 	b.finishTurns()
+	if b.Agents != nil {
+		b.Agents.finish(b.Percentiles, b.Confidence, b.Duration)
+	}
 	b.Tails = b.Tails[:0]
 	for _, m := range TailMetrics {
 		if !b.reports(m) {

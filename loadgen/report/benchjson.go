@@ -118,6 +118,7 @@ type benchRest struct {
 	Tail          keyed[tailJSON]    `json:"tail"`
 	Sessions      *sessionsJSON      `json:"sessions,omitempty"`
 	Turns         []turnJSON         `json:"turns,omitempty"`
+	Agent         *agentJSON         `json:"agent,omitempty"`
 	Slowest       []slowJSON         `json:"slowest"`
 	Timeline      []timelineJSON     `json:"timeline"`
 	Slices        []sliceJSON        `json:"slices,omitempty"`
@@ -282,6 +283,8 @@ func (b *Bench) head(schema string) benchHead {
 	}
 	if len(b.Goodput) > 0 {
 		h.Options.Goodput = ptr(b.Goodput.String())
+	}
+	if len(b.Goodput.Requests()) > 0 {
 		h.GoodputRequests = ptr(count(b.GoodRequests))
 	}
 	if b.GoodputRate != nil {
@@ -356,6 +359,9 @@ func (b *Bench) rest() (benchRest, error) {
 	}
 	var err error
 	if r.Turns, err = b.turnsJSON(); err != nil {
+		return r, err
+	}
+	if r.Agent, err = b.agentObject(); err != nil {
 		return r, err
 	}
 	r.Histograms, err = b.histogramsJSON()
@@ -518,6 +524,7 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 	f.readPhases(c, b)
 	f.readSlices(b)
 	b.readWorkloads(c, f)
+	b.readAgents(c, f.Agent)
 	f.readMetrics(b)
 	f.readAnalysis(c, b)
 	f.readRequests(c, b)
@@ -530,6 +537,9 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 		return nil, c.err
 	}
 	b.finishTurns()
+	if b.Agents != nil {
+		b.Agents.finish(b.Percentiles, b.Confidence, b.Duration)
+	}
 	return b, nil
 }
 

@@ -110,6 +110,15 @@ func appendDetailed(b []byte, d *detailedRecord, scratch *bytes.Buffer) []byte {
 	if r.Inputs != 0 {
 		b = appendIntField(b, `,"inputs":`, int64(r.Inputs))
 	}
+	if r.ToolCalls != 0 {
+		b = appendIntField(b, `,"tool_calls":`, int64(r.ToolCalls))
+	}
+	if r.ToolWait != 0 {
+		b = appendIntField(b, `,"tool_wait_ns":`, int64(r.ToolWait))
+	}
+	if r.AgentCut {
+		b = append(b, `,"agent_cut":true`...)
+	}
 	if d.OK {
 		b = append(b, `,"ok":true`...)
 	} else {

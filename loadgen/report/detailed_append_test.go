@@ -42,6 +42,8 @@ func fillAll(t *testing.T, v reflect.Value, seed int) {
 				fillAll(t, s.Index(k), seed+k)
 			}
 			f.Set(s)
+		case reflect.Struct: // the tool calls, which are never written out
+			fillAll(t, f, seed)
 		case reflect.Map:
 			m := reflect.MakeMap(f.Type())
 			m.SetMapIndex(reflect.ValueOf("b\"x"), reflect.ValueOf(1.5e-7))

@@ -161,6 +161,9 @@ func benchPage(b *Bench, opt HTMLOptions) (page, error) {
 	if len(b.Turns) > 0 {
 		s.add("turns", "TTFT by session step (turn)", "blocks", turnsBlocks(b))
 	}
+	if b.Agents != nil {
+		s.add("agents", "Agents: tool loops", "bench-agents", agentsTable(b.Agents))
+	}
 	// The server's own metrics during the run, when the run scraped them.
 	if b.ServerMetrics != nil {
 		s.add("server-metrics", "Server metrics during the run", "bench-server-metrics",
@@ -566,6 +569,31 @@ func sessionsTable(s *Sessions) table {
 		limit = fmtMS(s.StepLimit) + " ms"
 	}
 	t.row("step limit", limit)
+	return t
+}
+
+// agentsTable lists the agents' conversations, steps, tool waits, latency percentiles with
+// their intervals, and goodput.
+func agentsTable(a *Agents) table {
+	t := table{Heads: []string{"", "value"}}
+	t.row("conversations", fmt.Sprint(a.Conversations))
+	t.row("answered / cut at the step bound / failed", fmt.Sprintf("%d / %d / %d", a.Answered, a.Cut, a.Failed))
+	t.row("steps per conversation", fmt.Sprintf("mean %.2f, P50 %d, P90 %d, P99 %d", a.MeanSteps(), a.StepsQuantile(0.5), a.StepsQuantile(0.9), a.StepsQuantile(0.99)))
+	t.row("tool calls", fmt.Sprint(a.ToolCalls))
+	t.row("mean tool wait", fmtMS(a.MeanToolWait())+" ms")
+	if a.Latency.Count() > 0 {
+		t.row("mean agent latency", fmtMS(a.Mean)+" ms")
+	}
+	for _, ps := range a.Percentiles {
+		v := fmtMS(ps.Value) + " ms"
+		if ps.HasCI {
+			v += fmt.Sprintf(" [%s, %s]", fmtMS(ps.Lo), fmtMS(ps.Hi))
+		}
+		t.row("P"+formatP(ps.P)+" agent latency", v)
+	}
+	if a.GoodputRate != nil {
+		t.row("agent goodput", fmt.Sprintf("%.2f conv/s (%d of %d answered within %s ms)", *a.GoodputRate, a.Good, a.Answered, fmtMS(a.SLO)))
+	}
 	return t
 }
 

@@ -108,6 +108,12 @@ func Merge(benches ...*Bench) (*Bench, error) {
 			}
 			me.Count += e.Count
 		}
+		if a := b.Agents; a != nil {
+			if m.Agents == nil {
+				m.Agents = newAgents(a.SLO)
+			}
+			m.Agents.merge(a)
+		}
 		if s := b.Sessions; s != nil {
 			if m.Sessions == nil {
 				m.Sessions = &Sessions{StepLimit: s.StepLimit}

@@ -77,6 +77,9 @@ type Options struct {
 	// interrupts the session, as a user gives up on a slow page. 0 takes the goodput e2el SLO
 	// when there is one; otherwise only failed steps interrupt.
 	SessionStepLimit time.Duration
+	// Agent summarises every session as an agent's conversation (Bench.Agents): loadgen.Agent
+	// drove the run.
+	Agent bool
 	// TimelineBin is the width of a timeline bin; 0 means 1 s, widened so that a long run has at
 	// most 600 bins.
 	TimelineBin time.Duration

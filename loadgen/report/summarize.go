@@ -48,6 +48,8 @@ type Summarizer struct {
 	errs     map[string]*ErrorCount
 	sessions *Sessions
 	slices   *slicesAcc      // nil without Options.Slice
+	agents   *Agents         // with Options.Agent
+	reqSLOs  stats.SLOs      // the request-level goodput SLOs
 	slow     []slowCandidate // the slowest so far, slowest first, at most o.Slowest
 	measured bool            // a measured (not warmup, sent) record was added
 	last     time.Duration   // the latest end of a measured record
@@ -61,8 +63,13 @@ type slowCandidate struct {
 // NewSummarizer returns a Summarizer that computes with opts.
 func NewSummarizer(opts Options) *Summarizer {
 	o := opts.withDefaults()
-	return &Summarizer{o: o, b: newBench(o), tl: newTimelineAcc(o.TimelineBin), errs: map[string]*ErrorCount{},
-		slices: newSlicesAcc(o.Slice)}
+	s := &Summarizer{o: o, b: newBench(o), tl: newTimelineAcc(o.TimelineBin), errs: map[string]*ErrorCount{},
+		slices: newSlicesAcc(o.Slice), reqSLOs: o.Goodput.Requests()}
+	if o.Agent {
+		slo, _ := o.Goodput.Limit(stats.SLOAgent)
+		s.agents = newAgents(slo)
+	}
+	return s
 }
 
 // Add adds the records of one item of the run: a lone request, or every step of one session
@@ -143,7 +150,7 @@ func (s *Summarizer) add(r *loadgen.Record) {
 		}
 		h.Record(msDuration(ms))
 	}
-	if len(s.o.Goodput) > 0 && s.o.Goodput.Meets(lat) {
+	if len(s.reqSLOs) > 0 && s.reqSLOs.Meets(lat) {
 		b.GoodRequests++
 	}
 	s.tl.addOutput(r, out)
@@ -210,6 +217,9 @@ func (s *Summarizer) addSession(steps []*loadgen.Record) {
 		return good
 	}
 	slices.SortStableFunc(steps, func(a, b *loadgen.Record) int { return cmp.Compare(a.Step, b.Step) })
+	if s.agents != nil {
+		s.agents.add(steps)
+	}
 	ss.Count++
 	switch class(steps[0]) {
 	case good:
@@ -255,6 +265,7 @@ func (s *Summarizer) Bench(res *loadgen.Result) *Bench {
 		b.Slowest[i].Intended -= off
 	}
 	b.Sessions = s.sessions
+	b.Agents = s.agents
 	b.finish()
 	return b
 }

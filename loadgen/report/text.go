@@ -114,7 +114,7 @@ func writeBenchText(t *textWriter, b *Bench) {
 	t.row("Output token throughput (tok/s)", "%.2f", b.OutputThroughput)
 	t.row("Total token throughput (tok/s)", "%.2f", b.TotalTokenThroughput)
 	if b.GoodputRate != nil {
-		t.row("Goodput (req/s)", "%.2f  (%d of %d meet %s)", *b.GoodputRate, b.GoodRequests, b.Completed, b.Goodput)
+		t.row("Goodput (req/s)", "%.2f  (%d of %d meet %s)", *b.GoodputRate, b.GoodRequests, b.Completed, b.Goodput.Requests())
 	}
 
 	for _, s := range b.Stats {
@@ -177,6 +177,7 @@ func writeBenchText(t *textWriter, b *Bench) {
 	}
 
 	t.turnsText(b)
+	t.agentsText(b)
 
 	if len(b.Errors) > 0 {
 		t.rule("Errors", '-')
@@ -386,4 +387,32 @@ func (s *Sweep) kneeText(k SweepKnee) string {
 		return fmt.Sprintf("%d users (%.2f req/s), P99 E2EL %s ms", k.Concurrency, k.AchievedRPS, fmtMS(k.P99E2EL))
 	}
 	return fmt.Sprintf("%s req/s (achieved %.2f), P99 E2EL %s ms", fmtRate(k.Rate), k.AchievedRPS, fmtMS(k.P99E2EL))
+}
+
+// agentsText writes the agents' section: conversations, steps, tool calls and waits, and the
+// agent latency with its intervals.
+func (t *textWriter) agentsText(b *Bench) {
+	a := b.Agents
+	if a == nil {
+		return
+	}
+	t.rule("Agents", '-')
+	t.row("Conversations", "%d: %d answered, %d cut at the step bound, %d failed", a.Conversations, a.Answered, a.Cut, a.Failed)
+	t.row("Steps per conversation", "mean %.2f, P50 %d, P90 %d, P99 %d", a.MeanSteps(), a.StepsQuantile(0.5), a.StepsQuantile(0.9), a.StepsQuantile(0.99))
+	t.row("Tool calls", "%d (mean tool wait %s ms over %d waits)", a.ToolCalls, fmtMS(a.MeanToolWait()), a.ToolWaits)
+	if a.Latency.Count() == 0 {
+		t.row("Agent latency", "no conversation answered")
+		return
+	}
+	t.row("Mean agent latency (ms)", "%s (first request to final answer, tool waits included)", fmtMS(a.Mean))
+	for _, ps := range a.Percentiles {
+		ci := ""
+		if ps.HasCI {
+			ci = fmt.Sprintf("  [%s, %s]", fmtMS(ps.Lo), fmtMS(ps.Hi))
+		}
+		t.row(fmt.Sprintf("P%s agent latency (ms)", formatP(ps.P)), "%s%s", fmtMS(ps.Value), ci)
+	}
+	if a.GoodputRate != nil {
+		t.row("Agent goodput (conv/s)", "%.2f  (%d of %d answered within %s ms)", *a.GoodputRate, a.Good, a.Answered, fmtMS(a.SLO))
+	}
 }

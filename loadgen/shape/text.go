@@ -89,3 +89,18 @@ func mix(x uint64) uint64 {
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
 }
+
+// MaxToolResultTokens bounds the words of a synthetic tool result.
+const MaxToolResultTokens = corpusWords
+
+// ToolResult returns a synthetic result of a tool called with arguments (a search's hits, as
+// an agent's tool would return them): the arguments quoted, then n words (about n tokens) of
+// the shared text at a position hashed from the arguments, so that the same call always gets
+// the same result.
+func ToolResult(arguments string, n int) string {
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := range len(arguments) {
+		h = (h ^ uint64(arguments[i])) * 1099511628211
+	}
+	return "results for " + arguments + ": " + syntheticText(nil, h, n, n)
+}

@@ -17,11 +17,14 @@ const (
 	SLOTPOT = "tpot"
 	SLOITL  = "itl"
 	SLOE2EL = "e2el"
+	// SLOAgent bounds an agent's latency, from a conversation's first request to its final
+	// answer, tool waits included: it makes a conversation good, not a request (see Requests).
+	SLOAgent = "agent"
 )
 
 // SLO bounds one request-level latency.
 type SLO struct {
-	Metric string        // one of SLOTTFT, SLOTTFO, SLOTPOT, SLOITL, SLOE2EL
+	Metric string        // one of SLOTTFT, SLOTTFO, SLOTPOT, SLOITL, SLOE2EL, SLOAgent
 	Limit  time.Duration // the latency must be at most this
 }
 
@@ -41,9 +44,9 @@ func ParseGoodput(s string) (SLOs, error) {
 		}
 		key = strings.ToLower(strings.TrimSpace(key))
 		switch key {
-		case SLOTTFT, SLOTTFO, SLOTPOT, SLOITL, SLOE2EL:
+		case SLOTTFT, SLOTTFO, SLOTPOT, SLOITL, SLOE2EL, SLOAgent:
 		default:
-			return nil, fmt.Errorf("goodput %q: unknown metric %q (want ttft, ttfo, tpot, itl or e2el)", f, key)
+			return nil, fmt.Errorf("goodput %q: unknown metric %q (want ttft, ttfo, tpot, itl, e2el or agent)", f, key)
 		}
 		if seen[key] {
 			return nil, fmt.Errorf("goodput: %s given twice", key)
@@ -65,6 +68,17 @@ func (s SLOs) String() string {
 		parts[i] = o.Metric + ":" + strconv.FormatFloat(durationToMS(o.Limit), 'f', -1, 64)
 	}
 	return strings.Join(parts, ",")
+}
+
+// Requests returns the request-level SLOs of s: all but SLOAgent.
+func (s SLOs) Requests() SLOs {
+	var out SLOs
+	for _, o := range s {
+		if o.Metric != SLOAgent {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Limit returns the limit on metric, if the SLOs bound it.
@@ -91,7 +105,7 @@ type RequestLatencies struct {
 	E2EL    time.Duration
 }
 
-// Meets reports whether a completed request meets every SLO. A request without a first token
+// Meets reports whether a completed request meets every request-level SLO. A request without a first token
 // fails a TTFT SLO (it never showed the user anything), and one without an answer token a TTFO
 // SLO; TPOT and ITL SLOs do not apply to a
 // request for which they are undefined (as in vLLM, where such a request's TPOT is 0).
@@ -118,7 +132,8 @@ func (s SLOs) Meets(r RequestLatencies) bool {
 			if r.E2EL > o.Limit {
 				return false
 			}
-		}
+		} // SLOAgent bounds a conversation, not a request
+
 	}
 	return true
 }

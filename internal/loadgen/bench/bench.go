@@ -247,6 +247,7 @@ func (o *Options) loadConfig(c *client.Client, p plan, sched schedule, stderr io
 		Info: o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(sched.hash, sched.segment).
 			WithHTTPClient(c.HTTPClient()),
 		SessionStepLimit: sessionPatience(o.Load.reportOptions()),
+		Agent:            o.Load.Agent.agent(o.Load.Seed),
 	}
 	if sched.segment != nil {
 		// The share ends where the whole schedule would: the segment counts the prompts.

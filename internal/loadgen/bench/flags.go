@@ -43,13 +43,14 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.MultiTurn, "multi-turn", false, "replay the --dataset file's conversations turn by turn as sessions (ShareGPT: every human turn, not\nonly the first), and with --sessions FILE make each chat step continue the conversation: every turn\nis sent with the server's actual answers to the turns before it, never the dataset's recorded replies")
 	o.registerArticle(fs)
 	o.registerKeys(fs)
+	o.Agent.registerFlags(fs)
 
 	fs.IntVar(&o.EmbedBatch, "embed-batch", 1, "with an /embeddings --url (http://host:8080/v1/embeddings): the dataset's prompts embedded in each request")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", loadgen.DefaultDrainTimeout, "once sending stops (at the end, or at a first Ctrl-C), how long to wait for requests in flight\nbefore cancelling them (0: no limit); a second Ctrl-C cancels them at once")
 	fs.IntVar(&o.Warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
 	fs.DurationVar(&o.WarmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")
 	fs.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.5, "exit non-zero when more than this fraction of the measured requests failed (1: never)")
-	fs.Var(goodputValue{&o.Goodput}, "goodput", "request `SLOs` for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, ttfo, tpot, itl, e2el)")
+	fs.Var(goodputValue{&o.Goodput}, "goodput", "request `SLOs` for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, ttfo, tpot, itl, e2el; agent:MS\nbounds an agent's latency, first request to final answer, with --tools or --tool-latency)")
 	o.PercentileMetrics = slices.Clone(report.AllMetrics)
 	fs.Var(metricsValue{&o.PercentileMetrics}, "percentile-metrics", "`metrics` in the report: ttft,ttfo,tpot,itl,e2el,service_e2el,send_lag or all\n(ttfo, the first answer token after any reasoning, shows when the server reasoned)")
 	o.Percentiles = slices.Clone(report.DefaultPercentiles)
@@ -93,6 +94,7 @@ func (t *TraceOptions) RegisterFlags(fs *flag.FlagSet) {
 // flagsParsed sets the fields of o that depend on whether a flag was given at all.
 func (o *Load) flagsParsed(set map[string]bool) {
 	o.SendTemperature, o.OverrideMaxTokens = set["temperature"], set["max-tokens"]
+	o.Agent.flagsParsed(set)
 }
 
 // RegisterFlags registers bench's flags on fs (the shared ones of Load included), filling o.

@@ -52,6 +52,8 @@ type Load struct {
 	EmbedBatch int
 	// Trace paces a trace dataset (Dataset mooncake:FILE, azure:FILE or burstgpt:FILE).
 	Trace TraceOptions
+	// Agent is an agent's live tool loop (--tool-latency, --tools).
+	Agent AgentOptions
 
 	Article shape.ArticleConfig
 	Keys    KeyOptions
@@ -116,8 +118,12 @@ func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.C
 	if o.SendTemperature {
 		opts = append(opts, client.WithTemperature(o.Temperature))
 	}
-	if o.ExtraBody != nil {
-		opts = append(opts, client.WithBody(o.ExtraBody))
+	body, err := o.Agent.body(o.ExtraBody)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		opts = append(opts, client.WithBody(body))
 	}
 	for _, kv := range o.Headers {
 		opts = append(opts, client.WithHeader(kv[0], kv[1]))
@@ -174,7 +180,7 @@ func (o *Load) drain() time.Duration {
 // reportOptions are the report options of o.
 func (o *Load) reportOptions() report.Options {
 	return report.Options{Goodput: o.Goodput, Metrics: o.PercentileMetrics, Percentiles: o.Percentiles,
-		SessionStepLimit: o.SessionPatience, Slice: o.Slice}
+		SessionStepLimit: o.SessionPatience, Slice: o.Slice, Agent: o.Agent.On}
 }
 
 // sessionPatience is the step latency past which a replayed session's user leaves: the
@@ -214,6 +220,12 @@ func (o *Load) validate() error {
 	case o.HTTPClient != "" && !slices.Contains(client.HTTPClients, o.HTTPClient):
 		return fmt.Errorf("--http-client %q: want %s", o.HTTPClient, strings.Join(client.HTTPClients, " or "))
 	}
+	if err := o.Agent.validate(); err != nil {
+		return err
+	}
+	if _, ok := o.Goodput.Limit(stats.SLOAgent); ok && !o.Agent.On {
+		return errors.New("--goodput agent:MS bounds an agent's conversations: run the tool loop with --tools or --tool-latency")
+	}
 	return o.checkCombinations()
 }
 
@@ -223,6 +235,8 @@ func (o *Load) checkCombinations() error {
 	switch {
 	case o.MultiTurn && (trace || article || o.Sessions == "synthetic" || o.isKeyLookups()):
 		return errors.New("--multi-turn replays conversations: give a ShareGPT or OpenAI-messages --dataset file, or --sessions FILE")
+	case o.Agent.On && (o.isEmbeddings() || o.isKeyLookups()):
+		return errors.New("--tool-latency and --tools run an agent's tool loop over chat completions: they do not combine with\nan /embeddings --url or key lookups")
 	case o.isEmbeddings() && (trace || article || o.Sessions != "" || o.MultiTurn || o.isKeyLookups()):
 		return errors.New("an /embeddings --url embeds the --dataset's prompts (synthetic lengths or a file): it does not combine with\n" +
 			"--sessions, --multi-turn, --shape article, key lookups or a trace")

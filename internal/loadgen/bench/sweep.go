@@ -423,7 +423,8 @@ func (s *sweeper) pointConfig(p plan, concurrency int) (loadgen.Config, error) {
 		NumItems: s.o.PointPrompts, Duration: s.o.PointDuration, DrainTimeout: s.o.Load.drain(),
 		Warmup: s.o.Load.Warmup, WarmupDuration: s.o.Load.WarmupDuration, Stop: s.stop, Start: s.pointStart(),
 		Progress: progress.print, ProgressInterval: progress.interval,
-		Info: s.o.Load.runInfo(p, concurrency, s.o.PointPrompts).WithHTTPClient(s.c.HTTPClient()),
+		Info:  s.o.Load.runInfo(p, concurrency, s.o.PointPrompts).WithHTTPClient(s.c.HTTPClient()),
+		Agent: s.o.Load.Agent.agent(s.o.Load.Seed),
 	}
 	if s.seg != nil {
 		hash, err := s.o.Load.scheduleHash(p, s.o.PointPrompts, s.o.PointDuration)
