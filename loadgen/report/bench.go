@@ -22,6 +22,8 @@ type Bench struct {
 	Confidence       float64
 	Goodput          stats.SLOs
 	SessionStepLimit time.Duration
+	// Pricing is the target's hardware cost (Options.Pricing), for Cost.
+	Pricing Pricing
 
 	// Clock is the load generator's estimate of the target's clock during the run; nil when no
 	// response carried the server's time, and after a merge (each host has its own offset).
@@ -216,6 +218,7 @@ func newBench(o Options) *Bench {
 		Confidence:       o.Confidence,
 		Goodput:          o.Goodput,
 		SessionStepLimit: o.SessionStepLimit,
+		Pricing:          o.Pricing,
 		Histograms:       map[string]*stats.Histogram{},
 		StageHistograms:  map[string]*stats.Histogram{},
 		PhaseHistograms:  newPhaseHistograms(),

@@ -59,13 +59,15 @@ type benchHead struct {
 	TotalOutputTokens count           `json:"total_output_tokens"`
 	tokenDetailsJSON
 	workloadJSON
-	RequestThroughput    amount  `json:"request_throughput"`
-	OutputThroughput     amount  `json:"output_throughput"`
-	TotalTokenThroughput amount  `json:"total_token_throughput"`
-	Goodput              *amount `json:"goodput"`
-	GoodputRequests      *count  `json:"goodput_requests,omitempty"`
-	NewConnections       count   `json:"new_connections,omitempty"`
-	ReusedConnections    count   `json:"reused_connections,omitempty"`
+	RequestThroughput    amount                `json:"request_throughput"`
+	OutputThroughput     amount                `json:"output_throughput"`
+	TotalTokenThroughput amount                `json:"total_token_throughput"`
+	Goodput              *amount               `json:"goodput"`
+	GoodputRequests      *count                `json:"goodput_requests,omitempty"`
+	Cost                 *derived[*costJSON]   `json:"cost,omitempty"`
+	Energy               *derived[*energyJSON] `json:"energy,omitempty"`
+	NewConnections       count                 `json:"new_connections,omitempty"`
+	ReusedConnections    count                 `json:"reused_connections,omitempty"`
 }
 
 // configJSON is the file form of loadgen.RunInfo.
@@ -102,6 +104,25 @@ type optionsJSON struct {
 	Confidence         number    `json:"confidence"`
 	Goodput            *string   `json:"goodput"`
 	SessionStepLimitMS *millis   `json:"session_step_limit_ms"`
+	USDPerGPUHour      *amount   `json:"usd_per_gpu_hour,omitempty"`
+	GPUs               *count    `json:"gpus,omitempty"`
+}
+
+// costJSON is Bench.Cost as written (derived: recomputed when read).
+type costJSON struct {
+	USD                    amount  `json:"usd"`
+	USDPerRequest          *amount `json:"usd_per_request"`
+	USDPerMillionInputTok  *amount `json:"usd_per_million_input_tokens"`
+	USDPerMillionOutputTok *amount `json:"usd_per_million_output_tokens"`
+}
+
+// energyJSON is Bench.Energy as written (derived: recomputed from server_metrics when read).
+type energyJSON struct {
+	Source             string  `json:"source"`
+	Joules             amount  `json:"joules"`
+	JoulesPerOutputTok *amount `json:"joules_per_output_token"`
+	MeanWatts          amount  `json:"mean_watts"`
+	ScrapedSpanSeconds amount  `json:"scraped_span_s"`
 }
 
 type clockJSON struct {
@@ -290,6 +311,7 @@ func (b *Bench) head(schema string) benchHead {
 	if b.GoodputRate != nil {
 		h.Goodput = ptr(amount(sig(*b.GoodputRate)))
 	}
+	h.Options.USDPerGPUHour, h.Options.GPUs, h.Cost, h.Energy = b.costAndEnergy()
 	if c := b.Clock; c != nil {
 		h.Clock = &clockJSON{OffsetMS: offsetMillis(c.Offset), UncertaintyMS: millis(c.Uncertainty), Samples: count(c.Samples), Method: c.Method}
 	}
@@ -598,6 +620,15 @@ func (f *benchFile) readOptions(c *checker, b *Bench) {
 	}
 	if o.SessionStepLimitMS != nil {
 		b.SessionStepLimit = time.Duration(*o.SessionStepLimitMS)
+	}
+	if o.USDPerGPUHour != nil || o.GPUs != nil {
+		if o.USDPerGPUHour != nil {
+			b.Pricing.USDPerGPUHour = float64(*o.USDPerGPUHour)
+		}
+		if o.GPUs != nil {
+			b.Pricing.GPUs = int(min(*o.GPUs, MaxGPUs+1))
+		}
+		c.failErr("options", b.Pricing.Validate())
 	}
 	if cl := f.Clock; cl != nil {
 		b.Clock = &Clock{Offset: time.Duration(cl.OffsetMS), Uncertainty: time.Duration(cl.UncertaintyMS),

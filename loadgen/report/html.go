@@ -201,6 +201,12 @@ func benchSummary(b *Bench) summaryView {
 	if b.GoodputRate != nil {
 		v.Cards = append(v.Cards, card{"goodput req/s (" + b.Goodput.String() + ")", fmt.Sprintf("%.2f", *b.GoodputRate)})
 	}
+	if c, ok := b.Cost(); ok {
+		v.Cards = append(v.Cards, card{fmt.Sprintf("cost (%d GPU at $%g/h)", b.Pricing.GPUs, b.Pricing.USDPerGPUHour), c.text()})
+	}
+	if e, ok := b.Energy(); ok {
+		v.Cards = append(v.Cards, card{"energy", e.text()})
+	}
 	if s, ok := b.Metric(MetricE2EL); ok && s.Count > 0 {
 		for _, ps := range s.Percentiles {
 			if ps.P == 99 {

@@ -50,6 +50,9 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		if b.Goodput.String() != first.Goodput.String() {
 			return nil, fmt.Errorf("merge: bench %d has goodput SLOs %q, bench 1 has %q", i+1, b.Goodput, first.Goodput)
 		}
+		if b.Pricing != first.Pricing {
+			return nil, fmt.Errorf("merge: bench %d has GPU pricing %+v, bench 1 has %+v", i+1, b.Pricing, first.Pricing)
+		}
 		if b.SessionStepLimit != first.SessionStepLimit {
 			return nil, fmt.Errorf("merge: bench %d has session step limit %v, bench 1 has %v", i+1, b.SessionStepLimit, first.SessionStepLimit)
 		}
@@ -58,7 +61,7 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		return nil, err
 	}
 	o := Options{Percentiles: first.Percentiles, Metrics: first.Metrics, Confidence: first.Confidence,
-		Goodput: first.Goodput, SessionStepLimit: first.SessionStepLimit}.withDefaults()
+		Goodput: first.Goodput, SessionStepLimit: first.SessionStepLimit, Pricing: first.Pricing}.withDefaults()
 	m := newBench(o)
 	m.SessionStepLimit = first.SessionStepLimit
 

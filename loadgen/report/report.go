@@ -80,6 +80,8 @@ type Options struct {
 	// Agent summarises every session as an agent's conversation (Bench.Agents): loadgen.Agent
 	// drove the run.
 	Agent bool
+	// Pricing is what the target's GPUs cost, for the run's cost (Bench.Cost); zero: not priced.
+	Pricing Pricing
 	// TimelineBin is the width of a timeline bin; 0 means 1 s, widened so that a long run has at
 	// most 600 bins.
 	TimelineBin time.Duration

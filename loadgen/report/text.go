@@ -116,6 +116,12 @@ func writeBenchText(t *textWriter, b *Bench) {
 	if b.GoodputRate != nil {
 		t.row("Goodput (req/s)", "%.2f  (%d of %d meet %s)", *b.GoodputRate, b.GoodRequests, b.Completed, b.Goodput.Requests())
 	}
+	if c, ok := b.Cost(); ok {
+		t.row(fmt.Sprintf("Cost (%d GPU at $%g/h)", b.Pricing.GPUs, b.Pricing.USDPerGPUHour), "%s", c.text())
+	}
+	if e, ok := b.Energy(); ok {
+		t.row("Energy", "%s", e.text())
+	}
 
 	for _, s := range b.Stats {
 		title, label := metricTitles[s.Metric][0], metricTitles[s.Metric][1]

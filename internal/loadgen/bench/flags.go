@@ -50,6 +50,8 @@ func (o *Load) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Warmup, "warmup", 0, "send this many requests (or sessions) first, recorded in --save-detailed but in no statistic\n(vLLM's --num-warmups); --num-prompts counts after them")
 	fs.DurationVar(&o.WarmupDuration, "warmup-duration", 0, "send the arrivals of this first stretch as warmup (in no statistic); --duration counts after it")
 	fs.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.5, "exit non-zero when more than this fraction of the measured requests failed (1: never)")
+	fs.Float64Var(&o.Pricing.USDPerGPUHour, "gpu-cost-per-hour", 0, "what one of the target's GPUs costs an hour, in USD: the result then gives the run's cost,\nper request and per million input and output tokens (with --gpus)")
+	fs.IntVar(&o.Pricing.GPUs, "gpus", 1, "how many GPUs serve the target, for --gpu-cost-per-hour")
 	fs.Var(goodputValue{&o.Goodput}, "goodput", "request `SLOs` for goodput in ms, e.g. ttft:300,e2el:2000 (metrics ttft, ttfo, tpot, itl, e2el; agent:MS\nbounds an agent's latency, first request to final answer, with --tools or --tool-latency)")
 	o.PercentileMetrics = slices.Clone(report.AllMetrics)
 	fs.Var(metricsValue{&o.PercentileMetrics}, "percentile-metrics", "`metrics` in the report: ttft,ttfo,tpot,itl,e2el,service_e2el,send_lag or all\n(ttfo, the first answer token after any reasoning, shows when the server reasoned)")

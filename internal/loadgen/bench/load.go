@@ -62,9 +62,10 @@ type Load struct {
 	Warmup            int
 	WarmupDuration    time.Duration
 	MaxErrorRate      float64
-	Goodput           stats.SLOs // request SLOs of goodput; none: goodput is not reported
-	PercentileMetrics []string   // report.AllMetrics when empty
-	Percentiles       []float64  // report.DefaultPercentiles when empty
+	Goodput           stats.SLOs     // request SLOs of goodput; none: goodput is not reported
+	Pricing           report.Pricing // the target's GPU cost, for the run's cost; zero: none
+	PercentileMetrics []string       // report.AllMetrics when empty
+	Percentiles       []float64      // report.DefaultPercentiles when empty
 	SessionPatience   time.Duration
 	Slice             time.Duration // width of the time slices summarised each on its own (bench --slice); 0: none
 	Quiet             bool          // no progress line
@@ -180,7 +181,7 @@ func (o *Load) drain() time.Duration {
 // reportOptions are the report options of o.
 func (o *Load) reportOptions() report.Options {
 	return report.Options{Goodput: o.Goodput, Metrics: o.PercentileMetrics, Percentiles: o.Percentiles,
-		SessionStepLimit: o.SessionPatience, Slice: o.Slice, Agent: o.Agent.On}
+		SessionStepLimit: o.SessionPatience, Slice: o.Slice, Agent: o.Agent.On, Pricing: o.Pricing}
 }
 
 // sessionPatience is the step latency past which a replayed session's user leaves: the
@@ -222,6 +223,12 @@ func (o *Load) validate() error {
 	}
 	if err := o.Agent.validate(); err != nil {
 		return err
+	}
+	if err := o.Pricing.Validate(); err != nil {
+		return fmt.Errorf("--gpu-cost-per-hour, --gpus: %w", err)
+	}
+	if o.Pricing.GPUs > 0 && o.Pricing.USDPerGPUHour == 0 {
+		o.Pricing.GPUs = 0 // --gpus alone prices nothing
 	}
 	if _, ok := o.Goodput.Limit(stats.SLOAgent); ok && !o.Agent.On {
 		return errors.New("--goodput agent:MS bounds an agent's conversations: run the tool loop with --tools or --tool-latency")
