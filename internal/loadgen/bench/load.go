@@ -107,7 +107,7 @@ func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.C
 	}
 	key := o.APIKey
 	if key == "" {
-		key = os.Getenv("OPENAI_API_KEY")
+		key = os.Getenv(o.apiKeyEnv())
 	}
 	if key != "" {
 		opts = append(opts, client.WithAPIKey(key))
@@ -221,6 +221,9 @@ func (o *Load) validate() error {
 		return fmt.Errorf("--http-client %q: want %s", o.HTTPClient, strings.Join(client.HTTPClients, " or "))
 	}
 	if err := o.Agent.validate(); err != nil {
+		return err
+	}
+	if err := o.checkTargetAPI(); err != nil {
 		return err
 	}
 	if _, ok := o.Goodput.Limit(stats.SLOAgent); ok && !o.Agent.On {
