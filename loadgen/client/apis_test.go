@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -421,4 +422,74 @@ func FuzzResponsesStream(f *testing.F) {
 	fuzzAPIStream(f, "/v1/responses", readSeed(f, "testdata/llmsim-responses.sse"),
 		"event: error\ndata: not json\n\n",
 		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\ndata: {\"type\":\"response.completed\",\"response\":{}}\n\n")
+}
+
+func TestAPIErrorStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(529)
+		_, _ = io.WriteString(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL + "/v1/messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec loadgen.Record
+	c.Do(context.Background(), &briefQuestion, time.Now(), &rec)
+	if rec.ErrKind != loadgen.ErrKindHTTP5xx || rec.Err != "HTTP 529: Overloaded" {
+		t.Errorf("%s: %q", rec.ErrKind, rec.Err)
+	}
+}
+
+// BenchmarkMessagesParse measures reading a 256-token Messages stream as llm-sim sends it, per
+// token.
+func BenchmarkMessagesParse(b *testing.B) {
+	events := []string{`message_start {"message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":18,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}},"type":"message_start"}`,
+		`content_block_start {"content_block":{"text":"","type":"text"},"index":0,"type":"content_block_start"}`}
+	for i := range 256 {
+		events = append(events, fmt.Sprintf(`content_block_delta {"delta":{"text":" word%d","type":"text_delta"},"index":0,"type":"content_block_delta"}`, i))
+	}
+	events = append(events, `content_block_stop {"index":0,"type":"content_block_stop"}`,
+		`message_delta {"delta":{"stop_reason":"max_tokens","stop_sequence":null},"type":"message_delta","usage":{"input_tokens":18,"output_tokens":256}}`,
+		`message_stop {"type":"message_stop"}`)
+	benchmarkAPIParse(b, "/v1/messages", sse(events...))
+}
+
+// BenchmarkResponsesParse measures reading a 256-token Responses stream as llm-sim sends it,
+// per token.
+func BenchmarkResponsesParse(b *testing.B) {
+	resp := `{"id":"resp_1","object":"response","status":"in_progress","model":"m","output":[],"usage":null}`
+	events := []string{`response.created {"type":"response.created","sequence_number":0,"response":` + resp + `}`,
+		`response.output_item.added {"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"message","id":"msg_1","status":"in_progress","role":"assistant","content":[]}}`}
+	for i := range 256 {
+		events = append(events, fmt.Sprintf(`response.output_text.delta {"content_index":0,"delta":" word%d","item_id":"msg_1","logprobs":[],"output_index":0,"sequence_number":%d,"type":"response.output_text.delta"}`, i, i+2))
+	}
+	events = append(events, `response.completed {"type":"response.completed","sequence_number":300,"response":{"object":"response","status":"incomplete","usage":{"input_tokens":18,"input_tokens_details":{"cached_tokens":0},"output_tokens":256,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":274}}}`)
+	benchmarkAPIParse(b, "/v1/responses", sse(events...))
+}
+
+func benchmarkAPIParse(b *testing.B, path, stream string) {
+	c, err := New("http://127.0.0.1:1" + path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &loadgen.Request{MaxTokens: 256}
+	origin := time.Now()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(stream)))
+	r := strings.NewReader(stream)
+	for b.Loop() {
+		r.Reset(stream)
+		rec := loadgen.Record{Status: http.StatusOK, Chunks: make([]loadgen.Chunk, 0, 256)}
+		if c.api == apiMessages {
+			c.readMessagesStream(context.Background(), r, req, origin, &rec)
+		} else {
+			c.readResponsesStream(context.Background(), r, req, origin, &rec)
+		}
+		if !rec.OK() || len(rec.Chunks) != 256 || rec.OutputTokens != 256 {
+			b.Fatalf("%s, %d chunks", rec.Err, len(rec.Chunks))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/256, "ns/token")
 }

@@ -1,6 +1,6 @@
 // Package client is ragtail's HTTP client for OpenAI-compatible APIs (vLLM, Ollama, llama.cpp,
-// OpenAI, ragtail itself), and for Anthropic's Messages and OpenAI's Responses APIs (see
-// apis.go: a URL ending in /messages or /responses). It implements loadgen.Doer: one call sends one request and fills in a
+// OpenAI, ragtail itself), and for Anthropic's Messages and OpenAI's Responses APIs (a URL
+// ending in /messages or /responses; see Client.API). It implements loadgen.Doer: one call sends one request and fills in a
 // loadgen.Record with the moment the request was written, the first response byte, the first
 // content token, every content chunk with its tokens, the end, the status, a bounded error kind,
 // the trace id and the server's per-stage timings.
