@@ -266,6 +266,12 @@ func TestResponsesStreamEdgeCases(t *testing.T) {
 			t.Errorf("%s: %s", rec.ErrKind, rec.Err)
 		}
 	})
+	t.Run("a delta not a string is no token", func(t *testing.T) {
+		rec := readAPI(t, "/v1/responses", sse(`response.output_text.delta {"type":"response.output_text.delta","delta":{"x":1}}`, text("a"), done), plain)
+		if !rec.OK() || len(rec.Chunks) != 1 {
+			t.Errorf("%+v", rec)
+		}
+	})
 	t.Run("cut before response.completed", func(t *testing.T) {
 		rec := readAPI(t, "/v1/responses", sse(text("a")), plain)
 		if rec.ErrKind != loadgen.ErrKindStream || !strings.Contains(rec.Err, "response.completed") {

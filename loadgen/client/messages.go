@@ -43,14 +43,48 @@ type anthropicEvent struct {
 		Name string `json:"name"`
 	} `json:"content_block"`
 	Delta *struct {
-		Type        string          `json:"type"`
-		Text        string          `json:"text"`
-		Thinking    string          `json:"thinking"`
-		PartialJSON string          `json:"partial_json"`
-		StopReason  json.RawMessage `json:"stop_reason"`
+		anthropicDeltaBody
+		StopReason json.RawMessage `json:"stop_reason"`
 	} `json:"delta"`
 	Usage *anthropicUsage `json:"usage"`
 	Error json.RawMessage `json:"error"`
+}
+
+// anthropicDelta is a content_block_delta event.
+type anthropicDelta struct {
+	Type  string             `json:"type"`
+	Index int                `json:"index"`
+	Delta anthropicDeltaBody `json:"delta"`
+}
+
+type anthropicDeltaBody struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Thinking    string `json:"thinking"`
+	PartialJSON string `json:"partial_json"`
+}
+
+// handle records a delta: text and thinking are tokens, a tool's input too and a piece of its
+// call; signatures and citations are not.
+func (d *anthropicDelta) handle(s *eventStream, offset time.Duration) error {
+	switch d.Delta.Type {
+	case "text_delta":
+		if d.Delta.Text != "" {
+			return s.content(offset, true, false, d.Delta.Text)
+		}
+	case "thinking_delta":
+		if d.Delta.Thinking != "" {
+			return s.content(offset, false, true, "")
+		}
+	case "input_json_delta":
+		if d.Delta.PartialJSON != "" {
+			if err := s.toolCall(d.Index, "", "", d.Delta.PartialJSON); err != nil {
+				return err
+			}
+			return s.content(offset, false, false, "")
+		}
+	}
+	return nil
 }
 
 // readMessagesStream reads a Messages stream. The first token is the first content_block_delta
@@ -62,8 +96,18 @@ type anthropicEvent struct {
 // cached tokens. The stream must end with message_stop (or at least reach message_delta's
 // stop_reason); an error event fails the request with its message.
 func (c *Client) readMessagesStream(ctx context.Context, body io.Reader, req *loadgen.Request, origin time.Time, rec *loadgen.Record) {
-	var ev anthropicEvent
+	var (
+		ev anthropicEvent
+		d  anthropicDelta
+	)
 	c.readEvents(ctx, body, req, origin, rec, "message_stop", func(s *eventStream, event, data []byte, offset time.Duration) error {
+		if string(event) == "content_block_delta" { // most events: a lighter decode
+			// An event this does not decode (a field of another type) takes the general path.
+			d = anthropicDelta{}
+			if json.Unmarshal(data, &d) == nil && (d.Type == "" || d.Type == "content_block_delta") {
+				return d.handle(s, offset)
+			}
+		}
 		ev = anthropicEvent{}
 		if err := decodeEvent(event, data, &ev); err != nil {
 			return err
@@ -83,26 +127,8 @@ func (c *Client) readMessagesStream(ctx context.Context, body io.Reader, req *lo
 				return s.toolCall(ev.Index, b.ID, b.Name, "")
 			}
 		case "content_block_delta":
-			d := ev.Delta
-			if d == nil {
-				return nil
-			}
-			switch d.Type {
-			case "text_delta":
-				if d.Text != "" {
-					return s.content(offset, true, false, d.Text)
-				}
-			case "thinking_delta":
-				if d.Thinking != "" {
-					return s.content(offset, false, true, "")
-				}
-			case "input_json_delta":
-				if d.PartialJSON != "" {
-					if err := s.toolCall(ev.Index, "", "", d.PartialJSON); err != nil {
-						return err
-					}
-					return s.content(offset, false, false, "")
-				}
+			if ev.Delta != nil {
+				return (&anthropicDelta{Index: ev.Index, Delta: ev.Delta.anthropicDeltaBody}).handle(s, offset)
 			}
 		case "message_delta":
 			if u := ev.Usage; u != nil {

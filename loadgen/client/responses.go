@@ -71,6 +71,30 @@ type responsesEvent struct {
 	Error    json.RawMessage  `json:"error"`
 }
 
+// responsesDelta is an event whose delta is text: an answer's, reasoning's or a function call's
+// arguments.
+type responsesDelta struct {
+	Type        string `json:"type"`
+	OutputIndex int    `json:"output_index"`
+	Delta       string `json:"delta"`
+}
+
+// The kinds of text deltas.
+const (
+	deltaAnswer = iota + 1
+	deltaReasoning
+	deltaArguments
+)
+
+// textDeltas are the Responses events whose delta is text, by kind.
+var textDeltas = map[string]int{
+	"response.output_text.delta":             deltaAnswer,
+	"response.refusal.delta":                 deltaAnswer,
+	"response.reasoning_text.delta":          deltaReasoning,
+	"response.reasoning_summary_text.delta":  deltaReasoning,
+	"response.function_call_arguments.delta": deltaArguments,
+}
+
 // readResponsesStream reads a Responses stream. The first token is the first delta event with
 // output: response.output_text.delta or response.refusal.delta (also the first answer token),
 // a reasoning delta (response.reasoning_text.delta, response.reasoning_summary_text.delta) or
@@ -82,8 +106,30 @@ type responsesEvent struct {
 // response cut at max_output_tokens); response.failed and error events fail the request with
 // their message.
 func (c *Client) readResponsesStream(ctx context.Context, body io.Reader, req *loadgen.Request, origin time.Time, rec *loadgen.Record) {
-	var ev responsesEvent
+	var (
+		ev responsesEvent
+		d  responsesDelta
+	)
 	c.readEvents(ctx, body, req, origin, rec, "response.completed", func(s *eventStream, event, data []byte, offset time.Duration) error {
+		if textDeltas[string(event)] != 0 { // most events: a lighter decode
+			// An event this does not decode (a delta not a string) takes the general path.
+			d = responsesDelta{}
+			if json.Unmarshal(data, &d) == nil && (d.Type == "" || d.Type == string(event)) {
+				if d.Delta == "" {
+					return nil
+				}
+				switch textDeltas[string(event)] {
+				case deltaAnswer:
+					return s.content(offset, true, false, d.Delta)
+				case deltaReasoning:
+					return s.content(offset, false, true, "")
+				}
+				if err := s.toolCall(d.OutputIndex, "", "", d.Delta); err != nil {
+					return err
+				}
+				return s.content(offset, false, false, "")
+			}
+		}
 		ev = responsesEvent{}
 		if err := decodeEvent(event, data, &ev); err != nil {
 			return err
