@@ -1,5 +1,6 @@
 // Package client is ragtail's HTTP client for OpenAI-compatible APIs (vLLM, Ollama, llama.cpp,
-// OpenAI, ragtail itself). It implements loadgen.Doer: one call sends one request and fills in a
+// OpenAI, ragtail itself), and for Anthropic's Messages and OpenAI's Responses APIs (a URL
+// ending in /messages or /responses; see Client.API). It implements loadgen.Doer: one call sends one request and fills in a
 // loadgen.Record with the moment the request was written, the first response byte, the first
 // content token, every content chunk with its tokens, the end, the status, a bounded error kind,
 // the trace id and the server's per-stage timings.
@@ -61,9 +62,10 @@ type Client struct {
 	origin      string // scheme://host, for Path requests
 	completions bool   // the legacy /v1/completions endpoint: a prompt, not messages
 	embeddings  bool   // a /v1/embeddings endpoint: requests carry Input
+	api         api    // the generation API: chat completions, Anthropic Messages, OpenAI Responses
 	hc          *http.Client
 	extra       map[string]json.RawMessage
-	auth        []string // the Authorization header value, if an API key is set
+	auth        []string // the Authorization (or Anthropic's X-Api-Key) header value, if an API key is set
 	clock       clockEstimator
 	readers     sync.Pool
 	transport   string // HTTPClientH1 or HTTPClientNetHTTP; "" for one given by WithTransport
@@ -96,7 +98,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // WithModel sets the "model" of every request.
 func WithModel(model string) Option { return optionFunc(func(c *config) { c.model = model }) }
 
-// WithAPIKey sends key as a bearer token.
+// WithAPIKey sends key as a bearer token, or as the x-api-key header to a Messages endpoint.
 func WithAPIKey(key string) Option { return optionFunc(func(c *config) { c.apiKey = key }) }
 
 // WithMaxTokens sets max_tokens for requests that do not set their own; 0 leaves it out.
@@ -182,8 +184,9 @@ func WithClockHeaders(names ...string) Option {
 var DefaultClockHeaders = []string{"X-Ragtail-Time", "X-Server-Time"}
 
 // ResolveURL returns the endpoint a URL names: a chat-completions URL
-// (http://host:8000/v1/chat/completions), a legacy completions one (/v1/completions) or an
-// embeddings one (/v1/embeddings) as it is; a base URL gets the route appended as OpenAI clients do: http://host:8000/v1 becomes
+// (http://host:8000/v1/chat/completions), a legacy completions one (/v1/completions), an
+// embeddings one (/v1/embeddings), an Anthropic Messages one (/v1/messages) or an OpenAI
+// Responses one (/v1/responses) as it is; a base URL gets the route appended as OpenAI clients do: http://host:8000/v1 becomes
 // http://host:8000/v1/chat/completions, and a URL without a path (http://host:8000) gets
 // /v1/chat/completions.
 func ResolveURL(rawURL string) (*url.URL, error) {
@@ -198,7 +201,8 @@ func ResolveURL(rawURL string) (*url.URL, error) {
 	switch {
 	case p == "":
 		u.Path = "/v1/chat/completions"
-	case strings.HasSuffix(p, "/completions") || strings.HasSuffix(p, "/embeddings"):
+	case strings.HasSuffix(p, "/completions") || strings.HasSuffix(p, "/embeddings") ||
+		strings.HasSuffix(p, "/messages") || strings.HasSuffix(p, "/responses"):
 		u.Path = p
 	default:
 		u.Path = p + "/chat/completions"
@@ -208,7 +212,8 @@ func ResolveURL(rawURL string) (*url.URL, error) {
 }
 
 // New returns a client of the endpoint at rawURL (see ResolveURL): a chat-completions URL, a
-// legacy completions one, or a base URL the chat-completions route is appended to. Requests
+// legacy completions one, an embeddings, Anthropic Messages or OpenAI Responses one, or a base
+// URL the chat-completions route is appended to. Requests
 // with a Path go to the same scheme and host.
 func New(rawURL string, opts ...Option) (*Client, error) {
 	u, err := ResolveURL(rawURL)
@@ -233,6 +238,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		origin:      u.Scheme + "://" + u.Host,
 		completions: strings.HasSuffix(u.Path, "/completions") && !strings.HasSuffix(u.Path, "/chat/completions"),
 		embeddings:  strings.HasSuffix(u.Path, "/embeddings"),
+		api:         apiOf(u.Path),
 		// Redirects are not followed: a load generator should measure the endpoint it was given.
 		hc: &http.Client{Transport: cfg.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	}
@@ -246,7 +252,10 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 			c.extra[k] = b
 		}
 	}
-	if cfg.apiKey != "" {
+	switch {
+	case cfg.apiKey != "" && c.api == apiMessages:
+		c.auth = []string{cfg.apiKey}
+	case cfg.apiKey != "":
 		c.auth = []string{"Bearer " + cfg.apiKey}
 	}
 	c.readers.New = func() any { return newSSEReader(nil) }
@@ -449,7 +458,18 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	case req.Input != nil:
 		c.readEmbeddings(ctx, body, req, origin, rec)
 	case isEventStream(resp.Header.Get("Content-Type")) || (c.cfg.stream && !isJSON(resp.Header.Get("Content-Type"))):
-		c.readStream(ctx, body, req, origin, rec)
+		switch c.api {
+		case apiMessages:
+			c.readMessagesStream(ctx, body, req, origin, rec)
+		case apiResponses:
+			c.readResponsesStream(ctx, body, req, origin, rec)
+		default:
+			c.readStream(ctx, body, req, origin, rec)
+		}
+	case c.api == apiMessages:
+		c.readMessage(ctx, body, req, origin, rec)
+	case c.api == apiResponses:
+		c.readResponse(ctx, body, req, origin, rec)
 	default:
 		c.readCompletion(ctx, body, req, origin, rec)
 	}
@@ -540,13 +560,21 @@ var (
 	acceptJSON   = []string{"application/json"}
 	acceptEvents = []string{"text/event-stream"}
 	userAgent    = []string{"ragtail-bench"}
+
+	anthropicVersionHeader = []string{anthropicVersion}
 )
 
 func (c *Client) setHeaders(hreq *http.Request, accept []string) {
 	h := hreq.Header
 	h["Accept"] = accept
 	h["User-Agent"] = userAgent
-	if c.auth != nil {
+	switch {
+	case c.api == apiMessages:
+		h["Anthropic-Version"] = anthropicVersionHeader
+		if c.auth != nil {
+			h["X-Api-Key"] = c.auth
+		}
+	case c.auth != nil:
 		h["Authorization"] = c.auth
 	}
 	for k, vs := range c.cfg.header { // the user's own headers win
@@ -574,6 +602,18 @@ var includeUsage = &streamOptions{IncludeUsage: true}
 func (c *Client) encodeBody(req *loadgen.Request, buf *bytes.Buffer) error {
 	if c.embeddings {
 		if err := c.encodeEmbeddings(req, buf); err != nil {
+			return err
+		}
+		return c.mergeExtra(req, buf)
+	}
+	switch c.api {
+	case apiMessages:
+		if err := c.encodeMessages(req, buf); err != nil {
+			return err
+		}
+		return c.mergeExtra(req, buf)
+	case apiResponses:
+		if err := c.encodeResponses(req, buf); err != nil {
 			return err
 		}
 		return c.mergeExtra(req, buf)
@@ -926,9 +966,10 @@ func overlong(n int, what string, maxTokens, limit int) error {
 	return fmt.Errorf("response cut after %d %s: max_tokens is %d, and the client allows max(2·max_tokens, max_tokens+64) = %d", n, what, maxTokens, limit)
 }
 
-// maxTokensOf is the max_tokens (or max_completion_tokens) req is sent with; 0 when none.
+// maxTokensOf is the max_tokens (or max_completion_tokens, or the Responses API's
+// max_output_tokens) req is sent with; 0 when none.
 func (c *Client) maxTokensOf(req *loadgen.Request) int {
-	for _, key := range []string{"max_tokens", "max_completion_tokens"} {
+	for _, key := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
 		if v, ok := req.Extra[key]; ok {
 			return tokenCount(v)
 		}
@@ -1201,7 +1242,7 @@ func (c *Client) modelsURL() (string, error) {
 		return "", err
 	}
 	base := u.Path
-	for _, route := range []string{"/chat/completions", "/completions", "/embeddings"} {
+	for _, route := range []string{"/chat/completions", "/completions", "/embeddings", "/messages", "/responses"} {
 		if b, ok := strings.CutSuffix(u.Path, route); ok {
 			base = b
 			break

@@ -19,9 +19,9 @@ import (
 // parsed a command line, call FlagsParsed (of Options or SweepOptions) for the fields that
 // depend on which flags were given.
 func (o *Load) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL, or a base URL\n(http://host:8000/v1 or http://host:8000) that gets the chat-completions route appended; a /v1/embeddings\nURL embeds the dataset's prompts instead (see --embed-batch)")
+	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8000/v1/chat/completions", "OpenAI-compatible endpoint: a /v1/chat/completions (or legacy /v1/completions) URL, or a base URL\n(http://host:8000/v1 or http://host:8000) that gets the chat-completions route appended; a /v1/embeddings\nURL embeds the dataset's prompts instead (see --embed-batch); a /v1/messages URL speaks Anthropic's Messages API\nand a /v1/responses URL OpenAI's Responses API, each timed from its own stream events")
 	fs.StringVar(&o.Model, "model", "", "model name sent with each request (default: the first model of GET /v1/models)")
-	fs.StringVar(&o.APIKey, "api-key", "", "bearer token (default: $OPENAI_API_KEY)")
+	fs.StringVar(&o.APIKey, "api-key", "", "bearer token, or x-api-key for a /v1/messages --url (default: $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for /v1/messages)")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 256, "max_tokens of each request (a dataset's own output lengths are used unless this is given)")
 	fs.Float64Var(&o.Temperature, "temperature", 0, "sampling temperature (default: not sent, the server's default)")
 	fs.BoolVar(&o.Stream, "stream", true, "stream responses (SSE); without streaming only E2EL is measured")

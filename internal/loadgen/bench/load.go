@@ -108,7 +108,7 @@ func (o *Load) NewClient(ctx context.Context, extra ...client.Option) (*client.C
 	}
 	key := o.APIKey
 	if key == "" {
-		key = os.Getenv("OPENAI_API_KEY")
+		key = os.Getenv(o.apiKeyEnv())
 	}
 	if key != "" {
 		opts = append(opts, client.WithAPIKey(key))
@@ -229,6 +229,9 @@ func (o *Load) validate() error {
 	}
 	if o.Pricing.GPUs > 0 && o.Pricing.USDPerGPUHour == 0 {
 		o.Pricing.GPUs = 0 // --gpus alone prices nothing
+	}
+	if err := o.checkTargetAPI(); err != nil {
+		return err
 	}
 	if _, ok := o.Goodput.Limit(stats.SLOAgent); ok && !o.Agent.On {
 		return errors.New("--goodput agent:MS bounds an agent's conversations: run the tool loop with --tools or --tool-latency")
