@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/report"
@@ -165,5 +166,48 @@ func TestBenchCancelLLMSim(t *testing.T) {
 				t.Error("HTML lacks the cancellation cards")
 			}
 		})
+	}
+}
+
+// TestBenchCancelServe: against ragtail serve, requests abandoned 20 ms after their first token
+// stop the in-process engine's work: its running sequences are back to 0 by the last scrape
+// and it counted every abandonment as an abort.
+func TestBenchCancelServe(t *testing.T) {
+	addr, _, _ := startServe(t, "--profile", "tiny", "--corpus-docs", "20", "--profiling=false")
+	servingMu.Lock()
+	m := adminLine.FindStringSubmatch(servingOut[addr].String())
+	servingMu.Unlock()
+	if m == nil {
+		t.Fatal("no admin address in serve's output")
+	}
+	const spec = "fraction=0.5,after=ttft+20ms"
+	r, b, recs, text, _ := cancelRun(t, "http://"+addr+"/v1/chat/completions", "--server-metrics", "http://"+m[1]+"/metrics",
+		"--seed", "3", "--num-prompts", "16", "--concurrency", "4", "--max-tokens", "150", "--dataset", "short", "--cancel", spec)
+	var planned, cancelled int64
+	for _, rec := range recs {
+		if rec.CancelPlanned {
+			planned++
+		}
+		if rec.Cancelled {
+			cancelled++
+			if ttft, _ := rec.TTFT(); rec.CancelledAt-rec.FirstToken < 20*time.Millisecond || ttft <= 0 {
+				t.Errorf("request %d cancelled at %v, first token at %v: want 20ms or more after it", rec.Index, rec.CancelledAt, rec.FirstToken)
+			}
+		}
+	}
+	for _, rec := range recs {
+		if rec.CancelPlanned && !rec.Cancelled {
+			t.Logf("planned, not cancelled: %d tokens, first token %v, end %v, status %d, error %s %q", rec.OutputTokens, rec.FirstToken, rec.End, rec.Status, rec.ErrKind, rec.Err)
+		}
+	}
+	if planned == 0 || cancelled != planned || b.Cancellations == nil || b.Cancellations.Done != cancelled {
+		t.Fatalf("planned %d, cancelled %d, summary %+v: want every planned request cancelled", planned, cancelled, b.Cancellations)
+	}
+	cs, _ := r["cancellations"].(map[string]any)
+	if cs["server_running_after"] != 0.0 || cs["server_aborts"] != float64(cancelled) || cs["server_freed"] != true {
+		t.Errorf("cancellations %v: want the engine to abort %d and run nothing after", cs, cancelled)
+	}
+	if !strings.Contains(text, "Cancelled requests") {
+		t.Errorf("text report:\n%s", text)
 	}
 }
