@@ -116,7 +116,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		"says what was measured, and a breach exits with status 99 (other failures exit 1)")
 	fs.Var(cancelValue{&o.Cancel}, "cancel", "abandon requests mid-stream as users closing a tab do: `fraction=F,after=POINT`, POINT one of ttft+DURATION\n"+
 		"(after the first token), tokens:N (after N output tokens) or DURATION (after the send), e.g.\n"+
-		"'fraction=0.1,after=ttft+200ms'; which requests is seeded (--seed), not timed. They are counted apart\n"+
+		"'fraction=0.1,after=ttft+200ms'; the choice of requests is seeded (--seed), not timed. They count apart\n"+
 		"(cancelled), in no latency but TTFT nor in goodput, and with --server-metrics the report says whether\n"+
 		"the server aborted them and freed their work")
 	fs.DurationVar(&o.Slice, "slice", 0, "summarise each slice of this width (e.g. 10s) on its own: requests, TTFT and E2EL percentiles with\n"+
