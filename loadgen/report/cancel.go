@@ -30,8 +30,9 @@ type CancelServer struct {
 	// NaN when the series was not scraped.
 	Aborts float64
 	// RunningAfter is vllm:num_requests_running and KVUsageAfter vllm:gpu_cache_usage_perc (or
-	// vllm:kv_cache_usage_perc) at the last scrape, taken once every request had ended; NaN
-	// when not scraped.
+	// vllm:kv_cache_usage_perc) at the last scrape, taken once every request had ended (bench
+	// takes it one scrape interval after the last cancellation at the earliest); NaN when not
+	// scraped.
 	RunningAfter, KVUsageAfter float64
 	// Freed reports whether the server stopped the work: it aborted at least as many requests
 	// as were abandoned, and nothing ran nor held KV cache at the last scrape (a series not

@@ -323,8 +323,27 @@ func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metr
 	cfg.Stop = stop
 	scraper.start(runCtx, cfg.Start)
 	res, b, err := measure(runCtx, cfg, o.Load.reportOptions(), detailed.writer())
+	if scraper != nil && b != nil && b.Cancellations != nil && b.Cancellations.Done > 0 {
+		// A server notices that a client went a moment later: the last scrape is taken one
+		// interval after the last cancellation at the earliest, so that it shows whether the
+		// server freed the work.
+		settle(runCtx, time.Until(b.Start.Add(b.Cancellations.LastAt+o.ServerMetrics.Interval)))
+	}
 	scraper.stop(runCtx, b, stderr)
 	return res, b, err
+}
+
+// settle waits d, or until ctx is done.
+func settle(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // describeStop says what the run of cfg will do, for the line printed before it starts.
