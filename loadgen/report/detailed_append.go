@@ -246,7 +246,7 @@ func detailedLine(r *loadgen.Record, itl []float64) (detailedRecord, []float64) 
 		v := msv(lat.TTFT)
 		rec.TTFTMS = &v
 	}
-	if lat.HasTPOT {
+	if lat.HasTPOT && !r.Cancelled { // a cut stream's pace ends where the user left
 		v := msv(lat.TPOT)
 		rec.TPOTMS = &v
 	}
