@@ -27,6 +27,9 @@ type Request struct {
 	// KeepAnswer asks the client to keep the answer's text in Record.Answer, because a later
 	// step continues the conversation; Run sets it only then, so other requests pay nothing.
 	KeepAnswer bool `json:",omitempty"`
+	// Cancel, when set, abandons the request at this point (see WithCancellations): the client
+	// cancels it there and the record says so (Record.Cancelled).
+	Cancel *CancelPoint `json:",omitempty"`
 }
 
 // Message is one chat message, as OpenAI's chat completions API takes it: an assistant message

@@ -23,6 +23,13 @@ type Record struct {
 	// (Intended, Sent and End are when the run gave up on it; Err says when it was due) and only
 	// tells that its session was cut.
 	NotSent bool `json:"not_sent,omitempty"`
+	// CancelPlanned marks a request chosen to be abandoned (Request.Cancel); Cancelled, one the
+	// client did abandon, at CancelledAt (an offset like the others). A planned request whose
+	// response ended before its cancel point is not Cancelled. A cancelled request is neither a
+	// success nor a failure: it carries no error, and OK reports false.
+	CancelPlanned bool          `json:"cancel_planned,omitempty"`
+	Cancelled     bool          `json:"cancelled,omitempty"`
+	CancelledAt   time.Duration `json:"cancelled_ns,omitempty"`
 
 	Intended   time.Duration `json:"intended_ns"`              // when the arrival process wanted it sent
 	Sent       time.Duration `json:"sent_ns"`                  // when it was actually written to the connection
@@ -105,8 +112,11 @@ const (
 	ErrKindOverlong = "overlong"
 )
 
-// OK reports whether the request completed successfully.
-func (r *Record) OK() bool { return r.ErrKind == "" && r.Status >= 200 && r.Status < 300 }
+// OK reports whether the request completed successfully: not abandoned (Cancelled), no error
+// and a 2xx status.
+func (r *Record) OK() bool {
+	return !r.Cancelled && r.ErrKind == "" && r.Status >= 200 && r.Status < 300
+}
 
 // TTFT is the time to first token: first content token minus intended send time.
 func (r *Record) TTFT() (time.Duration, bool) {
@@ -213,6 +223,9 @@ type RunInfo struct {
 	// HTTPClient names the HTTP transport the requests went through ("h1", "net/http"); empty
 	// when the caller did not say.
 	HTTPClient string `json:"http_client,omitempty"`
+	// Cancel is the run's cancellations as --cancel reads them (Cancellations.String); empty
+	// when the run abandoned no request.
+	Cancel string `json:"cancel,omitempty"`
 }
 
 // NewRunInfo starts the description of a run for the reports: the target url, the model sent
@@ -239,6 +252,12 @@ func (i RunInfo) WithBurstiness(b float64) RunInfo {
 // WithHTTPClient records the HTTP transport the requests go through.
 func (i RunInfo) WithHTTPClient(name string) RunInfo {
 	i.HTTPClient = bound(name)
+	return i
+}
+
+// WithCancel records the run's cancellations (none for the zero Cancellations).
+func (i RunInfo) WithCancel(c Cancellations) RunInfo {
+	i.Cancel = bound(c.String())
 	return i
 }
 

@@ -529,7 +529,7 @@ func (r *runner) notSent(session string, step int, due time.Duration, req *Reque
 // succeeded.
 func (r *runner) send(req *Request, session string, step int, intended time.Duration, warm bool) (itemRecord, bool) {
 	seq := r.seq.Add(1)
-	rec := Record{Intended: intended, Session: session, Step: step, Key: req.Key, Warmup: warm}
+	rec := Record{Intended: intended, Session: session, Step: step, Key: req.Key, Warmup: warm, CancelPlanned: req.Cancel != nil}
 	if warm {
 		r.warmups.Add(1)
 	}
@@ -604,7 +604,7 @@ func (r *runner) stopKind() string {
 func (r *runner) finish(rec *Record) {
 	r.done.Add(1)
 	ok := rec.OK()
-	if !ok {
+	if !ok && !rec.Cancelled {
 		r.failed.Add(1)
 	}
 	if ok && !rec.Warmup {

@@ -407,6 +407,15 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 	hreq.Header["Traceparent"] = tm.tp[:]
 	rec.TraceID = traceID
 
+	var abandon *abandoner
+	if req.Cancel != nil {
+		var actx context.Context
+		actx, abandon = newAbandoner(hreq.Context(), *req.Cancel, origin, rec)
+		hreq = hreq.WithContext(actx)
+		ctx = actx
+		defer abandon.finish()
+	}
+
 	before := time.Since(origin)
 	resp, err := c.roundTrip(hreq)
 	tm.phases(rec)
@@ -448,6 +457,9 @@ func (c *Client) Do(ctx context.Context, req *loadgen.Request, origin time.Time,
 			return
 		}
 		body = zr
+	}
+	if abandon != nil {
+		body = abandon.wrap(body)
 	}
 
 	switch {

@@ -37,6 +37,9 @@ type Bench struct {
 	Warmup int64
 
 	Completed, Failed int64
+	// Cancellations counts the requests abandoned on purpose (--cancel), neither completed nor
+	// failed; nil when the run abandoned none.
+	Cancellations     *Cancellations
 	Duration          time.Duration // the measured window: start to the last request's end
 	InputTokens       int64         // prompt tokens of completed requests
 	OutputTokens      int64         // output tokens of completed requests (usage, else counted)

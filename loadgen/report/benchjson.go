@@ -43,20 +43,24 @@ func (f *benchFile) UnmarshalJSON(b []byte) error {
 // benchHead are the keys of a bench document before its metrics': the run's description and
 // counts, the token details, the workload's counts and the throughputs.
 type benchHead struct {
-	Schema            string          `json:"schema,omitempty"`
-	Start             timestamp       `json:"start"`
-	Config            configJSON      `json:"config"`
-	Options           optionsJSON     `json:"options"`
-	Clock             *clockJSON      `json:"clock,omitempty"`
-	MergedFrom        count           `json:"merged_from,omitempty"` // written from 2 runs on
-	Sources           []string        `json:"sources,omitempty"`
-	Completed         count           `json:"completed"`
-	Failed            count           `json:"failed"`
-	ErrorRate         derived[number] `json:"error_rate"` // failed / (completed + failed), null for none
-	Warmup            count           `json:"warmup,omitempty"`
-	DurationS         seconds         `json:"duration_s"`
-	TotalInputTokens  count           `json:"total_input_tokens"`
-	TotalOutputTokens count           `json:"total_output_tokens"`
+	Schema     string      `json:"schema,omitempty"`
+	Start      timestamp   `json:"start"`
+	Config     configJSON  `json:"config"`
+	Options    optionsJSON `json:"options"`
+	Clock      *clockJSON  `json:"clock,omitempty"`
+	MergedFrom count       `json:"merged_from,omitempty"` // written from 2 runs on
+	Sources    []string    `json:"sources,omitempty"`
+	Completed  count       `json:"completed"`
+	Failed     count       `json:"failed"`
+	// Cancelled counts the requests abandoned on purpose (--cancel), in neither count above;
+	// Cancellations details them.
+	Cancelled         count              `json:"cancelled,omitempty"`
+	Cancellations     *cancellationsJSON `json:"cancellations,omitempty"`
+	ErrorRate         derived[number]    `json:"error_rate"` // failed / (completed + failed), null for none
+	Warmup            count              `json:"warmup,omitempty"`
+	DurationS         seconds            `json:"duration_s"`
+	TotalInputTokens  count              `json:"total_input_tokens"`
+	TotalOutputTokens count              `json:"total_output_tokens"`
 	tokenDetailsJSON
 	workloadJSON
 	RequestThroughput    amount                `json:"request_throughput"`
@@ -91,6 +95,7 @@ type configJSON struct {
 	Version      string       `json:"version,omitempty"`
 	Command      string       `json:"command,omitempty"`
 	HTTPClient   string       `json:"http_client,omitempty"`
+	Cancel       string       `json:"cancel,omitempty"`
 }
 
 type segmentJSON struct {
@@ -305,6 +310,9 @@ func (b *Bench) head(schema string) benchHead {
 	if len(b.Goodput) > 0 {
 		h.Options.Goodput = ptr(b.Goodput.String())
 	}
+	if b.Cancellations != nil {
+		h.Cancelled, h.Cancellations = count(b.Cancellations.Done), b.cancellationsObject()
+	}
 	if len(b.Goodput.Requests()) > 0 {
 		h.GoodputRequests = ptr(count(b.GoodRequests))
 	}
@@ -328,6 +336,7 @@ func configObject(c loadgen.RunInfo) configJSON {
 		Concurrency: count(c.Concurrency), NumPrompts: count(c.NumPrompts), MaxTokens: count(c.MaxTokens), Seed: c.Seed,
 		InFlightCap: count(c.InFlightCap), ScheduleHash: c.ScheduleHash, Interrupted: c.Interrupted,
 		Dataset: c.Dataset, Stream: c.Stream, Version: c.Version, Command: c.Command, HTTPClient: c.HTTPClient,
+		Cancel: c.Cancel,
 	}
 	if c.Temperature != nil {
 		o.Temperature = ptr(amount(sig(*c.Temperature)))
@@ -576,6 +585,7 @@ func (cf *configJSON) runInfo(c *checker) loadgen.RunInfo {
 		Version:      c.bounded("config.version", cf.Version, maxSettingBytes),
 		Command:      c.bounded("config.command", cf.Command, maxCommandBytes),
 		HTTPClient:   c.bounded("config.http_client", cf.HTTPClient, maxSettingBytes),
+		Cancel:       c.bounded("config.cancel", cf.Cancel, maxSettingBytes),
 	}
 	if s := cf.Segment; s != nil {
 		seg := loadgen.SegmentOf{Index: int(min(s.Index, 1<<30)), Count: int(min(s.Count, 1<<30))}
@@ -641,6 +651,7 @@ func (f *benchFile) readCounts(b *Bench) {
 	b.MergedFrom, b.Sources = int(min(f.MergedFrom, 1<<30)), f.Sources
 	b.Completed, b.Failed, b.Warmup, b.Duration = int64(f.Completed), int64(f.Failed), int64(f.Warmup), time.Duration(f.DurationS)
 	b.InputTokens, b.OutputTokens = int64(f.TotalInputTokens), int64(f.TotalOutputTokens)
+	f.readCancellations(b)
 	b.CachedTokens, b.ReasoningTokens = int64(f.TotalCachedTokens), int64(f.TotalReasoningTokens)
 	b.RequestThroughput, b.OutputThroughput = float64(f.RequestThroughput), float64(f.OutputThroughput)
 	b.TotalTokenThroughput = float64(f.TotalTokenThroughput)

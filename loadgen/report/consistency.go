@@ -9,7 +9,7 @@ import (
 // checkCounts refuses a bench whose counts contradict each other, before anything sized by them
 // runs (a percentile's interval costs memory and time that grow with its histogram's count).
 // Every completed request records one e2el, service_e2el and send_lag value, at most one TTFT,
-// TTFO and TPOT, at most one value per server stage, and belongs to at most one turn; goodput
+// TTFO and TPOT (TTFT also one of each abandoned request), at most one value per server stage, and belongs to at most one turn; goodput
 // counts completed requests. A histogram a file leaves out is not checked.
 func checkCounts(c *checker, b *Bench) {
 	if c.err != nil {
@@ -22,8 +22,12 @@ func checkCounts(c *checker, b *Bench) {
 		}
 	}
 	for _, m := range []string{MetricTTFT, MetricTTFO, MetricTPOT} {
-		if h := b.Histograms[m]; h != nil && h.Count() > b.Completed {
-			c.fail("histograms.metrics."+m, "holds %d values, more than the %d completed requests", h.Count(), b.Completed)
+		limit, what := b.Completed, "completed"
+		if m == MetricTTFT && b.Cancellations != nil {
+			limit, what = b.Completed+b.Cancellations.Done, "completed and cancelled"
+		}
+		if h := b.Histograms[m]; h != nil && h.Count() > limit {
+			c.fail("histograms.metrics."+m, "holds %d values, more than the %d %s requests", h.Count(), limit, what)
 			return
 		}
 	}

@@ -20,7 +20,7 @@ import (
 const SchemaRequests = "ragtail.requests/v1"
 
 // csvHeader is the columns of WriteCSV, one row per request.
-var csvHeader = []string{"i", "session", "step", "warmup", "not_sent", "ok", "status", "err_kind",
+var csvHeader = []string{"i", "session", "step", "warmup", "not_sent", "cancelled", "ok", "status", "err_kind",
 	"intended_s", "sent_s", "ttft_ms", "tpot_ms", "e2el_ms", "service_e2el_ms", "send_lag_ms",
 	"prompt_tokens", "output_tokens", "chunks", "trace_id", "server_timing"}
 
@@ -95,7 +95,7 @@ func csvRow(row []string, r *csvRecord) {
 		return f(*x)
 	}
 	copy(row, []string{strconv.Itoa(r.Index), r.Session, strconv.Itoa(r.Step), strconv.FormatBool(r.Warmup),
-		strconv.FormatBool(r.NotSent), strconv.FormatBool(r.OK), strconv.Itoa(r.Status), r.ErrKind,
+		strconv.FormatBool(r.NotSent), strconv.FormatBool(r.Cancelled), strconv.FormatBool(r.OK), strconv.Itoa(r.Status), r.ErrKind,
 		f(roundTo(r.Intended.Seconds(), 9)), f(roundTo(r.Sent.Seconds(), 9)), opt(r.TTFTMS), opt(r.TPOTMS),
 		f(r.E2ELMS), f(r.ServiceE2ELMS), f(r.SendLagMS), strconv.Itoa(r.PromptTokens), strconv.Itoa(r.OutputTokens),
 		strconv.Itoa(len(r.Chunks)), r.TraceID, serverTimingCell(r.ServerTiming)})

@@ -35,6 +35,15 @@ func appendDetailed(b []byte, d *detailedRecord, scratch *bytes.Buffer) []byte {
 	if r.NotSent {
 		b = append(b, `,"not_sent":true`...)
 	}
+	if r.CancelPlanned {
+		b = append(b, `,"cancel_planned":true`...)
+	}
+	if r.Cancelled {
+		b = append(b, `,"cancelled":true`...)
+	}
+	if r.CancelledAt != 0 {
+		b = appendIntField(b, `,"cancelled_ns":`, int64(r.CancelledAt))
+	}
 	b = appendIntField(b, `,"intended_ns":`, int64(r.Intended))
 	b = appendIntField(b, `,"sent_ns":`, int64(r.Sent))
 	if r.FirstByte != 0 {
@@ -237,7 +246,7 @@ func detailedLine(r *loadgen.Record, itl []float64) (detailedRecord, []float64) 
 		v := msv(lat.TTFT)
 		rec.TTFTMS = &v
 	}
-	if lat.HasTPOT {
+	if lat.HasTPOT && !r.Cancelled { // a cut stream's pace ends where the user left
 		v := msv(lat.TPOT)
 		rec.TPOTMS = &v
 	}

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -197,6 +198,12 @@ func benchSummary(b *Bench) summaryView {
 		{"failed", fmt.Sprint(b.Failed)},
 		{"requests/s", fmt.Sprintf("%.2f", b.RequestThroughput)},
 		{"output tokens/s", fmt.Sprintf("%.1f", b.OutputThroughput)},
+	}
+	if c := b.Cancellations; c != nil {
+		v.Cards = slices.Insert(v.Cards, 2, card{"cancelled (" + b.Config.Cancel + ")", fmt.Sprintf("%d of %d", c.Done, c.Requested)})
+		if s, ok := b.CancelServer(); ok && s.Freed != nil {
+			v.Cards = slices.Insert(v.Cards, 3, card{"server freed cancelled work", fmt.Sprint(*s.Freed)})
+		}
 	}
 	if b.GoodputRate != nil {
 		v.Cards = append(v.Cards, card{"goodput req/s (" + b.Goodput.String() + ")", fmt.Sprintf("%.2f", *b.GoodputRate)})
@@ -650,6 +657,9 @@ func benchSettings(b *Bench) []setting {
 	rows = append(rows, setting{"interrupted", fmt.Sprint(c.Interrupted)})
 	rows = append(rows, summarySettings(b)...)
 	rows = append(rows, setting{"http client", orNotRecorded(c.HTTPClient)})
+	if c.Cancel != "" {
+		rows = append(rows, setting{"cancel", c.Cancel})
+	}
 	rows = append(rows, setting{"version", orNotRecorded(c.Version)}, setting{"command", orNotRecorded(c.Command)})
 	for _, s := range b.Sources {
 		rows = append(rows, setting{"source", s})

@@ -83,6 +83,15 @@ func Merge(benches ...*Bench) (*Bench, error) {
 		m.MergedFrom += max(b.MergedFrom, 1)
 		m.Completed += b.Completed
 		m.Failed += b.Failed
+		if c := b.Cancellations; c != nil {
+			if m.Cancellations == nil {
+				m.Cancellations = &Cancellations{}
+			}
+			m.Cancellations.Requested += c.Requested
+			m.Cancellations.Done += c.Done
+			m.Cancellations.Tokens += c.Tokens
+			m.Cancellations.LastAt = max(m.Cancellations.LastAt, c.LastAt+b.Start.Sub(m.Start))
+		}
 		m.Warmup += b.Warmup
 		m.InputTokens += b.InputTokens
 		m.OutputTokens += b.OutputTokens
@@ -158,6 +167,9 @@ func mergeSettings(c *loadgen.RunInfo, o loadgen.RunInfo) {
 	}
 	if o.HTTPClient != c.HTTPClient {
 		c.HTTPClient = "(mixed)"
+	}
+	if o.Cancel != c.Cancel {
+		c.Cancel = "(mixed)"
 	}
 	if o.Stream == nil || c.Stream == nil || *o.Stream != *c.Stream {
 		c.Stream = nil

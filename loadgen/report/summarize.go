@@ -104,8 +104,22 @@ func (s *Summarizer) add(r *loadgen.Record) {
 	s.measured = true
 	s.last = max(s.last, r.End)
 	s.tl.at(r.Sent).sent++
-	s.noteSlow(r)
+	if r.CancelPlanned {
+		if b.Cancellations == nil {
+			b.Cancellations = &Cancellations{}
+		}
+		b.Cancellations.add(r)
+	}
 	b.addPhases(r)
+	if r.Cancelled {
+		// Abandoned on purpose: no success, no failure. The user saw its first token, so TTFT
+		// keeps it; its E2EL, TPOT and ITLs measure the abandonment, not the server.
+		if ttft, ok := r.TTFT(); ok {
+			b.Histograms[MetricTTFT].Record(ttft)
+		}
+		return
+	}
+	s.noteSlow(r)
 	if !r.OK() {
 		b.Failed++
 		s.tl.at(r.End).failed++
@@ -256,6 +270,12 @@ func (s *Summarizer) Bench(res *loadgen.Result) *Bench {
 	}
 	end = max(end, off)
 	b.Start, b.Config, b.Duration = res.Start.Add(off), res.Config, end-off
+	if b.Cancellations == nil && res.Config.Cancel != "" {
+		b.Cancellations = &Cancellations{}
+	}
+	if b.Cancellations != nil {
+		b.Cancellations.LastAt = max(b.Cancellations.LastAt-off, 0)
+	}
 	b.Timeline = s.tl.finish(off, end)
 	b.Slices = s.slices.finish(off, end, s.o.Percentiles, s.o.Confidence)
 	b.Errors = sortErrors(s.errs)

@@ -102,6 +102,9 @@ func writeBenchText(t *textWriter, b *Bench) {
 	}
 	t.row("Successful requests", "%d", b.Completed)
 	t.row("Failed requests", "%d", b.Failed)
+	if b.Cancellations != nil {
+		t.row("Cancelled requests", "%s", b.cancelText())
+	}
 	if b.Warmup > 0 {
 		t.row("Warmup requests", "%d (sent before the measured run; in no figure here)", b.Warmup)
 	}

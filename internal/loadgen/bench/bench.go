@@ -36,6 +36,8 @@ type Options struct {
 	Segment      *loadgen.SegmentOf // the share of a multi-host run this host sends; nil: all
 	StartAt      time.Time          // when the run starts, on every host of a multi-host run; zero: now
 	FailOn       []report.Threshold // thresholds on the result's keys; a breach is a *report.GateError
+	// Cancel abandons a seeded share of the requests mid-way, as users closing a tab do.
+	Cancel loadgen.Cancellations
 	// ServerMetrics is the scrape of the target's Prometheus endpoint during the run.
 	ServerMetrics ServerMetricsOptions
 	// ClientOptions are added to the client's own (for example a tracer provider).
@@ -120,6 +122,8 @@ func (o *Options) validate() error {
 		return errors.New("--max-tokens must be positive")
 	case o.Load.Slice < 0 || (o.Load.Slice > 0 && o.Load.Slice < 100*time.Millisecond):
 		return errors.New("--slice: give a width of 100ms or more (0: no slices)")
+	case o.Cancel.Fraction > 0 && !o.Load.Stream && (o.Cancel.After.Tokens > 0 || o.Cancel.After.AfterFirstToken):
+		return fmt.Errorf("--cancel after=%s waits for streamed tokens: stream (--stream) or cancel after a time from the send (after=200ms)", o.Cancel.After)
 	}
 	if err := loadgen.CheckConcurrency(o.Concurrency, math.IsInf(o.RequestRate, 1)); err != nil {
 		return fmt.Errorf("--concurrency: %w", err)
@@ -234,6 +238,9 @@ func (o *Options) loadConfig(c *client.Client, p plan, sched schedule, stderr io
 	if err != nil {
 		return loadgen.Config{}, err
 	}
+	// Chosen over the whole schedule, before a segment takes its share, so that every host
+	// abandons the requests a single host would.
+	w = loadgen.WithCancellations(w, o.Cancel, o.Load.Seed)
 	start := sched.start
 	if start.IsZero() {
 		start = time.Now()
@@ -245,7 +252,7 @@ func (o *Options) loadConfig(c *client.Client, p plan, sched schedule, stderr io
 		Warmup: o.Load.Warmup, WarmupDuration: o.Load.WarmupDuration, Start: start,
 		Progress: progress.print, ProgressInterval: progress.interval,
 		Info: o.Load.runInfo(p, o.Concurrency, o.NumPrompts).WithSchedule(sched.hash, sched.segment).
-			WithHTTPClient(c.HTTPClient()),
+			WithHTTPClient(c.HTTPClient()).WithCancel(o.Cancel),
 		SessionStepLimit: sessionPatience(o.Load.reportOptions()),
 		Agent:            o.Load.Agent.agent(o.Load.Seed),
 	}
@@ -316,8 +323,27 @@ func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metr
 	cfg.Stop = stop
 	scraper.start(runCtx, cfg.Start)
 	res, b, err := measure(runCtx, cfg, o.Load.reportOptions(), detailed.writer())
+	if scraper != nil && b != nil && b.Cancellations != nil && b.Cancellations.Done > 0 {
+		// A server notices that a client went a moment later: the last scrape is taken one
+		// interval after the last cancellation at the earliest, so that it shows whether the
+		// server freed the work.
+		settle(runCtx, time.Until(b.Start.Add(b.Cancellations.LastAt+o.ServerMetrics.Interval)))
+	}
 	scraper.stop(runCtx, b, stderr)
 	return res, b, err
+}
+
+// settle waits d, or until ctx is done.
+func settle(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // describeStop says what the run of cfg will do, for the line printed before it starts.

@@ -116,6 +116,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(thresholdsValue{&o.FailOn}, "fail-on", "`thresholds` on numeric keys of the result JSON, comma-separated KEY<N, KEY<=N, KEY>N or KEY>=N,\n"+
 		"e.g. 'p95_ttft_ms<500,error_rate<0.01,goodput>20': the results are written, a line per threshold\n"+
 		"says what was measured, and a breach exits with status 99 (other failures exit 1)")
+	fs.Var(cancelValue{&o.Cancel}, "cancel", "abandon requests mid-stream as users closing a tab do: `fraction=F,after=POINT`, POINT one of ttft+DURATION\n"+
+		"(after the first token), tokens:N (after N output tokens) or DURATION (after the send), e.g.\n"+
+		"'fraction=0.1,after=ttft+200ms'; the choice of requests is seeded (--seed), not timed. They count apart\n"+
+		"(cancelled), in no latency but TTFT nor in goodput, and with --server-metrics the report says whether\n"+
+		"the server aborted them and freed their work")
 	fs.DurationVar(&o.Slice, "slice", 0, "summarise each slice of this width (e.g. 10s) on its own: requests, TTFT and E2EL percentiles with\n"+
 		"their intervals, throughput and failures by intended send time, in the JSON (slices), the text and the HTML")
 	o.ServerMetrics.registerFlags(fs, "the run")

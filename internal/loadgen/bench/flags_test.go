@@ -188,3 +188,39 @@ func TestParseDataset(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelFlag: --cancel is read when the command line is, a bad value names the flag, and
+// a token or first-token point needs streaming.
+func TestCancelFlag(t *testing.T) {
+	t.Parallel()
+	parse := func(args ...string) (Options, error) {
+		var o Options
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.RegisterFlags(fs)
+		err := fs.Parse(args)
+		o.FlagsParsed(fs)
+		return o, err
+	}
+	o, err := parse("--cancel", "fraction=0.1,after=ttft+200ms")
+	if err != nil || o.Cancel != (loadgen.Cancellations{Fraction: 0.1, After: loadgen.CancelPoint{AfterFirstToken: true, Delay: 200 * time.Millisecond}}) {
+		t.Fatalf("--cancel read as %+v, %v", o.Cancel, err)
+	}
+	if err := o.validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+	if _, err := parse("--cancel", "fraction=2,after=1s"); err == nil || !strings.Contains(err.Error(), "-cancel") {
+		t.Errorf("bad --cancel: %v, want an error naming the flag", err)
+	}
+	o, err = parse("--cancel", "fraction=0.5,after=tokens:20", "--stream=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--cancel") {
+		t.Errorf("tokens:20 without streaming: %v, want an error naming --cancel", err)
+	}
+	o, _ = parse("--cancel", "fraction=0.5,after=2s", "--stream=false")
+	if err := o.validate(); err != nil {
+		t.Errorf("a time from the send needs no streaming: %v", err)
+	}
+}

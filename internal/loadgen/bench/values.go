@@ -461,3 +461,21 @@ func (t thresholdsValue) Set(s string) error {
 	}
 	return err
 }
+
+// cancelValue is the --cancel flag.
+type cancelValue struct{ c *loadgen.Cancellations }
+
+func (v cancelValue) String() string {
+	if v.c == nil {
+		return ""
+	}
+	return v.c.String()
+}
+
+func (v cancelValue) Set(s string) error {
+	c, err := loadgen.ParseCancellations(s)
+	if err == nil {
+		*v.c = c
+	}
+	return err
+}
