@@ -209,8 +209,11 @@ func TestServeStreamsAndShutsDownGracefully(t *testing.T) {
 func TestDemoPrintsEveryCoupling(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"demo", "--profile", "tiny", "--corpus-docs", "60", "--duration", "1500ms",
-		"--request-rate", "40", "--max-tokens", "16", "--log-level", "warn"}, &out, io.Discard)
+	// 24 req/s of requests that spend up to half a second in the demo's retrieval (more under
+	// the race detector) keep about 12 in flight: under the adaptive limit's initial 20 slots, so
+	// that the service sheds nothing and every request must complete.
+	err := run(context.Background(), []string{"demo", "--profile", "tiny", "--corpus-docs", "60", "--duration", "2s",
+		"--request-rate", "24", "--max-tokens", "16", "--log-level", "warn"}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
