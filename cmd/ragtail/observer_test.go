@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,8 +98,24 @@ func BenchmarkObserverEffect(b *testing.B) {
 	}
 	b.ReportMetric(float64(on.Completed), "on_requests")
 	b.ReportMetric(float64(off.Completed), "off_requests")
-	if on.Failed+off.Failed > 0 {
-		b.Errorf("%d requests failed with telemetry on, %d off", on.Failed, off.Failed)
+	// The default world sheds a burst now and then (docs/shedding.md): a request in a few
+	// hundred may get a 503 in either arm, and the figures above leave it out in both. More than
+	// 1% in an arm means the world was not healthy and the comparison says nothing.
+	for _, a := range []struct {
+		name string
+		b    *report.Bench
+	}{{"on", on}, {"off", off}} {
+		if a.b.Failed == 0 {
+			continue
+		}
+		var kinds []string
+		for _, e := range a.b.Errors {
+			kinds = append(kinds, fmt.Sprintf("%s x%d", e.Kind, e.Count))
+		}
+		b.Logf("telemetry %s: %d of %d requests failed (%s)", a.name, a.b.Failed, a.b.Failed+a.b.Completed, strings.Join(kinds, ", "))
+		if float64(a.b.Failed) > 0.01*float64(a.b.Failed+a.b.Completed) {
+			b.Errorf("telemetry %s: more than 1%% of the requests failed", a.name)
+		}
 	}
 }
 
