@@ -57,8 +57,10 @@ func TestBenchMessagesAndResponses(t *testing.T) {
 				}
 				n++
 				ttft, ttfo, e2el := rec["ttft_ms"].(float64), rec["ttfo_ms"].(float64), rec["e2el_ms"].(float64)
-				if !(ttft > 0 && ttft < ttfo && ttfo < e2el) {
-					t.Errorf("ttft %v, ttfo %v, e2el %v: want 0 < ttft < ttfo < e2el", ttft, ttfo, e2el)
+				// The reasoning's delta comes first; its answer's may arrive in the same read
+				// when the machine is busy, at the same instant.
+				if !(ttft > 0 && ttft <= ttfo && ttfo < e2el) {
+					t.Errorf("ttft %v, ttfo %v, e2el %v: want 0 < ttft <= ttfo < e2el", ttft, ttfo, e2el)
 				}
 				// llm-sim sends the tokens made since its last event in one delta, so a delta may
 				// carry several: at least the reasoning's and the answer's, at most one each.

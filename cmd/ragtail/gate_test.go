@@ -140,7 +140,9 @@ func TestBenchFailOn(t *testing.T) {
 
 // TestCompareFailOnRegression is the acceptance test of report --compare --fail-on-regression:
 // three small real-time runs against llm-sim, two alike with different seeds and one whose
-// completions start 50 ms late. The planted delay regresses; the seeds alone do not.
+// completions start 50 ms late. The planted delay regresses; the seeds alone do not. A timing
+// test (make test-timing, without the race detector, alone on the machine): under the race
+// detector on a loaded machine two runs of one setup differ by more than their sampling error.
 func TestCompareFailOnRegression(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
