@@ -35,16 +35,36 @@ func BisectMaxRate(ctx context.Context, lo, hi, tol float64, probe func(ctx cont
 	if !(lo > 0) || !(hi > lo) || !(tol > 0) || math.IsInf(hi, 0) {
 		return 0, nil, fmt.Errorf("bisect: need 0 < lo < hi < inf and tol > 0, got lo=%g hi=%g tol=%g", lo, hi, tol)
 	}
+	return bisectMax(ctx, lo, hi, tol, "req/s", probe, func(rate float64) Probe { return Probe{Rate: rate} })
+}
+
+// BisectMaxUsers finds the largest number of users of a closed loop in [lo, ∞) at which probe
+// reports the SLO met, exactly, assuming that meeting it is monotone in the users: BisectMaxRate
+// on the integers, bisecting until the bracket is one user wide. It returns the largest number
+// seen to meet the SLO and every probe in order, with the errors of BisectMaxRate.
+func BisectMaxUsers(ctx context.Context, lo, hi int, probe func(ctx context.Context, users int) (bool, error)) (int, []Probe, error) {
+	if lo < 1 || hi <= lo || hi > math.MaxInt32 {
+		return 0, nil, fmt.Errorf("bisect: need 1 <= lo < hi <= %d, got lo=%d hi=%d", math.MaxInt32, lo, hi)
+	}
+	return bisectMax(ctx, lo, hi, 1, "users", probe, func(n int) Probe { return Probe{Users: n} })
+}
+
+// bisectMax is the search of BisectMaxRate and BisectMaxUsers on loads of type T, in unit:
+// check lo, double hi while the SLO holds there, then halve the bracket until it is at most tol
+// wide. asProbe records a load as a Probe.
+func bisectMax[T int | float64](ctx context.Context, lo, hi, tol T, unit string, probe func(context.Context, T) (bool, error), asProbe func(T) Probe) (T, []Probe, error) {
 	var probes []Probe
-	try := func(rate float64) (bool, error) {
+	try := func(load T) (bool, error) {
 		if err := ctx.Err(); err != nil {
-			return false, fmt.Errorf("bisect at %g req/s: %w", rate, err)
+			return false, fmt.Errorf("bisect at %v %s: %w", load, unit, err)
 		}
-		ok, err := probe(ctx, rate)
+		ok, err := probe(ctx, load)
 		if err != nil {
-			return false, fmt.Errorf("probe %g req/s: %w", rate, err)
+			return false, fmt.Errorf("probe %v %s: %w", load, unit, err)
 		}
-		probes = append(probes, Probe{Rate: rate, Meets: ok})
+		p := asProbe(load)
+		p.Meets = ok
+		probes = append(probes, p)
 		return ok, nil
 	}
 	ok, err := try(lo)
@@ -52,7 +72,7 @@ func BisectMaxRate(ctx context.Context, lo, hi, tol float64, probe func(ctx cont
 		return 0, probes, err
 	}
 	if !ok {
-		return 0, probes, fmt.Errorf("bisect: %w (%g req/s)", ErrSLONeverMet, lo)
+		return 0, probes, fmt.Errorf("bisect: %w (%v %s)", ErrSLONeverMet, lo, unit)
 	}
 	for doublings := 0; ; doublings++ {
 		ok, err := try(hi)
@@ -64,68 +84,11 @@ func BisectMaxRate(ctx context.Context, lo, hi, tol float64, probe func(ctx cont
 		}
 		lo = hi
 		if doublings == maxBracketDoublings {
-			return lo, probes, fmt.Errorf("bisect: %w (%g req/s)", ErrSLOAlwaysMet, lo)
+			return lo, probes, fmt.Errorf("bisect: %w (%v %s)", ErrSLOAlwaysMet, lo, unit)
 		}
 		hi *= 2
 	}
 	for hi-lo > tol {
-		mid := lo + (hi-lo)/2
-		ok, err := try(mid)
-		if err != nil {
-			return lo, probes, err
-		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo, probes, nil
-}
-
-// BisectMaxUsers finds the largest number of users of a closed loop in [lo, ∞) at which probe
-// reports the SLO met, exactly, assuming that meeting it is monotone in the users: BisectMaxRate
-// on the integers. It checks lo, brackets by doubling hi while the SLO holds there, then
-// bisects until the bracket is one user wide. It returns the largest number seen to meet the
-// SLO and every probe in order, with the errors of BisectMaxRate.
-func BisectMaxUsers(ctx context.Context, lo, hi int, probe func(ctx context.Context, users int) (bool, error)) (int, []Probe, error) {
-	if lo < 1 || hi <= lo {
-		return 0, nil, fmt.Errorf("bisect: need 1 <= lo < hi, got lo=%d hi=%d", lo, hi)
-	}
-	var probes []Probe
-	try := func(n int) (bool, error) {
-		if err := ctx.Err(); err != nil {
-			return false, fmt.Errorf("bisect at %d users: %w", n, err)
-		}
-		ok, err := probe(ctx, n)
-		if err != nil {
-			return false, fmt.Errorf("probe %d users: %w", n, err)
-		}
-		probes = append(probes, Probe{Users: n, Meets: ok})
-		return ok, nil
-	}
-	ok, err := try(lo)
-	if err != nil {
-		return 0, probes, err
-	}
-	if !ok {
-		return 0, probes, fmt.Errorf("bisect: %w (%d users)", ErrSLONeverMet, lo)
-	}
-	for doublings := 0; ; doublings++ {
-		ok, err := try(hi)
-		if err != nil {
-			return lo, probes, err
-		}
-		if !ok {
-			break
-		}
-		lo = hi
-		if doublings == maxBracketDoublings || hi > math.MaxInt32 {
-			return lo, probes, fmt.Errorf("bisect: %w (%d users)", ErrSLOAlwaysMet, lo)
-		}
-		hi *= 2
-	}
-	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		ok, err := try(mid)
 		if err != nil {
