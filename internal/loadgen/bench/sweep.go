@@ -99,7 +99,7 @@ func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.Segmen
 //  5. scraper: the scrape of the target's Prometheus metrics, when it has any.
 //  6. runLadder: the ladder's points, each a bench run of --point-duration, under Ctrl-C
 //     handling (the first stops the sweep after the point's drain, a second aborts it).
-//  7. findMaxRate, findMaxUsers: with an SLO, the bisection of the highest rate (or the most
+//  7. findMax: with an SLO, the bisection of the highest rate (or the most
 //     users of a closed loop) that meets it, and the interval of that load from every point
 //     and probe (report.BracketSLO).
 //  8. writeResults: the result files and the report, then an error for a sweep that was
@@ -134,11 +134,7 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	}
 	sopts := report.SweepOptions{KneeThreshold: o.KneeThreshold, SLO: o.SLO}
 	if o.SLO != nil && o.Bisect && !interrupted {
-		find := s.findMaxRate
-		if len(rates) == 0 {
-			find = s.findMaxUsers
-		}
-		if interrupted, err = find(runCtx, benches, &sopts); err != nil {
+		if interrupted, err = s.findMax(runCtx, benches, &sopts, len(rates) > 0); err != nil {
 			return err
 		}
 	}
@@ -207,39 +203,26 @@ func (s *sweeper) runLadder(ctx context.Context, rates []float64, users []int) (
 	return benches, false, nil
 }
 
-// findMaxRate bisects the highest rate that meets the SLO from the ladder's results (bisect),
-// into sopts. It says on stderr when the SLO was never met or always, and reports whether
+// findMax bisects the highest rate (with rates) or the most users of the closed loop that
+// meet the SLO from the ladder's results, into sopts, with the interval of that load from every
+// point and probe. It says on stderr when the SLO was never met or always, and reports whether
 // Ctrl-C stopped it.
-func (s *sweeper) findMaxRate(ctx context.Context, benches []*report.Bench, sopts *report.SweepOptions) (interrupted bool, err error) {
+func (s *sweeper) findMax(ctx context.Context, benches []*report.Bench, sopts *report.SweepOptions, rates bool) (interrupted bool, err error) {
 	slo := s.o.SLO
-	sopts.MaxRPS, sopts.Probes, err = s.bisect(ctx, benches)
-	iv := report.BracketSLO(*slo, report.AxisRate, append(slices.Clone(benches), s.probed...))
-	sopts.Interval = &iv
-	switch {
-	case errors.Is(err, stats.ErrSLONeverMet):
-		fmt.Fprintf(s.stderr, "the SLO %s is not met even at %g req/s: no max rate\n", slo, benches[0].Config.RequestRate)
-	case errors.Is(err, stats.ErrSLOAlwaysMet):
-		fmt.Fprintf(s.stderr, "the SLO %s still held at the highest rate tried: the max rate is at least that\n", slo)
-	case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
-		return true, nil
-	case err != nil:
-		return false, err
+	axis, first, what := report.AxisConcurrency, fmt.Sprintf("%d users", benches[0].Config.Concurrency), "the most users"
+	if rates {
+		axis, first, what = report.AxisRate, fmt.Sprintf("%g req/s", benches[0].Config.RequestRate), "the highest rate"
+		sopts.MaxRPS, sopts.Probes, err = s.bisect(ctx, benches)
+	} else {
+		sopts.MaxUsers, sopts.Probes, err = s.bisectUsers(ctx, benches)
 	}
-	return false, nil
-}
-
-// findMaxUsers bisects the most users of the closed loop that meet the SLO from the ladder's
-// results, into sopts, as findMaxRate does for rates.
-func (s *sweeper) findMaxUsers(ctx context.Context, benches []*report.Bench, sopts *report.SweepOptions) (interrupted bool, err error) {
-	slo := s.o.SLO
-	sopts.MaxUsers, sopts.Probes, err = s.bisectUsers(ctx, benches)
-	iv := report.BracketSLO(*slo, report.AxisConcurrency, append(slices.Clone(benches), s.probed...))
+	iv := report.BracketSLO(*slo, axis, append(slices.Clone(benches), s.probed...))
 	sopts.Interval = &iv
 	switch {
 	case errors.Is(err, stats.ErrSLONeverMet):
-		fmt.Fprintf(s.stderr, "the SLO %s is not met even at %d users: no max\n", slo, benches[0].Config.Concurrency)
+		fmt.Fprintf(s.stderr, "the SLO %s is not met even at %s: no max\n", slo, first)
 	case errors.Is(err, stats.ErrSLOAlwaysMet):
-		fmt.Fprintf(s.stderr, "the SLO %s still held at the most users tried: the max is at least that\n", slo)
+		fmt.Fprintf(s.stderr, "the SLO %s still held at %s tried: the max is at least that\n", slo, what)
 	case err != nil && (ctx.Err() != nil || errors.Is(err, errInterrupted)):
 		return true, nil
 	case err != nil:
@@ -489,51 +472,16 @@ func (s *sweeper) rest(ctx context.Context) error {
 // bisect brackets the max rate meeting the SLO with the ladder and refines it by probing. It
 // returns the achieved rate of the best probe (or rung) that met the SLO.
 func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64, []stats.Probe, error) {
-	byRate := map[float64]*report.Bench{}
-	lo, hi := 0.0, 0.0
-	for _, b := range ladder {
-		byRate[b.Config.RequestRate] = b
-	}
-	for _, b := range ladder {
-		met, _ := s.o.SLO.Met(b)
-		if !met {
-			hi = b.Config.RequestRate
-			break
-		}
-		lo = b.Config.RequestRate
-	}
-	if lo == 0 {
+	lo, hi, byRate, ok := ladderBracket(*s.o.SLO, ladder, func(b *report.Bench) float64 { return b.Config.RequestRate })
+	if !ok {
 		return nil, nil, fmt.Errorf("bisect: %w", stats.ErrSLONeverMet)
-	}
-	if hi == 0 {
-		hi = 2 * lo // every rung met it: BisectMaxRate doubles from here
 	}
 	tol := s.o.Tolerance
 	if !(tol > 0) {
 		tol = 0.05 * lo
 	}
-	n := 0
 	rate, probes, err := stats.BisectMaxRate(ctx, lo, hi, tol, func(ctx context.Context, rate float64) (bool, error) {
-		if b, ok := byRate[rate]; ok {
-			met, _ := s.o.SLO.Met(b)
-			return met, nil
-		}
-		if err := s.rest(ctx); err != nil {
-			return false, err
-		}
-		n++
-		s.k++ // a probe takes the next period after the ladder's
-		b, err := s.point(ctx, rate, s.o.Concurrency, fmt.Sprintf("probe %d", n))
-		if err != nil {
-			return false, err
-		}
-		if b.Config.Interrupted {
-			return false, errInterrupted
-		}
-		byRate[rate] = b
-		s.probed = append(s.probed, b)
-		met, _ := s.o.SLO.Met(b)
-		return met, nil
+		return probeAt(ctx, s, byRate, rate, rate, s.o.Concurrency)
 	})
 	if b, ok := byRate[rate]; ok && rate > 0 {
 		v := b.RequestThroughput
@@ -545,51 +493,66 @@ func (s *sweeper) bisect(ctx context.Context, ladder []*report.Bench) (*float64,
 // bisectUsers brackets the most users meeting the SLO with the ladder and refines it by
 // probing, one user at a time at the end.
 func (s *sweeper) bisectUsers(ctx context.Context, ladder []*report.Bench) (*int, []stats.Probe, error) {
-	byUsers := map[int]*report.Bench{}
-	lo, hi := 0, 0
-	for _, b := range ladder {
-		byUsers[b.Config.Concurrency] = b
-	}
-	for _, b := range ladder {
-		if met, _ := s.o.SLO.Met(b); !met {
-			hi = b.Config.Concurrency
-			break
-		}
-		lo = b.Config.Concurrency
-	}
-	if lo == 0 {
+	lo, hi, byUsers, ok := ladderBracket(*s.o.SLO, ladder, func(b *report.Bench) int { return b.Config.Concurrency })
+	if !ok {
 		return nil, nil, fmt.Errorf("bisect: %w", stats.ErrSLONeverMet)
 	}
-	if hi == 0 {
-		hi = 2 * lo // every rung met it: BisectMaxUsers doubles from here
-	}
-	n := 0
 	users, probes, err := stats.BisectMaxUsers(ctx, lo, hi, func(ctx context.Context, users int) (bool, error) {
-		if b, ok := byUsers[users]; ok {
-			met, _ := s.o.SLO.Met(b)
-			return met, nil
-		}
-		if err := s.rest(ctx); err != nil {
-			return false, err
-		}
-		n++
-		s.k++ // a probe takes the next period after the ladder's
-		b, err := s.point(ctx, math.Inf(1), users, fmt.Sprintf("probe %d", n))
-		if err != nil {
-			return false, err
-		}
-		if b.Config.Interrupted {
-			return false, errInterrupted
-		}
-		byUsers[users] = b
-		s.probed = append(s.probed, b)
-		met, _ := s.o.SLO.Met(b)
-		return met, nil
+		return probeAt(ctx, s, byUsers, users, math.Inf(1), users)
 	})
 	if users > 0 {
 		return &users, probes, err
 	}
 	return nil, probes, err
+}
+
+// ladderBracket is the bracket the ladder gives a bisection on the load of its points: the last
+// point meeting the SLO before the first that does not (twice it when every point met it), and
+// the points by load. ok is false when the first point already missed.
+func ladderBracket[T int | float64](slo report.PercentileSLO, ladder []*report.Bench, load func(*report.Bench) T) (lo, hi T, byLoad map[T]*report.Bench, ok bool) {
+	byLoad = map[T]*report.Bench{}
+	for _, b := range ladder {
+		byLoad[load(b)] = b
+	}
+	for _, b := range ladder {
+		if met, _ := slo.Met(b); !met {
+			hi = load(b)
+			break
+		}
+		lo = load(b)
+	}
+	if lo == 0 {
+		return 0, 0, byLoad, false
+	}
+	if hi == 0 {
+		hi = 2 * lo // every rung met it: the bisection doubles from here
+	}
+	return lo, hi, byLoad, true
+}
+
+// probeAt is one probe of a bisection at load: the point already run there, if any, else a new
+// point at rate with users (after the rest between points), kept in byLoad and s.probed. It
+// reports whether the SLO held.
+func probeAt[T int | float64](ctx context.Context, s *sweeper, byLoad map[T]*report.Bench, load T, rate float64, users int) (bool, error) {
+	if b, ok := byLoad[load]; ok {
+		met, _ := s.o.SLO.Met(b)
+		return met, nil
+	}
+	if err := s.rest(ctx); err != nil {
+		return false, err
+	}
+	s.k++ // a probe takes the next period after the ladder's
+	b, err := s.point(ctx, rate, users, fmt.Sprintf("probe %d", len(s.probed)+1))
+	if err != nil {
+		return false, err
+	}
+	if b.Config.Interrupted {
+		return false, errInterrupted
+	}
+	byLoad[load] = b
+	s.probed = append(s.probed, b)
+	met, _ := s.o.SLO.Met(b)
+	return met, nil
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
