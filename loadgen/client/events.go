@@ -40,6 +40,16 @@ type streamError struct {
 
 func (e *streamError) Error() string { return e.err.Error() }
 
+// failStream fails rec with err's kind when it is a *streamError, as a protocol error otherwise.
+func failStream(rec *loadgen.Record, err error) {
+	var se *streamError
+	if errors.As(err, &se) {
+		fail(rec, se.kind, se.err)
+		return
+	}
+	fail(rec, loadgen.ErrKindProtocol, err)
+}
+
 func protocolError(format string, args ...any) error {
 	return &streamError{loadgen.ErrKindProtocol, fmt.Errorf(format, args...)}
 }
@@ -144,12 +154,7 @@ func (c *Client) readEvents(ctx context.Context, body io.Reader, req *loadgen.Re
 		}
 		if err := handle(s, event, data, offset); err != nil {
 			rec.End = offset
-			var se *streamError
-			if errors.As(err, &se) {
-				fail(rec, se.kind, se.err)
-			} else {
-				fail(rec, loadgen.ErrKindProtocol, err)
-			}
+			failStream(rec, err)
 			return
 		}
 	}

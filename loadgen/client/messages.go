@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -219,9 +218,7 @@ func (c *Client) readMessage(ctx context.Context, body io.Reader, req *loadgen.R
 			rec.Reasoned = true
 		case "tool_use":
 			if err := s.toolCall(i, blk.ID, blk.Name, string(blk.Input)); err != nil {
-				var se *streamError
-				errors.As(err, &se)
-				fail(rec, se.kind, se.err)
+				failStream(rec, err)
 				return
 			}
 		}

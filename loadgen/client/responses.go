@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -220,9 +219,7 @@ func (c *Client) readResponse(ctx context.Context, body io.Reader, req *loadgen.
 			rec.Reasoned = true
 		case "function_call":
 			if err := s.toolCall(i, it.CallID, it.Name, it.Arguments); err != nil {
-				var se *streamError
-				errors.As(err, &se)
-				fail(rec, se.kind, se.err)
+				failStream(rec, err)
 				return
 			}
 		}
