@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/ragtail/ragtail/loadgen/stats"
 )
 
 // TestCostAndEnergy: the cost is the price of the GPUs over the measured window, charged whole
@@ -45,5 +47,45 @@ func TestCostAndEnergy(t *testing.T) {
 	b.ServerMetrics.Series = []ServerSeries{{Name: PowerMetric, Points: [][2]float64{{1, 100}}}}
 	if e, ok := b.Energy(); ok {
 		t.Errorf("energy from one scrape: %+v", e)
+	}
+}
+
+// TestBracketSLO: the interval of the max load under an SLO runs from the highest load whose
+// whole percentile interval meets the limit to the lowest whose whole interval misses it; a
+// point that straddles the limit, or has too few samples for an interval, bounds nothing. On the
+// rate axis the low side is an achieved rate and the high side an offered one.
+func TestBracketSLO(t *testing.T) {
+	t.Parallel()
+	slo := PercentileSLO{Metric: MetricE2EL, Percentile: 50, Limit: 100 * time.Millisecond}
+	// point makes a bench offered rate, achieving achieved, whose e2el samples spread evenly
+	// around center (±10 ms), n of them.
+	point := func(rate, achieved float64, users, n int, center time.Duration) *Bench {
+		h := stats.NewHistogram()
+		for i := range n {
+			h.Record(center - 10*time.Millisecond + time.Duration(i)*20*time.Millisecond/time.Duration(n))
+		}
+		b := &Bench{RequestThroughput: achieved, Histograms: map[string]*stats.Histogram{MetricE2EL: h}}
+		b.Config.RequestRate, b.Config.Concurrency = rate, users
+		return b
+	}
+	benches := []*Bench{
+		point(40, 39, 4, 400, 120*time.Millisecond),   // misses beyond sampling error
+		point(10, 9.9, 1, 400, 50*time.Millisecond),   // meets beyond it
+		point(20, 19.5, 2, 400, 100*time.Millisecond), // straddles: bounds nothing
+		point(30, 29, 3, 3, 20*time.Millisecond),      // too few samples: bounds nothing
+	}
+	if got, want := BracketSLO(slo, AxisRate, benches), (SLOInterval{Lo: 9.9, Hi: 40, HasLo: true, HasHi: true}); got != want {
+		t.Errorf("rate axis: %+v, want %+v", got, want)
+	}
+	if got, want := BracketSLO(slo, AxisConcurrency, benches), (SLOInterval{Lo: 1, Hi: 4, HasLo: true, HasHi: true}); got != want {
+		t.Errorf("concurrency axis: %+v, want %+v", got, want)
+	}
+	// A point that surely meets the SLO above one that surely misses it does not raise the low side.
+	benches = append(benches, point(50, 48, 5, 400, 50*time.Millisecond))
+	if got := BracketSLO(slo, AxisRate, benches); got.Lo != 9.9 || got.Hi != 40 {
+		t.Errorf("with a meeting point past a missing one: %+v", got)
+	}
+	if got := BracketSLO(slo, AxisRate, benches[2:4]); got.HasLo || got.HasHi {
+		t.Errorf("straddling and small points bound nothing: %+v", got)
 	}
 }
