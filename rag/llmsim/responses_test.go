@@ -289,4 +289,14 @@ vllm:request_success_total{finished_reason="stop",model_name="ragtail-tiny"} 0
 		"vllm:generation_tokens_total", "vllm:request_success_total"); err != nil {
 		t.Error(err)
 	}
+	// The latency histogram observed all three, whatever their buckets.
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	if line := `vllm:e2e_request_latency_seconds_count{model_name="ragtail-tiny"} 3` + "\n"; !strings.Contains(string(page), line) {
+		t.Errorf("/metrics lacks %q", line)
+	}
 }
