@@ -116,13 +116,16 @@ func TestStopWithAFullBacklog(t *testing.T) {
 	// one request in flight and one queued for the slot (both drained), and records the 18 the
 	// pacer held back as not sent, so every due request leaves a record.
 	g := &gate{open: make(chan struct{})}
+	w := &pulls{w: &evenly{n: 20}}
 	stop := make(chan struct{})
 	done := make(chan *Result)
 	go func() {
-		done <- run(t, context.Background(), Config{Workload: &evenly{n: 20}, Client: g, Concurrency: 1, Stop: stop,
+		done <- run(t, context.Background(), Config{Workload: w, Client: g, Concurrency: 1, Stop: stop,
 			DrainTimeout: 50 * time.Millisecond})
 	}()
-	testwait.For(t, "a request in flight", func() bool { return g.inflight.Load() == 1 })
+	// The third item taken means the second was handed to a sender: the stop may then come
+	// before or after the pacer waits on the backlog, and either way leaves the same records.
+	testwait.For(t, "a request in flight and one queued", func() bool { return g.inflight.Load() == 1 && w.n.Load() >= 3 })
 	close(stop)
 	res := <-done
 	if len(res.Records) != 20 || !res.Config.Interrupted {

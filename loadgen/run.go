@@ -207,6 +207,13 @@ func (r *runner) openLoop(ctx context.Context) {
 		}
 		slept := time.Until(at) > 0
 		if !waitUntil(ctx, timer, at) {
+			if item.At <= r.since() { // due when sending stopped: it leaves a record, as do the later due ones
+				warm := r.isWarmup(n, item.At)
+				if !warm {
+					measured++
+				}
+				r.dropDue(item, warm, n+1, measured)
+			}
 			break
 		}
 		if slept {
@@ -248,7 +255,7 @@ func (r *runner) awaitBacklog(ctx context.Context, giveUp <-chan time.Time) bool
 	return true
 }
 
-// dropDue records, once sending stopped with a full backlog, the item the pacer held (warm if
+// dropDue records, once sending stopped with items due, the item the pacer held (warm if
 // warmup) and every later one already due: n items were planned before those, measured of
 // them measured. Each leaves one record of its first request, not sent, of the stop's kind.
 func (r *runner) dropDue(item Item, warm bool, n, measured int) {
