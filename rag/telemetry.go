@@ -58,6 +58,7 @@ const (
 	AttrChunkIDs        attribute.Key = "rag.chunk.ids"         // chunks put in the prompt, in rank order
 	AttrFaultInjectedMS attribute.Key = "rag.fault.injected_ms" // latency injected by fault rules, in ms
 	AttrShard           attribute.Key = "rag.shard"             // the shard a Query span searched
+	AttrShardHedged     attribute.Key = "rag.shard.hedged"      // a Query span's search was sent twice (hedge_after)
 	AttrShards          attribute.Key = "rag.shards"            // shards searched
 	AttrShardsAnswered  attribute.Key = "rag.shards.answered"   // shards whose hits were used
 	AttrShardsLate      attribute.Key = "rag.shards.late"       // shards dropped as late (async)

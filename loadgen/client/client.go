@@ -75,6 +75,7 @@ type config struct {
 	model        string
 	apiKey       string
 	maxTokens    int
+	outputLimit  int // 0: OutputTokenLimit(max_tokens)
 	temperature  *float64
 	stream       bool
 	streamUsage  bool
@@ -103,6 +104,21 @@ func WithAPIKey(key string) Option { return optionFunc(func(c *config) { c.apiKe
 
 // WithMaxTokens sets max_tokens for requests that do not set their own; 0 leaves it out.
 func WithMaxTokens(n int) Option { return optionFunc(func(c *config) { c.maxTokens = n }) }
+
+// WithOutputTokenLimit sets how many output tokens one response may carry (by its chunks or its
+// usage) before the client cuts it as loadgen.ErrKindOverlong, in place of
+// OutputTokenLimit(max_tokens): for a target whose one response spans several model calls, each
+// allowed max_tokens (ragtail's agentic mode, whose usage sums its calls). n <= 0 keeps the
+// default.
+func WithOutputTokenLimit(n int) Option { return optionFunc(func(c *config) { c.outputLimit = n }) }
+
+// outputLimitOf is the output token limit of a response to a request with maxTokens.
+func (c *Client) outputLimitOf(maxTokens int) int {
+	if c.cfg.outputLimit > 0 {
+		return c.cfg.outputLimit
+	}
+	return OutputTokenLimit(maxTokens)
+}
 
 // WithTemperature sets the sampling temperature of every request.
 func WithTemperature(t float64) Option {
@@ -786,7 +802,7 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, req *loadgen.Re
 		calls      toolCallAcc
 	)
 	maxTokens := c.maxTokensOf(req)
-	limit := OutputTokenLimit(maxTokens)
+	limit := c.outputLimitOf(maxTokens)
 	if req.KeepAnswer {
 		defer func() { rec.Answer = string(answer) }()
 	}
@@ -924,7 +940,7 @@ func (c *Client) readCompletion(ctx context.Context, body io.Reader, req *loadge
 		return
 	}
 	maxTokens := c.maxTokensOf(req)
-	if limit := OutputTokenLimit(maxTokens); ch.hasUsage && ch.completionTokens > limit {
+	if limit := c.outputLimitOf(maxTokens); ch.hasUsage && ch.completionTokens > limit {
 		fail(rec, loadgen.ErrKindOverlong, overlong(ch.completionTokens, "tokens by its usage", maxTokens, limit))
 		return
 	}

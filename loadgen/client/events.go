@@ -125,7 +125,7 @@ func (c *Client) readEvents(ctx context.Context, body io.Reader, req *loadgen.Re
 		c.readers.Put(sr)
 	}()
 	s := &eventStream{rec: rec, keep: req.KeepAnswer, maxTokens: c.maxTokensOf(req)}
-	s.limit = OutputTokenLimit(s.maxTokens)
+	s.limit = c.outputLimitOf(s.maxTokens)
 	defer func() {
 		if s.keep {
 			rec.Answer = string(s.answer)

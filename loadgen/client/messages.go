@@ -197,7 +197,7 @@ func (c *Client) readMessage(ctx context.Context, body io.Reader, req *loadgen.R
 		return
 	}
 	s := &eventStream{rec: rec, keep: req.KeepAnswer, maxTokens: c.maxTokensOf(req)}
-	s.limit = OutputTokenLimit(s.maxTokens)
+	s.limit = c.outputLimitOf(s.maxTokens)
 	if u := m.Usage; u != nil {
 		u.prompt(rec)
 		if u.OutputTokens != nil {

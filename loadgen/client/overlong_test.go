@@ -59,6 +59,7 @@ func TestOverlongStreamsAreCut(t *testing.T) {
 		{name: "usage past the limit", chunk: func(i int) string {
 			return fmt.Sprintf(`{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"prompt_tokens":1,"completion_tokens":%d}}`, 1+i*1000)
 		}, opts: []Option{WithMaxTokens(5)}, req: question, limit: 69},
+		{name: "a limit set by the caller", chunk: contentChunk, opts: []Option{WithMaxTokens(5), WithOutputTokenLimit(300)}, req: question, limit: 300, chunks: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,8 +77,8 @@ func TestOverlongStreamsAreCut(t *testing.T) {
 			if rec.ErrKind != loadgen.ErrKindOverlong {
 				t.Fatalf("err kind %q (%s) after %v, want %q", rec.ErrKind, rec.Err, time.Since(start), loadgen.ErrKindOverlong)
 			}
-			if OutputTokenLimit(c.maxTokensOf(&req)) != tt.limit {
-				t.Errorf("limit %d, want %d", OutputTokenLimit(c.maxTokensOf(&req)), tt.limit)
+			if got := c.outputLimitOf(c.maxTokensOf(&req)); got != tt.limit {
+				t.Errorf("limit %d, want %d", got, tt.limit)
 			}
 			if len(rec.Chunks) > tt.limit || tt.chunks && len(rec.Chunks) != tt.limit {
 				t.Errorf("%d chunk records, want at most the limit %d", len(rec.Chunks), tt.limit)
@@ -102,6 +103,19 @@ func TestResponsesWithinTheLimit(t *testing.T) {
 	rec := do(t, newTestClient(t, over, WithMaxTokens(5)), question)
 	if rec.ErrKind != "" || len(rec.Chunks) != 69 {
 		t.Errorf("69 tokens for max_tokens 5: %q %s, %d chunks", rec.ErrKind, rec.Err, len(rec.Chunks))
+	}
+	// An agent's usage sums its model calls: 136 tokens for max_tokens 32 a call is within a
+	// limit the caller raised, and overlong without it.
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":136}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer agent.Close()
+	if rec := do(t, newTestClient(t, agent, WithMaxTokens(32)), question); rec.ErrKind != loadgen.ErrKindOverlong {
+		t.Errorf("usage 136 for max_tokens 32: %q, want overlong", rec.ErrKind)
+	}
+	if rec := do(t, newTestClient(t, agent, WithMaxTokens(32), WithOutputTokenLimit(5*32)), question); rec.ErrKind != "" {
+		t.Errorf("usage 136 within a limit of 160: %q %s", rec.ErrKind, rec.Err)
 	}
 
 	claim := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -201,7 +201,7 @@ func (c *Client) readResponse(ctx context.Context, body io.Reader, req *loadgen.
 		return
 	}
 	s := &eventStream{rec: rec, keep: req.KeepAnswer, maxTokens: c.maxTokensOf(req)}
-	s.limit = OutputTokenLimit(s.maxTokens)
+	s.limit = c.outputLimitOf(s.maxTokens)
 	if err := r.usage(s); err != nil {
 		fail(rec, loadgen.ErrKindOverlong, err)
 		return

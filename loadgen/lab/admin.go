@@ -16,6 +16,7 @@ type Settings struct {
 	TopK          *int    `json:"top_k,omitempty"`
 	AsyncQuorum   *int    `json:"async_quorum,omitempty"`
 	AsyncDeadline *string `json:"async_deadline,omitempty"` // a Go duration, "100ms"
+	HedgeAfter    *string `json:"hedge_after,omitempty"`    // a Go duration; "0s" sends each shard search once
 
 	Shards       *int     `json:"shards,omitempty"`
 	ShardLatency []string `json:"shard_latency,omitempty"` // latency laws, one for all or one per shard
@@ -74,6 +75,8 @@ type LLMSettings struct {
 	// SchedulingPolicy is fcfs or priority; with priority the request field "priority"
 	// (lower first) orders the engine's queue and chooses whom to preempt.
 	SchedulingPolicy *string `json:"scheduling_policy,omitempty"`
+	// ToolCalls is the law of how many searches a question needs in the agentic mode.
+	ToolCalls *string `json:"tool_calls,omitempty"`
 }
 
 // FaultRule is one fault injection rule.

@@ -185,6 +185,8 @@ var experiments = []experiment{
 		"MaxConnectionAge reconnects: P99 +120 ms"},
 	{"priority", "stream priority under a low-priority flood (§7)", 40 * time.Second, runPriority, priorityRule,
 		"priority scheduling keeps high-priority TTFT low under a flood"},
+	{"agent-amplification", "agent tail amplification: a slow step in N (not in the article)", 120 * time.Second, runAgentAmplification, agentRule,
+		"not in the article: a 5-step agent meets a step beyond its P99 about 1 - 0.99^5 = 4.9% of the time"},
 }
 
 // RuleOf returns the pre-registered verdict rule of the experiment called name.
@@ -395,6 +397,9 @@ type load struct {
 	// unary asks for non-streamed answers (E2EL only: no token timings), which cost the client
 	// and the server less per request.
 	unary bool
+	// outputLimit, if set, is the output tokens one response may carry (an agent's usage sums
+	// its model calls); 0: the client's default for maxTokens.
+	outputLimit int
 	// stepLimit ends a replayed session whose step runs over it (its later steps are not
 	// sent) and counts the session as interrupted; 0: only a failed step ends a session.
 	stepLimit time.Duration
@@ -417,6 +422,9 @@ func (e *env) run(ctx context.Context, name string, settings *Settings, l load) 
 	}
 	if l.body != nil {
 		opts = append(opts, client.WithBody(l.body))
+	}
+	if l.outputLimit > 0 {
+		opts = append(opts, client.WithOutputTokenLimit(l.outputLimit))
 	}
 	c, err := client.New(strings.TrimRight(e.t.URL, "/")+"/v1/chat/completions", opts...)
 	if err != nil {

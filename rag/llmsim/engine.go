@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,6 +148,7 @@ type Engine struct {
 	started time.Time
 	log     *slog.Logger
 	metrics *metrics
+	toolLaw atomic.Pointer[ToolCallLaw] // starts as cfg.toolLaw; SetToolCalls changes it
 
 	ctx      context.Context // cancelled by Close; interrupts a real-time step
 	cancel   context.CancelFunc
@@ -255,6 +257,7 @@ func New(p Profile, opts ...Option) (*Engine, error) {
 		policy:   policy,
 		kv:       newKVCache(p.NumBlocks, p.PrefixCaching),
 	}
+	e.toolLaw.Store(&cfg.toolLaw)
 	e.metrics = newMetrics(e)
 	go e.loop()
 	return e, nil
@@ -264,7 +267,14 @@ func New(p Profile, opts ...Option) (*Engine, error) {
 func (e *Engine) Profile() Profile { return e.prof }
 
 // ToolCalls returns the engine's law of how many tool calls a question needs.
-func (e *Engine) ToolCalls() ToolCallLaw { return e.cfg.toolLaw }
+func (e *Engine) ToolCalls() ToolCallLaw { return *e.toolLaw.Load() }
+
+// SetToolCalls changes the law of a running engine; requests planned from then on follow it
+// (a conversation already under way gets its further calls from the new law).
+func (e *Engine) SetToolCalls(law ToolCallLaw) {
+	law = law.orDefault()
+	e.toolLaw.Store(&law)
+}
 
 // Models lists the model names the engine serves: the profile's model, then the aliases.
 func (e *Engine) Models() []string { return slices.Clone(e.models) }

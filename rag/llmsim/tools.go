@@ -241,7 +241,7 @@ func (e *Engine) planToolCalls(req rag.GenRequest, rc requestConfig) (*toolPlan,
 		tool = req.Tools[i]
 	}
 	question, answered := questionAndAnswers(req.Messages)
-	remaining := e.cfg.toolLaw.Calls(e.cfg.seed, question) - answered
+	remaining := e.ToolCalls().Calls(e.cfg.seed, question) - answered
 	forced := req.ToolChoice == "required" || rc.tool != ""
 	if remaining <= 0 && !forced {
 		return nil, nil

@@ -55,8 +55,10 @@ func (e *fakeEmbedder) Dimension() int { return 4 }
 // hits, and so on. hits, if set, replaces that rule.
 type fakeRetriever struct {
 	delays []time.Duration
-	errs   []error // per shard; nil entries answer normally
-	hits   func(shard, k int) []rag.Hit
+	// delayOf, if set, replaces delays: the delay of the call-th search (from 1) of shard.
+	delayOf func(call int32, shard int) time.Duration
+	errs    []error // per shard; nil entries answer normally
+	hits    func(shard, k int) []rag.Hit
 
 	calls     atomic.Int32
 	cancelled atomic.Int32 // searches that ended because their context did
@@ -68,7 +70,7 @@ func (f *fakeRetriever) Shards() int        { return len(f.delays) }
 func (f *fakeRetriever) Collection() string { return "test" }
 
 func (f *fakeRetriever) Search(ctx context.Context, shard int, _ []float32, k int) ([]rag.Hit, error) {
-	f.calls.Add(1)
+	call := f.calls.Add(1)
 	n := f.running.Add(1)
 	defer f.running.Add(-1)
 	for {
@@ -77,7 +79,11 @@ func (f *fakeRetriever) Search(ctx context.Context, shard int, _ []float32, k in
 			break
 		}
 	}
-	if err := latency.Sleep(ctx, f.delays[shard]); err != nil {
+	d := f.delays[shard]
+	if f.delayOf != nil {
+		d = f.delayOf(call, shard)
+	}
+	if err := latency.Sleep(ctx, d); err != nil {
 		f.cancelled.Add(1)
 		return nil, err
 	}

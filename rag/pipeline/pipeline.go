@@ -49,6 +49,11 @@ type Config struct {
 	SystemPrompt string
 	// ChunkOrder is the order of the chunks in the prompt; "" means ChunkOrderScore.
 	ChunkOrder ChunkOrder
+	// HedgeAfter, when positive, hedges shard searches ("The Tail at Scale"): a search still
+	// unanswered after it gets a second, identical request (to another replica, in a replicated
+	// store; the in-memory index draws the second one's latency anew), the first answer wins
+	// and the other is cancelled. 0 sends one request per shard.
+	HedgeAfter time.Duration
 }
 
 // ChunkOrder is the order in which the retrieved chunks are placed in the prompt.
@@ -100,6 +105,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: async quorum must be positive (0 for a majority of shards), got %d", rag.ErrInvalidRequest, c.AsyncQuorum)
 	case c.AsyncDeadline < 0:
 		return fmt.Errorf("%w: async deadline must be positive (0 for the default %v), got %v", rag.ErrInvalidRequest, DefaultAsyncDeadline, c.AsyncDeadline)
+	case c.HedgeAfter < 0:
+		return fmt.Errorf("%w: hedge delay must be positive (0 for no hedging), got %v", rag.ErrInvalidRequest, c.HedgeAfter)
 	}
 	return nil
 }

@@ -309,9 +309,13 @@ func (r *run) beginShard(parent context.Context, shard int, at time.Time) shardS
 
 // endShard ends a shard's Query span at end with the rows it returned, and records the
 // operation's duration. The async collector calls it for late shards while the run goes on.
-func (r *run) endShard(ss *shardSpan, end time.Time, rows int, err error) {
+func (r *run) endShard(ss *shardSpan, end time.Time, rows int, hedged bool, err error) {
 	db := r.p.rec.dbAttrs()
-	endSpan(ss.span, end, err, append(db, rag.AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))...)
+	attrs := append(db, rag.AttrShard.Int(ss.shard), semconv.DBResponseReturnedRows(rows))
+	if hedged {
+		attrs = append(attrs, rag.AttrShardHedged.Bool(true))
+	}
+	endSpan(ss.span, end, err, attrs...)
 	r.p.rec.inst.dbDur.Record(ss.ctx, end.Sub(ss.start).Seconds(), withError(err, db...))
 }
 

@@ -345,16 +345,56 @@ func (r *run) sinkFailed(err error) error {
 
 // shardAnswer is one shard's answer: its hits, or why there are none, and when it came.
 type shardAnswer struct {
-	span shardSpan
-	hits []rag.Hit
-	err  error
-	end  time.Time
+	span   shardSpan
+	hits   []rag.Hit
+	err    error
+	end    time.Time
+	hedged bool // a second request went out (Config.HedgeAfter)
 }
 
-// search searches one shard under its Query span, started by the run's goroutine.
+// search searches one shard under its Query span, started by the run's goroutine; with
+// Config.HedgeAfter set, it hedges (see hedgedSearch).
 func (r *run) search(a *shardAnswer, vec []float32) {
-	a.hits, a.err = r.p.ret.Search(a.span.ctx, a.span.shard, vec, r.req.TopK)
+	if d := r.req.cfg.HedgeAfter; d > 0 {
+		a.hits, a.err, a.hedged = r.hedgedSearch(a.span.ctx, a.span.shard, vec, d)
+	} else {
+		a.hits, a.err = r.p.ret.Search(a.span.ctx, a.span.shard, vec, r.req.TopK)
+	}
 	a.end = r.p.now()
+}
+
+// hedgedSearch searches shard, and when no answer came within after, sends the same search a
+// second time: the first success wins (a failure waits for the other request) and the request
+// still running is cancelled and waited for. hedged reports whether the second request went out.
+func (r *run) hedgedSearch(ctx context.Context, shard int, vec []float32, after time.Duration) (hits []rag.Hit, err error, hedged bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		hits []rag.Hit
+		err  error
+	}
+	answers := make(chan answer, 2) // buffered: the loser never blocks
+	send := func() {
+		h, err := r.p.ret.Search(ctx, shard, vec, r.req.TopK)
+		answers <- answer{h, err}
+	}
+	go send()
+	timer := time.NewTimer(after)
+	defer timer.Stop()
+	select {
+	case a := <-answers:
+		return a.hits, a.err, false
+	case <-timer.C:
+	}
+	go send()
+	a := <-answers
+	if a.err == nil {
+		cancel()
+		<-answers // joined: no search outlives the run
+	} else if b := <-answers; b.err == nil {
+		a = b
+	}
+	return a.hits, a.err, true
 }
 
 // retrieveSync searches the shards one after another.
@@ -363,7 +403,7 @@ func (r *run) retrieveSync(ctx context.Context, vec []float32, ret *retrieval) e
 	for shard := range ret.shards {
 		a := shardAnswer{span: r.beginShard(ctx, shard, r.p.now())}
 		r.search(&a, vec)
-		r.endShard(&a.span, a.end, len(a.hits), a.err)
+		r.endShard(&a.span, a.end, len(a.hits), a.hedged, a.err)
 		if a.err != nil {
 			return fmt.Errorf("search shard %d: %w", shard, a.err)
 		}
@@ -408,7 +448,7 @@ func (r *run) retrieveFanout(ctx context.Context, vec []float32, ret *retrieval)
 	perShard := make([][]rag.Hit, len(answers))
 	for i := range answers {
 		a := &answers[i]
-		r.endShard(&a.span, a.end, len(a.hits), a.err)
+		r.endShard(&a.span, a.end, len(a.hits), a.hedged, a.err)
 		perShard[i] = a.hits
 	}
 	if i := first.Load(); i >= 0 {
@@ -455,7 +495,7 @@ func (r *run) retrieveAsync(ctx context.Context, vec []float32, ret *retrieval) 
 	take := func(a *shardAnswer) error {
 		pending--
 		ret.late[a.span.shard] = false
-		r.endShard(&a.span, a.end, len(a.hits), a.err)
+		r.endShard(&a.span, a.end, len(a.hits), a.hedged, a.err)
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("search shard %d: %w", a.span.shard, a.err))
 			ret.failed++
@@ -539,7 +579,7 @@ func (r *run) progressShard(a *shardAnswer, late bool) error {
 // late reports a shard that answered after generation started. Searches cancelled because the
 // run ended are not news.
 func (r *run) late(searchCtx context.Context, a *shardAnswer) {
-	r.endShard(&a.span, a.end, len(a.hits), a.err)
+	r.endShard(&a.span, a.end, len(a.hits), a.hedged, a.err)
 	if a.err != nil && searchCtx.Err() != nil {
 		return
 	}

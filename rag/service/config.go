@@ -56,6 +56,8 @@ type Config struct {
 	TopK          int
 	AsyncQuorum   int
 	AsyncDeadline time.Duration
+	// HedgeAfter hedges shard searches after this long (pipeline.Config.HedgeAfter); 0: off.
+	HedgeAfter time.Duration
 	// ChunkOrder places the chunks in the prompt by score or stable (by id); "" is score.
 	ChunkOrder string
 	// Admission sizes the worker pool in front of the pipeline.

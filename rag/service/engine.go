@@ -81,9 +81,9 @@ func (s *engineSwitch) Switch(prof llmsim.Profile, alloc llmsim.AllocMode) error
 	if s.done {
 		return errors.New("engine switch is closed")
 	}
-	// The new engine keeps the scheduling policy set at run time.
+	// The new engine keeps the scheduling policy and tool-call law set at run time.
 	opts := append(append([]llmsim.Option(nil), s.opts...), llmsim.WithAlloc(alloc),
-		llmsim.WithSchedulingPolicy(s.cur.Load().SchedulingPolicy()))
+		llmsim.WithSchedulingPolicy(s.cur.Load().SchedulingPolicy()), llmsim.WithToolCalls(s.cur.Load().ToolCalls()))
 	e, err := llmsim.New(prof, opts...)
 	if err != nil {
 		return err

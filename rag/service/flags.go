@@ -52,6 +52,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ChunkOrder, "chunk-order", "score", "order of the retrieved chunks in the prompt: score (best first) or stable (by chunk id,\nso that requests retrieving the same chunks share a prompt prefix for the engine's prefix cache)")
 	fs.IntVar(&c.AsyncQuorum, "async-quorum", c.AsyncQuorum, "async coupling: shards that must answer before generation starts (0: a majority)")
 	fs.DurationVar(&c.AsyncDeadline, "async-deadline", c.AsyncDeadline, "async coupling: start generation after this long with whatever arrived")
+	fs.DurationVar(&c.HedgeAfter, "hedge-after", 0, "send a shard search still unanswered after this long a second time, the first answer winning\n(\"The Tail at Scale\"; the in-memory index draws the second one's latency anew); 0: no hedging")
 	registerAdmission(fs, &c.Admission)
 	fs.IntVar(&c.MaxTokensCap, "max-tokens-cap", c.MaxTokensCap, "largest max_tokens a request may ask for")
 	fs.IntVar(&c.CorpusDocs, "corpus-docs", c.CorpusDocs, "documents in the built-in corpus (0: the default size)")

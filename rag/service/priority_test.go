@@ -46,3 +46,25 @@ func TestRuntimeSchedulingPolicy(t *testing.T) {
 		}
 	}
 }
+
+// llm.tool_calls changes the running engine's law of searches, survives an engine switch, and a
+// bad law is refused naming the field.
+func TestRuntimeToolCalls(t *testing.T) {
+	t.Parallel()
+	svc, _, _ := testService(t)
+	rt := svc.Runtime
+	if got := rt.Config().LLM.ToolCalls; got != llmsim.DefaultToolCallLaw.String() {
+		t.Fatalf("initial tool_calls %q, want the default %q", got, llmsim.DefaultToolCallLaw)
+	}
+	if _, err := rt.Apply(context.Background(), []byte(`{"llm":{"tool_calls":"fixed:99"}}`)); !errors.Is(err, rag.ErrInvalidRequest) || !strings.Contains(err.Error(), "llm.tool_calls") {
+		t.Fatalf("tool_calls fixed:99: %v; want an invalid-request error naming llm.tool_calls", err)
+	}
+	for _, body := range []string{`{"llm":{"tool_calls":"fixed:4"}}`, `{"llm":{"kv_alloc":"contiguous"}}`} {
+		if _, err := rt.Apply(context.Background(), []byte(body)); err != nil {
+			t.Fatalf("Apply(%s): %v", body, err)
+		}
+		if got, n := rt.Config().LLM.ToolCalls, rt.engine.Current().ToolCalls().Calls(1, "any question"); got != "fixed:4" || n != 4 {
+			t.Fatalf("after %s: config %q, engine asks %d searches; want fixed:4 and 4", body, got, n)
+		}
+	}
+}

@@ -37,6 +37,9 @@ type RuntimeConfig struct {
 	// ChunkOrder places the retrieved chunks in the prompt by score (rank order) or stable (by
 	// chunk id, so that requests retrieving the same chunks share a prompt prefix).
 	ChunkOrder string `json:"chunk_order"`
+	// HedgeAfter hedges shard searches: one still unanswered after it is sent again, the first
+	// answer wins ("0s": no hedging).
+	HedgeAfter Duration `json:"hedge_after"`
 
 	Shards       int           `json:"shards"`
 	ShardLatency []latency.Law `json:"shard_latency"` // one law for every shard, or one per shard
@@ -101,6 +104,9 @@ type RuntimeLLM struct {
 	// SchedulingPolicy is fcfs or priority (vLLM's --scheduling-policy); it changes on the
 	// running engine, and the waiting queue is reordered when it becomes priority.
 	SchedulingPolicy string `json:"scheduling_policy"`
+	// ToolCalls is the law of how many searches a question needs in the agentic mode
+	// (--tool-calls); it changes on the running engine.
+	ToolCalls string `json:"tool_calls"`
 }
 
 // Duration is a time.Duration written as "100ms" in JSON; a number is taken as nanoseconds.
@@ -172,7 +178,7 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	rt := &Runtime{engineArgs: o.EngineArgs, pipe: pipe, index: index, docs: docs, pool: pool, faults: faults, engine: engine, links: ls}
 	rt.cur = RuntimeConfig{
 		Coupling: string(pc.Coupling), TopK: pc.TopK, AsyncQuorum: pc.AsyncQuorum, AsyncDeadline: Duration(pc.AsyncDeadline),
-		ChunkOrder:   string(chunkOrder(pc.ChunkOrder)),
+		ChunkOrder: string(chunkOrder(pc.ChunkOrder)), HedgeAfter: Duration(pc.HedgeAfter),
 		Shards:       o.Shards,
 		ShardLatency: append([]latency.Law(nil), o.ShardLatency...),
 		FetchLatency: docs.FetchLatency(),
@@ -194,7 +200,8 @@ func newRuntime(o Config, pipe *pipeline.Pipeline, index *retrieve.Memory, docs 
 	}
 	if engine != nil {
 		p := engine.Current().Profile()
-		rt.cur.LLM = &RuntimeLLM{Profile: p.Name, KVAlloc: string(p.Alloc), SchedulingPolicy: string(engine.Current().SchedulingPolicy())}
+		rt.cur.LLM = &RuntimeLLM{Profile: p.Name, KVAlloc: string(p.Alloc), SchedulingPolicy: string(engine.Current().SchedulingPolicy()),
+			ToolCalls: engine.Current().ToolCalls().String()}
 	}
 	return rt
 }
@@ -314,7 +321,7 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	pc := pipeline.Config{Coupling: coupling, TopK: next.TopK, AsyncQuorum: next.AsyncQuorum,
 		AsyncDeadline: time.Duration(next.AsyncDeadline), SystemPrompt: rt.pipe.Config().SystemPrompt,
-		ChunkOrder: pipeline.ChunkOrder(next.ChunkOrder)}
+		ChunkOrder: pipeline.ChunkOrder(next.ChunkOrder), HedgeAfter: time.Duration(next.HedgeAfter)}
 	next.ChunkOrder = string(chunkOrder(pc.ChunkOrder))
 	if next.TopK < 1 {
 		errs = append(errs, fmt.Sprintf("top_k must be between 1 and %d, got %d", pipeline.MaxTopK, next.TopK))
@@ -340,6 +347,9 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	}
 	if msg := rt.validateCachePolicy(&next.Cache); msg != "" {
 		errs = append(errs, msg)
+	}
+	if d := time.Duration(next.HedgeAfter); d < 0 || d > MaxAsyncDeadline {
+		errs = append(errs, fmt.Sprintf("hedge_after must be between 0s (no hedging) and %v, got %v", MaxAsyncDeadline, d))
 	}
 	if d := time.Duration(next.AsyncDeadline); d > MaxAsyncDeadline {
 		errs = append(errs, fmt.Sprintf("async_deadline must be at most %v, got %v", MaxAsyncDeadline, d))
@@ -390,7 +400,14 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 	var prof llmsim.Profile
 	var alloc llmsim.AllocMode
 	var policy llmsim.SchedulingPolicy
+	var toolLaw llmsim.ToolCallLaw
 	if next.LLM != nil {
+		if next.LLM.ToolCalls == "" {
+			next.LLM.ToolCalls = rt.cur.LLM.ToolCalls
+		}
+		if toolLaw, err = llmsim.ParseToolCallLaw(next.LLM.ToolCalls); err != nil {
+			errs = append(errs, "llm.tool_calls: "+err.Error())
+		}
 		if policy, err = llmsim.ParseSchedulingPolicy(next.LLM.SchedulingPolicy); err != nil {
 			errs = append(errs, "llm.scheduling_policy: "+err.Error())
 		}
@@ -474,7 +491,8 @@ func (rt *Runtime) Apply(_ context.Context, body []byte) (any, error) {
 		if err := rt.engine.Current().SetSchedulingPolicy(policy); err != nil {
 			return nil, fmt.Errorf("scheduling policy: %w", err)
 		}
-		next.LLM.KVAlloc, next.LLM.SchedulingPolicy = string(alloc), string(policy)
+		rt.engine.Current().SetToolCalls(toolLaw)
+		next.LLM.KVAlloc, next.LLM.SchedulingPolicy, next.LLM.ToolCalls = string(alloc), string(policy), toolLaw.String()
 	}
 	next.Admission.Adaptive.Limit = 0 // read-only: Config fills in the limit in force
 	next.Version++

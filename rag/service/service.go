@@ -326,7 +326,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		popts = append(popts, pipeline.WithMeterProvider(tel.MeterProvider))
 	}
 	p, err := pipeline.New(emb, ret, cacheReporting{docs}, gen, pipeline.Config{
-		Coupling: coupling, TopK: cfg.TopK, AsyncQuorum: cfg.AsyncQuorum, AsyncDeadline: cfg.AsyncDeadline,
+		Coupling: coupling, TopK: cfg.TopK, AsyncQuorum: cfg.AsyncQuorum, AsyncDeadline: cfg.AsyncDeadline, HedgeAfter: cfg.HedgeAfter,
 		ChunkOrder: pipeline.ChunkOrder(cfg.ChunkOrder),
 	}, popts...)
 	if err != nil {
