@@ -320,9 +320,9 @@ func TestLatestIsTheLastValueOfEachSeries(t *testing.T) {
 		value float64
 		gauge bool
 	}{
-		"vllm:num_requests_running":                       {9, true},
-		MemoryMetric:                                      {0, true},
-		"rag_requests_total":                              {12, false},
+		"vllm:num_requests_running": {9, true},
+		MemoryMetric:                {0, true},
+		"rag_requests_total":        {12, false},
 		"gen_ai_server_time_to_first_token_seconds_count": {2, false},
 		"gen_ai_server_time_to_first_token_seconds_sum":   {1.2, false},
 	}
