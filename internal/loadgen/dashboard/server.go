@@ -34,8 +34,9 @@ type Server struct {
 
 // Listen binds addr (host:port; port 0 picks a free one) and starts serving store on it and
 // ticking it. The caller closes the Server.
-func Listen(addr string, store *Store) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+func Listen(ctx context.Context, addr string, store *Store) (*Server, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}

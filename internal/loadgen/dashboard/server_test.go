@@ -81,15 +81,15 @@ func TestHandler(t *testing.T) {
 
 func TestListenAndLinger(t *testing.T) {
 	t.Parallel()
-	if _, err := Listen("127.0.0.1:-1", NewStore(time.Now())); err == nil || !strings.Contains(err.Error(), "127.0.0.1:-1") {
+	if _, err := Listen(context.Background(), "127.0.0.1:-1", NewStore(time.Now())); err == nil || !strings.Contains(err.Error(), "127.0.0.1:-1") {
 		t.Errorf("a bad address: %v", err)
 	}
 	s := NewStore(time.Now())
-	srv, err := Listen("127.0.0.1:0", s)
+	srv, err := Listen(context.Background(), "127.0.0.1:0", s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Listen(strings.TrimPrefix(strings.TrimSuffix(srv.URL(), "/"), "http://"), NewStore(time.Now())); err == nil {
+	if _, err := Listen(context.Background(), strings.TrimPrefix(strings.TrimSuffix(srv.URL(), "/"), "http://"), NewStore(time.Now())); err == nil {
 		t.Error("a port in use: no error")
 	}
 	s.Finish(time.Now(), []byte("done"))
@@ -107,7 +107,7 @@ func TestListenAndLinger(t *testing.T) {
 
 	// A page that loads the report ends the wait early; an already cancelled context does not.
 	s2 := NewStore(time.Now())
-	srv2, err := Listen("127.0.0.1:0", s2)
+	srv2, err := Listen(context.Background(), "127.0.0.1:0", s2)
 	if err != nil {
 		t.Fatal(err)
 	}
