@@ -99,6 +99,8 @@ type State struct {
 	MaxPoints int       `json:"max_points"`
 	Phase     string    `json:"phase,omitempty"`
 	Totals    Totals    `json:"totals"`
+	// ServerKeys are the kept server gauges (the keys of Point.Server), the engine's first.
+	ServerKeys []string `json:"server_keys"`
 	// Points are the kept points with Seq above the one asked from, oldest first; Dropped
 	// says how many points past it were no longer kept (MaxPoints).
 	Points  []Point `json:"points"`
@@ -249,6 +251,13 @@ func (s *Store) Progress(p loadgen.Progress) {
 	}
 	s.progress = p
 	s.totals.Sent = p.Sent
+}
+
+// SetTitle sets the page's title (the run's target and load).
+func (s *Store) SetTitle(title string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.title = title
 }
 
 // SetPhase names what the run does now (a sweep's "point 2/5: 40 req/s"), shown with every
@@ -424,7 +433,11 @@ func (s *Store) State(from int64, now time.Time) State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := State{Title: s.title, Started: s.start, Elapsed: now.Sub(s.start).Seconds(), WindowS: s.window.Seconds(),
-		MaxPoints: s.maxPoints, Phase: s.phase, Totals: s.totals, Final: s.final, Points: []Point{}}
+		MaxPoints: s.maxPoints, Phase: s.phase, Totals: s.totals, Final: s.final, Points: []Point{},
+		ServerKeys: slices.Clone(s.server)}
+	if st.ServerKeys == nil {
+		st.ServerKeys = []string{}
+	}
 	n := len(s.points)
 	oldest := s.seq - int64(n)
 	if from < oldest {

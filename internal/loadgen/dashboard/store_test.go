@@ -248,6 +248,10 @@ func TestServerGaugesArePreferredAndBounded(t *testing.T) {
 			t.Error("a counter is drawn as a gauge")
 		}
 	}
+	if len(st.ServerKeys) != MaxServerSeries || st.ServerKeys[0] != `vllm:num_requests_running{model_name="m"}` ||
+		st.ServerKeys[1] != `vllm:num_requests_waiting{model_name="m"}` {
+		t.Errorf("server keys %v: want the engine's running and waiting gauges first", st.ServerKeys)
+	}
 	if st.Totals.DroppedServerSeries != 6 {
 		t.Errorf("%d gauges dropped, want 6 (22 gauges, %d kept), counted once", st.Totals.DroppedServerSeries, MaxServerSeries)
 	}
