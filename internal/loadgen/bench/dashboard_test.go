@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/internal/loadgen/dashboard"
+	"github.com/ragtail/ragtail/loadgen"
 )
 
 // streamingServer answers every chat completion with 5 tokens, 20 ms apart, and counts them.
@@ -208,3 +209,91 @@ func TestDashboardAddressErrors(t *testing.T) {
 		t.Errorf("%d requests sent: a bad --dashboard must fail before the run", n)
 	}
 }
+
+// TestDashboardOfASweep runs a two-point sweep with a dashboard: the points carry the sweep's
+// point and rate as their phase, and the page ends on the sweep's report.
+func TestDashboardOfASweep(t *testing.T) {
+	t.Parallel()
+	srv, _ := streamingServer(t)
+	addr := freeAddr(t)
+	var o SweepOptions
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--url", srv.URL + "/v1/chat/completions", "--model", "m", "--rates", "20,40",
+		"--point-duration", "2s", "--pause", "1s", "--max-tokens", "5", "--dataset", "short", "--quiet",
+		"--server-metrics", "off", "--dashboard", addr, "--dashboard-linger", "20s"}); err != nil {
+		t.Fatal(err)
+	}
+	o.FlagsParsed(fs)
+	done := make(chan error, 1)
+	var stderr bytes.Buffer
+	go func() { done <- Sweep(context.Background(), o, io.Discard, &stderr) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var final *dashboard.State
+	for final == nil {
+		time.Sleep(500 * time.Millisecond)
+		st, err := getState(ctx, "http://"+addr)
+		if err != nil {
+			select {
+			case err := <-done:
+				t.Fatalf("the sweep ended before its dashboard was final: %v\n%s", err, stderr.String())
+			default:
+			}
+			t.Fatal(err)
+		}
+		if st.Final {
+			final = st
+		}
+	}
+	phases := map[string]int{}
+	for _, p := range final.Points {
+		phases[p.Phase] += p.Completed
+	}
+	for _, want := range []string{"point 1/2: 20 req/s", "point 2/2: 40 req/s"} {
+		if phases[want] == 0 {
+			t.Errorf("no completed request in phase %q: %v", want, phases)
+		}
+	}
+	if !strings.HasPrefix(final.Title, "sweep ") {
+		t.Errorf("title %q", final.Title)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/report", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(body, []byte("sweep")) {
+		t.Errorf("the final report is not the sweep's: %.200s", body)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("sweep: %v\n%s", err, stderr.String())
+	}
+}
+
+// TestWatchKeepsThePrintersInterval: the dashboard takes a snapshot a second, and the progress
+// line is still printed at its own interval.
+func TestWatchKeepsThePrintersInterval(t *testing.T) {
+	t.Parallel()
+	v := &liveView{store: dashboard.NewStore(time.Now())}
+	var printed []time.Duration
+	cfg := loadgenConfigWithProgress(func(e time.Duration) { printed = append(printed, e) }, 5*time.Second)
+	v.watch(&cfg)
+	if cfg.ProgressInterval != time.Second {
+		t.Fatalf("progress every %s, want a second", cfg.ProgressInterval)
+	}
+	for i := 1; i <= 12; i++ {
+		cfg.Progress(progressAt(time.Duration(i)*time.Second + time.Duration(i)*time.Millisecond))
+	}
+	if fmt.Sprint(printed) != "[5.005s 10.01s]" {
+		t.Errorf("printed at %v, want 5 s and 10 s", printed)
+	}
+}
+
+func loadgenConfigWithProgress(print func(time.Duration), every time.Duration) loadgen.Config {
+	return loadgen.Config{Progress: func(p loadgen.Progress) { print(p.Elapsed) }, ProgressInterval: every}
+}
+
+func progressAt(elapsed time.Duration) loadgen.Progress { return loadgen.Progress{Elapsed: elapsed} }

@@ -144,7 +144,7 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	return o.writeResults(stdout, benches, sopts, interrupted)
+	return o.writeResults(ctx, stdout, stderr, benches, sopts, interrupted, live)
 }
 
 // validate checks the flags of a sweep and returns its ladder: the rates, or the users.
@@ -238,11 +238,14 @@ func (s *sweeper) findMax(ctx context.Context, benches []*report.Bench, sopts *r
 }
 
 // writeResults writes the sweep of benches summarised with sopts, its files first and then the
-// report on stdout, and fails a sweep whose requests failed too often or that was interrupted.
-func (o *SweepOptions) writeResults(stdout io.Writer, benches []*report.Bench, sopts report.SweepOptions, interrupted bool) error {
-	if err := WriteOutputs(stdout, report.SummarizeSweep(benches, sopts), o.JSONOut, o.HTMLOut); err != nil {
+// report on stdout, ends the live view on it, and fails a sweep whose requests failed too
+// often or that was interrupted.
+func (o *SweepOptions) writeResults(ctx context.Context, stdout, stderr io.Writer, benches []*report.Bench, sopts report.SweepOptions, interrupted bool, live *liveView) error {
+	doc := report.SummarizeSweep(benches, sopts)
+	if err := WriteOutputs(stdout, doc, o.JSONOut, o.HTMLOut); err != nil {
 		return err
 	}
+	live.finish(ctx, doc, stderr)
 	if err := sweepErrorRate(benches, o.Load.MaxErrorRate); err != nil {
 		return err
 	}
