@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/internal/loadgen/dashboard"
+	"github.com/ragtail/ragtail/internal/redact"
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/report"
 )
@@ -69,7 +70,7 @@ func (o DashboardOptions) start(ctx context.Context, title string, stderr io.Wri
 	if o.Addr == "" {
 		return nil, nil
 	}
-	store := dashboard.NewStore(time.Now(), dashboard.WithTitle(title))
+	store := dashboard.NewStore(time.Now(), dashboard.WithTitle(redact.String(title)))
 	srv, err := dashboard.Listen(ctx, o.Addr, store)
 	if err != nil {
 		return nil, fmt.Errorf("--dashboard: %w", err)
@@ -93,7 +94,7 @@ func isLoopback(host string) bool {
 // title sets the page's title.
 func (v *liveView) title(t string) {
 	if v != nil {
-		v.store.SetTitle(t)
+		v.store.SetTitle(redact.String(t))
 	}
 }
 

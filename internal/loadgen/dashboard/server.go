@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -40,8 +41,12 @@ func Listen(ctx context.Context, addr string, store *Store) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	h := Handler(store)
+	if ip, ok := ln.Addr().(*net.TCPAddr); ok && ip.IP.IsLoopback() {
+		h = loopbackHosts(h)
+	}
 	s := &Server{store: store, ln: ln, stopTicks: make(chan struct{}),
-		srv: &http.Server{Handler: Handler(store), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10}}
 	s.wg.Go(func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -152,6 +157,23 @@ func Handler(store *Store) http.Handler {
 		_, _ = w.Write(html)
 	})
 	return mux
+}
+
+// loopbackHosts refuses requests whose Host is not a loopback address or localhost: a page of
+// another site that rebinds its name to 127.0.0.1 cannot read a dashboard that listens there.
+func loopbackHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "the dashboard answers requests for a loopback address or localhost only", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // secure sets the headers that keep the page to itself: no script or request to another

@@ -92,6 +92,20 @@ func TestListenAndLinger(t *testing.T) {
 	if _, err := Listen(context.Background(), strings.TrimPrefix(strings.TrimSuffix(srv.URL(), "/"), "http://"), NewStore(time.Now())); err == nil {
 		t.Error("a port in use: no error")
 	}
+	// A name rebound to the loopback address is refused.
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL()+"api/state", nil)
+	req.Host = "attacker.example:80"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("Host attacker.example: %d, want 421", resp.StatusCode)
+	}
+	if code, _, _ := get(t, strings.Replace(srv.URL(), "127.0.0.1", "localhost", 1)+"api/state"); code != http.StatusOK {
+		t.Errorf("Host localhost: %d", code)
+	}
 	s.Finish(time.Now(), []byte("done"))
 	// Nobody reads the report: Linger waits its whole time.
 	begin := time.Now()

@@ -145,7 +145,9 @@ func WithMaxPoints(n int) Option {
 // WithTitle sets the page's title (the run's target and load, say).
 func WithTitle(title string) Option { return optionFunc(func(s *Store) { s.title = title }) }
 
-// Store holds a run's live series. The zero value is not usable: call NewStore.
+// Store holds a run's live series. The zero value is not usable: call NewStore. Its memory is
+// bounded by MaxPoints points, one HDR histogram per second of the window for each of TTFT and
+// E2EL (about 200 KB each once a value is recorded), MaxErrorKinds and MaxServerSeries.
 type Store struct {
 	mu        sync.Mutex
 	title     string
@@ -181,7 +183,7 @@ type Store struct {
 // NewStore returns an empty Store whose clock starts at start.
 func NewStore(start time.Time, opts ...Option) *Store {
 	s := &Store{window: DefaultWindow, maxPoints: DefaultMaxPoints, start: start, lastTick: start,
-		errors: map[string]int{}, ttft: stats.NewHistogram(), e2el: stats.NewHistogram(),
+		errors: map[string]int{}, ttft: &stats.Histogram{}, e2el: &stats.Histogram{},
 		dropped: map[string]bool{}, finalSeen: make(chan struct{})}
 	for _, o := range opts {
 		o.apply(s)
@@ -306,7 +308,8 @@ func (s *Store) Tick(now time.Time) {
 	s.ttftWindow = s.slide(s.ttftWindow, s.ttft)
 	s.e2elWindow = s.slide(s.e2elWindow, s.e2el)
 	p.TTFT, p.E2EL = percentiles(s.ttftWindow), percentiles(s.e2elWindow)
-	s.ttft, s.e2el = stats.NewHistogram(), stats.NewHistogram()
+	// A zero Histogram allocates on its first value: a second with no request costs nothing.
+	s.ttft, s.e2el = &stats.Histogram{}, &stats.Histogram{}
 	s.completed, s.failed, s.outputTokens = 0, 0, 0
 	p.Server = s.keep(samples)
 	s.push(p)
@@ -329,7 +332,7 @@ func (s *Store) slide(window []*stats.Histogram, h *stats.Histogram) []*stats.Hi
 
 // percentiles merges a window's histograms and reads its percentiles.
 func percentiles(window []*stats.Histogram) Percentiles {
-	all := stats.NewHistogram()
+	all := &stats.Histogram{}
 	for _, h := range window {
 		if h.Count() > 0 {
 			all.Merge(h)
