@@ -94,7 +94,7 @@ type Totals struct {
 type State struct {
 	Title     string    `json:"title"`
 	Started   time.Time `json:"started"`
-	Elapsed   float64   `json:"elapsed_s"`
+	Elapsed   float64   `json:"elapsed_s"` // seconds from Started to now, or to the end once Final
 	WindowS   float64   `json:"window_s"`
 	MaxPoints int       `json:"max_points"`
 	Phase     string    `json:"phase,omitempty"`
@@ -175,6 +175,7 @@ type Store struct {
 	seq    int64 // of the next point
 
 	final       bool
+	ended       time.Time // when Finish was called
 	finalReport []byte
 	finalSeen   chan struct{} // closed when the final report was first served
 	seenOnce    sync.Once
@@ -441,6 +442,9 @@ func (s *Store) State(from int64, now time.Time) State {
 	if st.ServerKeys == nil {
 		st.ServerKeys = []string{}
 	}
+	if s.final {
+		st.Elapsed = s.ended.Sub(s.start).Seconds() // the run's length, however long the page looks after it
+	}
 	n := len(s.points)
 	oldest := s.seq - int64(n)
 	if from < oldest {
@@ -462,7 +466,7 @@ func (s *Store) Finish(now time.Time, reportHTML []byte) {
 	s.Tick(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.final, s.finalReport = true, reportHTML
+	s.final, s.ended, s.finalReport = true, now, reportHTML
 	s.phase = ""
 }
 

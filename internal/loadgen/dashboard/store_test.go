@@ -269,7 +269,10 @@ func TestFinishEndsTheSeries(t *testing.T) {
 	}
 	s.Finish(at(1.5), []byte("<html>report</html>"))
 	s.Tick(at(2))
-	st := s.State(0, at(2))
+	st := s.State(0, at(9))
+	if st.Elapsed != 1.5 {
+		t.Errorf("elapsed %g s after the end, want the run's 1.5 s", st.Elapsed)
+	}
 	if !st.Final || len(st.Points) != 2 || st.Points[1].Completed != 1 || st.Points[1].T != 1.5 || st.Phase != "" {
 		t.Errorf("after Finish: final %v, points %+v, phase %q; want the last interval closed at 1.5 s and no tick after", st.Final, st.Points, st.Phase)
 	}
