@@ -88,7 +88,7 @@ func getState(ctx context.Context, url string) (*dashboard.State, error) {
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// TestDashboardDuringARun reads the dashboard's JSON while a 4 s bench runs against a
+// TestDashboardDuringARun reads the dashboard's JSON while a 5 s bench runs against a
 // streaming server: the series grow, their figures are the run's, and the page ends on the
 // final report.
 func TestDashboardDuringARun(t *testing.T) {
@@ -96,7 +96,7 @@ func TestDashboardDuringARun(t *testing.T) {
 	srv, _ := streamingServer(t)
 	addr := freeAddr(t)
 	o := benchOptions(t, "--url", srv.URL+"/v1/chat/completions", "--model", "m", "--request-rate", "25",
-		"--duration", "4s", "--max-tokens", "5", "--dataset", "short", "--quiet", "--server-metrics", "off",
+		"--duration", "5s", "--max-tokens", "5", "--dataset", "short", "--quiet", "--server-metrics", "off",
 		"--dashboard", addr, "--dashboard-linger", "20s")
 	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
@@ -149,7 +149,7 @@ func TestDashboardDuringARun(t *testing.T) {
 		}
 	}
 	if final.Totals.Completed < 60 || final.Totals.Failed != 0 {
-		t.Errorf("final totals %+v: want about 100 completed at 25 req/s for 4 s", final.Totals)
+		t.Errorf("final totals %+v: want about 125 completed at 25 req/s for 5 s", final.Totals)
 	}
 	sum := 0
 	for _, p := range final.Points {
