@@ -26,6 +26,10 @@ the open-file limit; the wait for a slot counts as latency). Without a rate, --c
 runs a closed loop of N users (vLLM's default behaviour). The run stops after --num-prompts
 requests or --duration; Ctrl-C stops it early and still writes everything measured.
 
+--dashboard 127.0.0.1:5665 serves a live page of the run while it goes (throughput, latency
+percentiles over the last 10 s, requests in flight, errors, the server's gauges), ending on the
+report; it closes once a page has loaded the report or --dashboard-linger has passed.
+
 Example (the article's command, against ragtail llm-sim):
   ragtail bench --url http://127.0.0.1:8000/v1/chat/completions \
     --model meta-llama/Meta-Llama-3-8B-Instruct --concurrency 32 --num-prompts 200 \

@@ -20,6 +20,9 @@ found two ways: the article's rule (the first point where P99 E2EL grows by more
 --slo (e.g. p95_e2el:2000, the article's "P95 <= 2 s") the highest rate meeting it is bracketed
 by the ladder and refined by bisection, each probe another run of --point-duration.
 
+--dashboard 127.0.0.1:5665 serves a live page of the sweep while it runs (the point under way,
+throughput, latency percentiles, errors, the server's gauges), ending on the report.
+
 Example:
   ragtail sweep --url http://127.0.0.1:8000/v1/chat/completions --rates 2,4,8,16,32 \
     --point-duration 30s --slo p95_e2el:2000 --json sweep.json --html sweep.html`)

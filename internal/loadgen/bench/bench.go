@@ -49,22 +49,30 @@ type Options struct {
 // steps, in order, each a function called once:
 //
 //  1. validate: the limits and combinations no flag checks alone.
-//  2. connect: the HTTP client, and the server's model when none was given.
-//  3. plan: the workload at the rate and concurrency (the files it needs read once).
-//  4. schedule: this host's share and start of a multi-host run, and the schedule's hash.
-//  5. preflight: the workload's first request sent once, then the server's clock sampled.
-//  6. scraper: the scrape of the target's Prometheus metrics, when it has any.
-//  7. loadConfig: the load loadgen.Run sends, starting now or at --start-at.
-//  8. openDetailed: the per-request file of --save-detailed, written as the run goes.
-//  9. execute: the load under Ctrl-C handling (the first drains it, a second aborts it),
+//  2. Dashboard.start: with --dashboard, the live view's address bound and served.
+//  3. connect: the HTTP client, and the server's model when none was given.
+//  4. plan: the workload at the rate and concurrency (the files it needs read once).
+//  5. schedule: this host's share and start of a multi-host run, and the schedule's hash.
+//  6. preflight: the workload's first request sent once, then the server's clock sampled.
+//  7. scraper: the scrape of the target's Prometheus metrics, when it has any.
+//  8. loadConfig: the load loadgen.Run sends, starting now or at --start-at.
+//  9. openDetailed: the per-request file of --save-detailed, written as the run goes.
+//  10. execute: the load under Ctrl-C handling (the first drains it, a second aborts it),
 //     summarised as the records come.
-//  10. writeResults: the result files, then the report on stdout.
-//  11. verdict: the thresholds of --fail-on checked, and an error when the run was interrupted
+//  11. writeResults: the result files, then the report on stdout.
+//  12. finish: with --dashboard, the live view ends on the report and lingers for a page to
+//     load it (--dashboard-linger).
+//  13. verdict: the thresholds of --fail-on checked, and an error when the run was interrupted
 //     or failed too often, else a *report.GateError when a threshold was breached.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	live, err := o.Load.Dashboard.start(ctx, "bench "+o.Load.URL, stderr)
+	if err != nil {
+		return err
+	}
+	defer live.close()
 	c, err := o.connect(ctx)
 	if err != nil {
 		return err
@@ -94,13 +102,15 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer detailed.abort()
-	res, b, err := o.execute(ctx, cfg, scraper, detailed, stderr)
+	live.title(fmt.Sprintf("bench %s: %s", o.Load.URL, describeStop(cfg, o.NumPrompts)))
+	res, b, err := o.execute(ctx, cfg, scraper, detailed, live, stderr)
 	if err != nil {
 		return err
 	}
 	if err := o.writeResults(c, b, detailed, stdout, stderr); err != nil {
 		return err
 	}
+	live.finish(ctx, b, stderr)
 	return o.verdict(res, b, stderr)
 }
 
@@ -310,7 +320,7 @@ func (d *detailedOutput) abort() {
 
 // execute says on stderr what the run does, then runs cfg's load under Ctrl-C handling with the
 // scrape of the server's metrics, summarised as the records come (each also to detailed).
-func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metricsScrape, detailed *detailedOutput, stderr io.Writer) (*loadgen.Result, *report.Bench, error) {
+func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metricsScrape, detailed *detailedOutput, live *liveView, stderr io.Writer) (*loadgen.Result, *report.Bench, error) {
 	fmt.Fprintf(stderr, "ragtail bench: %s, %s\n", o.Load.URL, describeStop(cfg, o.NumPrompts))
 	if seg := cfg.Info.Segment; seg != nil {
 		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, cfg.Info.ScheduleHash)
@@ -322,7 +332,8 @@ func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metr
 	defer release()
 	cfg.Stop = stop
 	scraper.start(runCtx, cfg.Start)
-	res, b, err := measure(runCtx, cfg, o.Load.reportOptions(), detailed.writer())
+	live.gauges(scraper)
+	res, b, err := measure(runCtx, cfg, o.Load.reportOptions(), detailed.writer(), live)
 	if scraper != nil && b != nil && b.Cancellations != nil && b.Cancellations.Done > 0 {
 		// A server notices that a client went a moment later: the last scrape is taken one
 		// interval after the last cancellation at the earliest, so that it shows whether the
@@ -368,8 +379,9 @@ func describeStop(cfg loadgen.Config, numPrompts int) string {
 }
 
 // measure runs cfg and summarises it as the records come: the run keeps none of them, so its
-// memory does not grow with its length. Each record also goes to detailed, when given.
-func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, detailed *report.DetailedWriter) (*loadgen.Result, *report.Bench, error) {
+// memory does not grow with its length. Each record also goes to detailed, when given, and to
+// the live view, with the run's progress.
+func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, detailed *report.DetailedWriter, live *liveView) (*loadgen.Result, *report.Bench, error) {
 	s := report.NewSummarizer(ropts)
 	cfg.Stream = func(recs []loadgen.Record) {
 		if detailed != nil {
@@ -377,6 +389,7 @@ func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, deta
 		}
 		s.Add(recs...)
 	}
+	live.watch(&cfg)
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		return nil, nil, err

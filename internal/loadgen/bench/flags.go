@@ -124,6 +124,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Slice, "slice", 0, "summarise each slice of this width (e.g. 10s) on its own: requests, TTFT and E2EL percentiles with\n"+
 		"their intervals, throughput and failures by intended send time, in the JSON (slices), the text and the HTML")
 	o.ServerMetrics.registerFlags(fs, "the run")
+	o.Load.Dashboard.registerFlags(fs, "the run")
 }
 
 // registerFlags registers the --server-metrics flags on fs; during names what is scraped.
@@ -167,6 +168,7 @@ func (o *SweepOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(wallTimeValue{&o.StartAt}, "start-at", "start the first point at this wall-clock `time` (RFC 3339 or Unix seconds) and each next one\n"+
 		"--warmup-duration + --point-duration + --drain-timeout + --pause + 1s later, so that several hosts run each point together")
 	o.ServerMetrics.registerFlags(fs, "each point")
+	o.Load.Dashboard.registerFlags(fs, "the sweep (its points one after another)")
 }
 
 // FlagsParsed completes o after fs (on which RegisterFlags registered o's flags) has parsed a

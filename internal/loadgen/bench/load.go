@@ -69,6 +69,8 @@ type Load struct {
 	SessionPatience   time.Duration
 	Slice             time.Duration // width of the time slices summarised each on its own (bench --slice); 0: none
 	Quiet             bool          // no progress line
+	// Dashboard is the live view of the run (--dashboard).
+	Dashboard DashboardOptions
 }
 
 // KeyOptions configure key lookups (Dataset keys[:FILE]).
@@ -222,6 +224,9 @@ func (o *Load) validate() error {
 		return fmt.Errorf("--http-client %q: want %s", o.HTTPClient, strings.Join(client.HTTPClients, " or "))
 	}
 	if err := o.Agent.validate(); err != nil {
+		return err
+	}
+	if err := o.Dashboard.validate(); err != nil {
 		return err
 	}
 	if err := o.Pricing.Validate(); err != nil {

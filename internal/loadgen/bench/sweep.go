@@ -94,16 +94,17 @@ func (o *SweepOptions) multiHost(users []int, stderr io.Writer) (*loadgen.Segmen
 //  1. validate: the ladder (rates or users), and the flags a bench checks too.
 //  2. multiHost: this host's share of each point and the first point's start, for a sweep
 //     that several hosts send together.
-//  3. NewClient: the HTTP client, and the server's model when none was given.
-//  4. preflight: the first point's first request sent once.
-//  5. scraper: the scrape of the target's Prometheus metrics, when it has any.
-//  6. runLadder: the ladder's points, each a bench run of --point-duration, under Ctrl-C
+//  3. Dashboard.start: with --dashboard, the live view's address bound and served.
+//  4. NewClient: the HTTP client, and the server's model when none was given.
+//  5. preflight: the first point's first request sent once.
+//  6. scraper: the scrape of the target's Prometheus metrics, when it has any.
+//  7. runLadder: the ladder's points, each a bench run of --point-duration, under Ctrl-C
 //     handling (the first stops the sweep after the point's drain, a second aborts it).
-//  7. findMax: with an SLO, the bisection of the highest rate (or the most
+//  8. findMax: with an SLO, the bisection of the highest rate (or the most
 //     users of a closed loop) that meets it, and the interval of that load from every point
 //     and probe (report.BracketSLO).
-//  8. writeResults: the result files and the report, then an error for a sweep that was
-//     interrupted or whose requests failed too often.
+//  9. writeResults: the result files and the report (the dashboard ends on it and lingers),
+//     then an error for a sweep that was interrupted or whose requests failed too often.
 func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error {
 	rates, users, err := o.validate()
 	if err != nil {
@@ -113,6 +114,11 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	live, err := o.Load.Dashboard.start(ctx, "sweep "+o.Load.URL, stderr)
+	if err != nil {
+		return err
+	}
+	defer live.close()
 	c, err := o.Load.NewClient(ctx)
 	if err != nil {
 		return err
@@ -127,7 +133,7 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 	}
 	runCtx, stop, release := interrupts(ctx, stderr, o.Load.DrainTimeout)
 	defer release()
-	s := &sweeper{o: &o, c: c, ropts: o.Load.reportOptions(), stderr: stderr, stop: stop, seg: seg, start: start, scrape: ms}
+	s := &sweeper{o: &o, c: c, ropts: o.Load.reportOptions(), stderr: stderr, stop: stop, seg: seg, start: start, scrape: ms, live: live}
 	benches, interrupted, err := s.runLadder(runCtx, rates, users)
 	if err != nil {
 		return err
@@ -138,7 +144,7 @@ func Sweep(ctx context.Context, o SweepOptions, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	return o.writeResults(stdout, benches, sopts, interrupted)
+	return o.writeResults(ctx, stdout, stderr, benches, sopts, interrupted, live)
 }
 
 // validate checks the flags of a sweep and returns its ladder: the rates, or the users.
@@ -232,11 +238,14 @@ func (s *sweeper) findMax(ctx context.Context, benches []*report.Bench, sopts *r
 }
 
 // writeResults writes the sweep of benches summarised with sopts, its files first and then the
-// report on stdout, and fails a sweep whose requests failed too often or that was interrupted.
-func (o *SweepOptions) writeResults(stdout io.Writer, benches []*report.Bench, sopts report.SweepOptions, interrupted bool) error {
-	if err := WriteOutputs(stdout, report.SummarizeSweep(benches, sopts), o.JSONOut, o.HTMLOut); err != nil {
+// report on stdout, ends the live view on it, and fails a sweep whose requests failed too
+// often or that was interrupted.
+func (o *SweepOptions) writeResults(ctx context.Context, stdout, stderr io.Writer, benches []*report.Bench, sopts report.SweepOptions, interrupted bool, live *liveView) error {
+	doc := report.SummarizeSweep(benches, sopts)
+	if err := WriteOutputs(stdout, doc, o.JSONOut, o.HTMLOut); err != nil {
 		return err
 	}
+	live.finish(ctx, doc, stderr)
 	if err := sweepErrorRate(benches, o.Load.MaxErrorRate); err != nil {
 		return err
 	}
@@ -333,6 +342,7 @@ type sweeper struct {
 	k      int             // the ladder's point being run
 	scrape *metricsScrape  // of the server's metrics, for the next point; nil for none
 	probed []*report.Bench // the bisection's probes, in order
+	live   *liveView       // the dashboard; nil for none
 }
 
 // pointStart is when point k starts: zero (as soon as it can) for a sweep of one host. A point
@@ -362,6 +372,7 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		desc = fmt.Sprintf("%d users", concurrency)
 	}
 	fmt.Fprintf(s.stderr, "%s: %s for %s\n", label, desc, s.o.PointDuration)
+	s.live.phase(label + ": " + desc)
 	select {
 	case <-s.stop:
 		return nil, errInterrupted
@@ -382,7 +393,9 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		}
 		ms.start(ctx, at)
 	}
-	res, b, err := measure(ctx, cfg, s.ropts, nil)
+	s.live.gauges(ms)
+	res, b, err := measure(ctx, cfg, s.ropts, nil, s.live)
+	s.live.gauges(nil) // between points the server's gauges go unread
 	if err != nil {
 		ms.stop(ctx, nil, io.Discard)
 		return nil, err

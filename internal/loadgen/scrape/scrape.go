@@ -100,6 +100,7 @@ type Stats struct {
 type series struct {
 	name   string
 	labels map[string]string
+	gauge  bool         // a gauge (or untyped) value, not a counter or a histogram's count or sum
 	points [][2]float64 // [seconds from Scraper.start, value]
 }
 
@@ -213,6 +214,30 @@ func (s *Scraper) Stop(ctx context.Context) *Result {
 	return r
 }
 
+// Sample is the last value of one kept series, as Latest returns it.
+type Sample struct {
+	Name   string
+	Labels map[string]string // shared with the Scraper: do not modify
+	Gauge  bool              // a gauge (or untyped) value; false for a counter, or a histogram's _count or _sum
+	At     float64           // seconds from the scrape's start
+	Value  float64
+}
+
+// Latest returns the last value of every series kept so far, in the order the series first
+// appeared: what a live view shows while the run goes.
+func (s *Scraper) Latest() []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Sample, 0, len(s.series))
+	for _, ser := range s.series {
+		if n := len(ser.points); n > 0 {
+			p := ser.points[n-1]
+			out = append(out, Sample{Name: ser.name, Labels: ser.labels, Gauge: ser.gauge, At: p[0], Value: p[1]})
+		}
+	}
+	return out
+}
+
 // scrapeOnce scrapes and records, and returns the interval to wait for the next one.
 func (s *Scraper) scrapeOnce(ctx context.Context) time.Duration {
 	sent := time.Now()
@@ -312,20 +337,20 @@ func (s *Scraper) record(t float64, fams map[string]*dto.MetricFamily) {
 		for _, m := range f.GetMetric() {
 			switch f.GetType() {
 			case dto.MetricType_COUNTER:
-				s.add(name, m.GetLabel(), t, m.GetCounter().GetValue())
+				s.add(name, m.GetLabel(), false, t, m.GetCounter().GetValue())
 			case dto.MetricType_GAUGE:
-				s.add(name, m.GetLabel(), t, m.GetGauge().GetValue())
+				s.add(name, m.GetLabel(), true, t, m.GetGauge().GetValue())
 			case dto.MetricType_UNTYPED:
-				s.add(name, m.GetLabel(), t, m.GetUntyped().GetValue())
+				s.add(name, m.GetLabel(), true, t, m.GetUntyped().GetValue())
 			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 				// Buckets would multiply the series; the count and the sum give rate and mean.
 				h := m.GetHistogram()
-				s.add(name+"_count", m.GetLabel(), t, float64(h.GetSampleCount()))
-				s.add(name+"_sum", m.GetLabel(), t, h.GetSampleSum())
+				s.add(name+"_count", m.GetLabel(), false, t, float64(h.GetSampleCount()))
+				s.add(name+"_sum", m.GetLabel(), false, t, h.GetSampleSum())
 			case dto.MetricType_SUMMARY:
 				sm := m.GetSummary()
-				s.add(name+"_count", m.GetLabel(), t, float64(sm.GetSampleCount()))
-				s.add(name+"_sum", m.GetLabel(), t, sm.GetSampleSum())
+				s.add(name+"_count", m.GetLabel(), false, t, float64(sm.GetSampleCount()))
+				s.add(name+"_sum", m.GetLabel(), false, t, sm.GetSampleSum())
 			}
 		}
 	}
@@ -347,7 +372,7 @@ func (s *Scraper) kept(name string) bool {
 }
 
 // add appends one sample to its series, making the series if there is room.
-func (s *Scraper) add(name string, labels []*dto.LabelPair, t, v float64) {
+func (s *Scraper) add(name string, labels []*dto.LabelPair, gauge bool, t, v float64) {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return
 	}
@@ -361,7 +386,7 @@ func (s *Scraper) add(name string, labels []*dto.LabelPair, t, v float64) {
 		}
 		i = len(s.series)
 		s.index[key] = i
-		s.series = append(s.series, &series{name: name, labels: labelMap(labels)})
+		s.series = append(s.series, &series{name: name, labels: labelMap(labels), gauge: gauge})
 	}
 	if i < 0 {
 		return

@@ -302,3 +302,41 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Errorf("defaults %+v", s.cfg)
 	}
 }
+
+func TestLatestIsTheLastValueOfEachSeries(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t)
+	s := newScraper(t, Config{URL: tg.srv.URL})
+	if got := s.Latest(); len(got) != 0 {
+		t.Fatalf("before any scrape: %v", got)
+	}
+	for i, v := range []float64{3, 9} {
+		tg.running.Set(v)
+		tg.requests.Add(v)
+		tg.ttft.Observe(v / 10)
+		scrapeAt(s, float64(i))
+	}
+	want := map[string]struct {
+		value float64
+		gauge bool
+	}{
+		"vllm:num_requests_running": {9, true},
+		MemoryMetric:                {0, true},
+		"rag_requests_total":        {12, false},
+		"gen_ai_server_time_to_first_token_seconds_count": {2, false},
+		"gen_ai_server_time_to_first_token_seconds_sum":   {1.2, false},
+	}
+	got := s.Latest()
+	if len(got) != len(want) {
+		t.Fatalf("Latest = %+v, want %d series", got, len(want))
+	}
+	for _, smp := range got {
+		w, ok := want[smp.Name]
+		if !ok || math.Abs(smp.Value-w.value) > 1e-9 || smp.Gauge != w.gauge {
+			t.Errorf("%s = %g (gauge %v), want %g (gauge %v)", smp.Name, smp.Value, smp.Gauge, w.value, w.gauge)
+		}
+		if d := smp.At - 1; d < 0 || d > 1 {
+			t.Errorf("%s at t=%g, want the second scrape's, just after 1", smp.Name, smp.At)
+		}
+	}
+}
