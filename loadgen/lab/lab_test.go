@@ -95,7 +95,7 @@ func TestResultJSONAndText(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	want := []string{"p99-model", "coupling", "cache-penetration", "pool-saturation", "latency-injection", "knee", "keepalive", "priority"}
+	want := []string{"p99-model", "coupling", "cache-penetration", "pool-saturation", "latency-injection", "knee", "keepalive", "priority", "agent-amplification"}
 	if got := Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Names() = %v, want %v", got, want)
 	}
