@@ -92,6 +92,8 @@ type jaegerTrace struct {
 			SpanID        string `json:"spanID"`
 			OperationName string `json:"operationName"`
 			ProcessID     string `json:"processID"`
+			StartTime     int64  `json:"startTime"` // microseconds since the epoch
+			Duration      int64  `json:"duration"`  // microseconds
 			References    []struct {
 				RefType string `json:"refType"`
 				SpanID  string `json:"spanID"`
@@ -167,6 +169,27 @@ func TestJaegerE2E(t *testing.T) {
 				t.Errorf("notebook output lacks %q:\n%s", want, text)
 			}
 		}
+	})
+
+	// An agentic request: its trace in Jaeger has the invoke_agent span over 4 chat spans and 3
+	// execute_tool search spans, alternating on one clock, as /debug/traces shows it.
+	t.Run("agentic trace", func(t *testing.T) {
+		id := askAgent(t, api, "meta-llama/Meta-Llama-3-8B-Instruct")
+		var at jaegerTrace
+		telWaitFor(t, ctx, "the agentic request's trace in Jaeger", 60*time.Second, func() (bool, error) {
+			at = jaegerTrace{}
+			if err := getJSON(ctx, queryURL+"/api/traces/"+id, &at); err != nil {
+				return false, err
+			}
+			n := map[string]int{}
+			for _, d := range at.Data {
+				for _, s := range d.Spans {
+					n[strings.Split(s.OperationName, " ")[0]]++
+				}
+			}
+			return n["invoke_agent"] == 1 && n["chat"] == 4 && n["execute_tool"] == 3, nil
+		})
+		checkAgentTrace(t, jaegerAgentSpans(&at), 3)
 	})
 
 	// Jaeger stopped: serve answers and bench completes without errors, through the environment.
@@ -342,4 +365,30 @@ func getJSON(ctx context.Context, u string, into any) error {
 		return fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(into)
+}
+
+// jaegerAgentSpans converts a Jaeger trace to the waterfall spans checkAgentTrace reads: start
+// offsets from the trace's first span, parents from CHILD_OF references.
+func jaegerAgentSpans(tr *jaegerTrace) []agentSpan {
+	var out []agentSpan
+	var first int64
+	for _, d := range tr.Data {
+		for _, s := range d.Spans {
+			if first == 0 || s.StartTime < first {
+				first = s.StartTime
+			}
+		}
+	}
+	for _, d := range tr.Data {
+		for _, s := range d.Spans {
+			a := agentSpan{Name: s.OperationName, SpanID: s.SpanID, StartOffsetMS: float64(s.StartTime-first) / 1e3, DurationMS: float64(s.Duration) / 1e3}
+			for _, r := range s.References {
+				if r.RefType == "CHILD_OF" {
+					a.Parent = r.SpanID
+				}
+			}
+			out = append(out, a)
+		}
+	}
+	return out
 }
