@@ -98,10 +98,11 @@ func (s *slicesAcc) finish(off, end time.Duration, ps []float64, conf float64) [
 	out := make([]Slice, 0, last-first+1)
 	for i := first; i <= last; i++ {
 		t := time.Duration(i) * s.width
-		sl := Slice{T: t - off, Width: s.width}
+		// The first slice starts at the measured run's start; the last ends at its end (the
+		// last request's), so either may be narrower than the others: Width is what it covers.
+		w := min(t+s.width, end) - max(t, off)
+		sl := Slice{T: t - off, Width: max(w, 0)}
 		if a := s.acc[i]; a != nil {
-			// The first slice starts at the measured run's start; the last ends at its end.
-			w := min(t+s.width, end) - max(t, off)
 			sl.Sent, sl.Completed, sl.Failed = a.sent, a.completed, a.failed
 			if w > 0 {
 				sl.RequestThroughput = float64(a.ended) / w.Seconds()
@@ -211,11 +212,23 @@ func (t *textWriter) sliceRows(b *Bench) {
 	if len(b.Slices) == 0 {
 		return
 	}
-	t.rule(fmt.Sprintf("Slices of %s (by intended send; ms)", b.Slices[0].Width), '-')
-	t.printf("%8s %6s %6s %6s %8s %9s %9s %9s %9s\n", "t (s)", "sent", "ok", "failed", "req/s", "p50 TTFT", "p99 TTFT", "p50 E2EL", "p99 E2EL")
+	var width time.Duration
 	for _, sl := range b.Slices {
-		t.printf("%8.1f %6d %6d %6d %8.2f %9s %9s %9s %9s\n", sl.T.Seconds(), sl.Sent, sl.Completed, sl.Failed, sl.RequestThroughput,
+		width = max(width, sl.Width)
+	}
+	t.rule(fmt.Sprintf("Slices of %s (by intended send; ms)", width), '-')
+	t.printf("%8s %6s %6s %6s %8s %9s %9s %9s %9s\n", "t (s)", "sent", "ok", "failed", "req/s", "p50 TTFT", "p99 TTFT", "p50 E2EL", "p99 E2EL")
+	partial := false
+	for _, sl := range b.Slices {
+		mark := " "
+		if sl.Width < width {
+			mark, partial = "*", true
+		}
+		t.printf("%8.1f %6d %6d %6d %7.2f%s %9s %9s %9s %9s\n", sl.T.Seconds(), sl.Sent, sl.Completed, sl.Failed, sl.RequestThroughput, mark,
 			sl.quantileText(MetricTTFT, 50), sl.quantileText(MetricTTFT, 99), sl.quantileText(MetricE2EL, 50), sl.quantileText(MetricE2EL, 99))
+	}
+	if partial {
+		t.printf("* a partial slice (the run's first or last stretch): its req/s rests on less time\n")
 	}
 }
 
