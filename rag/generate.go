@@ -13,6 +13,10 @@ type GenRequest struct {
 	// ToolChoice is OpenAI's tool_choice: "" or "auto" (the model decides), "none" (answer in
 	// text), "required" (call a tool).
 	ToolChoice string
+	// ParallelToolCalls lets the model ask for several tool calls in one answer (OpenAI's
+	// parallel_tool_calls: true). False leaves it to the generator's default: OpenAI's allows
+	// parallel calls, the simulated engine's does not.
+	ParallelToolCalls bool
 }
 
 // TokenStream is a running generation. Recv returns deltas in order; after the last delta (the

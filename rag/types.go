@@ -73,6 +73,9 @@ type Query struct {
 	// calls (0 means DefaultMaxSteps).
 	Mode     Mode
 	MaxSteps int
+	// ParallelToolCalls, in the agentic mode, lets the model ask for several searches in one
+	// call; the pipeline runs them at once.
+	ParallelToolCalls bool
 	// Tools and ToolChoice are the client's own tools, for a generator that serves them (the
 	// simulated engine); the RAG pipeline refuses them.
 	Tools      []Tool

@@ -388,6 +388,9 @@ func (c *Client) params(req rag.GenRequest, stream bool) (openai.ChatCompletionN
 	if req.ToolChoice != "" && len(req.Tools) > 0 {
 		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(req.ToolChoice)}
 	}
+	if len(req.Tools) > 0 && req.ParallelToolCalls {
+		p.ParallelToolCalls = openai.Bool(true)
+	}
 	if req.MaxTokens > 0 {
 		if c.cfg.maxCompletionTokens {
 			p.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))

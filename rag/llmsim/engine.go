@@ -386,7 +386,7 @@ func (e *Engine) Generate(ctx context.Context, req rag.GenRequest) (rag.TokenStr
 // the conversation count in the prompt, laid out as a chat template does (templated), so a
 // tool loop's next prompt extends the previous one and finds its blocks in the prefix cache.
 func (e *Engine) Submit(ctx context.Context, req rag.GenRequest, opts ...RequestOption) (*Stream, error) {
-	rc := requestConfig{reasoning: e.cfg.reasoning}
+	rc := requestConfig{reasoning: e.cfg.reasoning, parallel: req.ParallelToolCalls}
 	for _, o := range opts {
 		o.applyRequest(&rc)
 	}

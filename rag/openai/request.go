@@ -223,6 +223,10 @@ func (r *ChatRequest) Query(lim Limits) (rag.Query, error) {
 			return q, invalid("rag.max_steps", `rag.max_steps applies to "mode": "agentic" only`)
 		}
 		q.MaxSteps = r.RAG.MaxSteps
+		if r.RAG.ParallelToolCalls && mode != rag.ModeAgentic {
+			return q, invalid("rag.parallel_tool_calls", `rag.parallel_tool_calls applies to "mode": "agentic" only`)
+		}
+		q.ParallelToolCalls = r.RAG.ParallelToolCalls
 		if r.RAG.Coupling != "" {
 			if len(r.RAG.Coupling) > 16 {
 				return q, invalid("rag.coupling", "rag.coupling must be sync, fanout or async")

@@ -87,6 +87,9 @@ type RAGOptions struct {
 	// "" (or "single") for single-shot retrieval.
 	Mode     string `json:"mode,omitempty"`
 	MaxSteps int    `json:"max_steps,omitempty"`
+	// ParallelToolCalls lets an agentic request's model ask for several searches in one call,
+	// which run at once.
+	ParallelToolCalls bool `json:"parallel_tool_calls,omitempty"`
 }
 
 // ChatMessage is one message on the wire. Content is either a string or an array of content

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
@@ -73,18 +74,20 @@ func (r *run) executeAgentic(res *Result, gen *generation) error {
 			break
 		}
 		msgs = append(msgs, rag.Message{Role: "assistant", Content: gen.answer.String(), ToolCalls: gen.calls})
-		searches := make([]string, 0, len(gen.calls))
-		for _, call := range gen.calls {
-			query := searchQuery(call, r.req.Question())
-			searches = append(searches, query)
-			if err = r.progressStep(step, query); err != nil {
+		searches := make([]string, len(gen.calls))
+		for i, call := range gen.calls {
+			searches[i] = searchQuery(call, r.req.Question())
+			if err = r.progressStep(step, searches[i]); err != nil {
 				break
 			}
-			var passages string
-			if passages, err = r.runTool(agent, call, query); err != nil {
-				break
+		}
+		if err == nil {
+			var passages []string
+			if passages, err = r.runTools(agent, gen.calls, searches); err == nil {
+				for i, call := range gen.calls {
+					msgs = append(msgs, rag.Message{Role: "tool", ToolCallID: call.ID, Content: passages[i]})
+				}
 			}
-			msgs = append(msgs, rag.Message{Role: "tool", ToolCallID: call.ID, Content: passages})
 		}
 		res.Steps = append(res.Steps, AgentStep{Start: stepStart, Duration: r.p.now().Sub(stepStart), Searches: searches})
 		if err != nil {
@@ -93,6 +96,60 @@ func (r *run) executeAgentic(res *Result, gen *generation) error {
 	}
 	r.endAgent(agent, res, err)
 	return err
+}
+
+// runTools runs a model call's search calls: one in the run's goroutine, several at once, each
+// in a fork of the run (its own stage timings and instant, the run's contexts, spans and sink),
+// joined into the run when all have ended. It returns each call's passages, or the first error.
+func (r *run) runTools(agent *span, calls []rag.ToolCall, queries []string) ([]string, error) {
+	out := make([]string, len(calls))
+	if len(calls) == 1 {
+		var err error
+		out[0], err = r.runTool(agent, calls[0], queries[0])
+		return out, err
+	}
+	forks := make([]*run, len(calls))
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i := range calls {
+		forks[i] = r.fork()
+		wg.Go(func() { out[i], errs[i] = forks[i].runTool(agent, calls[i], queries[i]) })
+	}
+	wg.Wait()
+	r.join(forks)
+	for _, err := range errs {
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// fork returns a run for one of a step's parallel searches. It begins at the run's next instant
+// and shares the run's request, contexts, spans and sink; its stage timings, instant and fault
+// total are its own until join.
+func (r *run) fork() *run {
+	f := &run{p: r.p, req: r.req, parent: r.parent, ctx: r.ctx, cancel: r.cancel, sink: r.sink,
+		start: r.start, root: r.root, rootCtx: r.rootCtx, mark: r.nextInstant()}
+	r.forks = append(r.forks, f)
+	return f
+}
+
+// join adds the forks' stage timings and injected faults to the run's; the run's next stage
+// begins where the last fork ended.
+func (r *run) join(forks []*run) {
+	var faults time.Duration
+	for _, f := range forks {
+		r.timings = append(r.timings, f.timings...)
+		faults += f.faultDelay
+		if f.mark.After(r.mark) {
+			r.mark = f.mark
+		}
+	}
+	if faults > 0 {
+		r.faultDelay += faults
+		r.root.SetAttributes(rag.AttrFaultInjectedMS.Float64(ms(r.faultDelay)))
+	}
 }
 
 // runTool runs one search call under its execute_tool span: the retrieval stages, with their

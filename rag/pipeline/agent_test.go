@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -26,6 +27,9 @@ type toolGenerator struct {
 	// callFinish is the finish reason of a calling turn: "" for tool_calls; "stop" as OpenAI
 	// ends a turn whose tool_choice named the function; "length" for a call the budget cut.
 	callFinish string
+	// parallel makes two calls in one turn when the request allows parallel tool calls and two
+	// or more searches are still to come.
+	parallel bool
 
 	mu   sync.Mutex
 	reqs []rag.GenRequest
@@ -45,12 +49,17 @@ func (g *toolGenerator) Generate(_ context.Context, req rag.GenRequest) (rag.Tok
 	}
 	var deltas []rag.Delta
 	if len(req.Tools) > 0 && req.ToolChoice != "none" && answered < g.searches {
-		id := fmt.Sprintf("call_%d", answered)
-		deltas = []rag.Delta{
-			{Tokens: 1, ToolCalls: []rag.ToolCallDelta{{Index: 0, ID: id, Name: "search"}}},
-			{Tokens: 4, ToolCalls: []rag.ToolCallDelta{{Index: 0, Arguments: fmt.Sprintf(`{"query":"hop %d"}`, answered+1)}}},
-			{FinishReason: cmp.Or(g.callFinish, "tool_calls"), Usage: &rag.Usage{PromptTokens: 100, CompletionTokens: 5}},
+		n := 1
+		if g.parallel && req.ParallelToolCalls && g.searches-answered >= 2 {
+			n = 2
 		}
+		for i := range n {
+			id := fmt.Sprintf("call_%d", answered+i)
+			deltas = append(deltas,
+				rag.Delta{Tokens: 1, ToolCalls: []rag.ToolCallDelta{{Index: i, ID: id, Name: "search"}}},
+				rag.Delta{Tokens: 4, ToolCalls: []rag.ToolCallDelta{{Index: i, Arguments: fmt.Sprintf(`{"query":"hop %d"}`, answered+i+1)}}})
+		}
+		deltas = append(deltas, rag.Delta{FinishReason: cmp.Or(g.callFinish, "tool_calls"), Usage: &rag.Usage{PromptTokens: 100, CompletionTokens: 5}})
 	} else {
 		deltas = []rag.Delta{{Text: "The answer", Tokens: 2}, {Text: ".", Tokens: 1, FinishReason: "stop", Usage: &rag.Usage{PromptTokens: 300, CompletionTokens: 3}}}
 	}
@@ -285,5 +294,59 @@ func TestAgenticCallTurnEndings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAgenticParallelSearches: with parallel_tool_calls the model asks two searches a call, and
+// the pipeline runs them at once, each under its own execute_tool span from the same instant;
+// four searches take three model calls, and Server-Timing sums the four retrieve stages.
+func TestAgenticParallelSearches(t *testing.T) {
+	t.Parallel()
+	tp, sr := traced(t)
+	b := zeroLatency(1)
+	b.ret.delays = []time.Duration{30 * time.Millisecond}
+	gen := &toolGenerator{searches: 4, parallel: true}
+	p, err := pipeline.New(b.emb, b.ret, b.docs, gen, pipeline.Config{}, pipeline.WithTracerProvider(tp), pipeline.WithAdmitter(&fakeAdmitter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := agenticQuery(0)
+	q.Coupling, q.ParallelToolCalls = rag.CouplingSync, true
+	res, err := p.Run(context.Background(), q, &recordingSink{tb: t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 3 || len(res.Steps[0].Searches) != 2 || len(res.Steps[1].Searches) != 2 || !gen.reqs[0].ParallelToolCalls {
+		t.Fatalf("steps %+v, first request's parallel_tool_calls %v", res.Steps, gen.reqs[0].ParallelToolCalls)
+	}
+	if n := b.ret.maxRun.Load(); n != 2 {
+		t.Errorf("at most %d searches ran at once, want the step's 2", n)
+	}
+	// Two 30 ms searches at once take about 30 ms, not 60.
+	if d := res.Steps[0].Duration; d >= 55*time.Millisecond {
+		t.Errorf("a step of two parallel 30 ms searches took %v", d)
+	}
+	retrieves := 0
+	for _, tm := range res.Timings {
+		if tm.Stage == rag.StageRetrieve {
+			retrieves++
+		}
+	}
+	if retrieves != 4 {
+		t.Errorf("%d retrieve timings, want the 4 searches'", retrieves)
+	}
+	var tools []sdktrace.ReadOnlySpan
+	for _, s := range waitSpans(t, sr, 1) {
+		if s.Name() == "execute_tool search" {
+			tools = append(tools, s)
+		}
+	}
+	if len(tools) != 4 {
+		t.Fatalf("%d execute_tool spans, want 4", len(tools))
+	}
+	slices.SortFunc(tools, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
+	if !tools[0].StartTime().Equal(tools[1].StartTime()) || !tools[2].StartTime().Equal(tools[3].StartTime()) || tools[2].StartTime().Before(tools[1].EndTime()) {
+		t.Errorf("execute_tool spans do not pair up from one instant per step: %v %v %v %v",
+			tools[0].StartTime(), tools[1].StartTime(), tools[2].StartTime(), tools[3].StartTime())
 	}
 }

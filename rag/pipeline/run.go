@@ -92,7 +92,7 @@ func (p *Pipeline) Run(ctx context.Context, q rag.Query, sink Sink) (*Result, er
 func (p *Pipeline) Do(ctx context.Context, req *Request, sink Sink) (res *Result, err error) {
 	p.stats.runs.Add(1)
 	p.stats.inFlight.Add(1)
-	r := &run{p: p, req: *req, parent: ctx, start: p.now()}
+	r := &run{p: p, req: *req, parent: ctx, start: p.now(), sink: &guardedSink{}}
 	r.sink.reset(sink)
 	res = &Result{Coupling: req.Coupling, TopK: req.TopK}
 	var gen generation
@@ -127,7 +127,7 @@ type run struct {
 	parent context.Context         // the caller's context
 	ctx    context.Context         // the run's, also cancelled when a late progress event finds the client gone
 	cancel context.CancelCauseFunc // cancels ctx; the cause is the sink error
-	sink   guardedSink
+	sink   *guardedSink // shared with the run's forks
 
 	release func()         // the admission slot, if one was taken
 	bg      sync.WaitGroup // async: searches still running after the cut, and their collector
@@ -140,6 +140,8 @@ type run struct {
 	under      context.Context   // agentic: the execute_tool span the retrieval stages run under
 	mark       time.Time         // when the last stage ended, at which the next one begins
 	faultDelay time.Duration     // latency injected by fault rules so far
+
+	forks []*run // agentic: the runs of parallel searches (fork), awaited by cleanup
 }
 
 // validate checks what Prepare resolved and what the query asks for.
@@ -314,6 +316,9 @@ func (r *run) cleanup() {
 	r.sink.close()
 	r.cancel(nil)
 	r.bg.Wait()
+	for _, f := range r.forks {
+		f.bg.Wait()
+	}
 	if r.release != nil {
 		r.release()
 	}
@@ -764,7 +769,7 @@ func (r *run) generateWith(msgs []rag.Message, tools []rag.Tool, toolChoice stri
 	}
 	stream, err := r.p.gen.Generate(st.ctx, rag.GenRequest{
 		ID: r.req.ID, Model: r.req.Model, Messages: msgs, MaxTokens: r.req.MaxTokens, Temperature: r.req.Temperature,
-		Priority: r.req.Priority, Tools: tools, ToolChoice: toolChoice,
+		Priority: r.req.Priority, Tools: tools, ToolChoice: toolChoice, ParallelToolCalls: len(tools) > 0 && r.req.ParallelToolCalls,
 	})
 	if err != nil {
 		return r.fail(rag.StageGenerate, err)
