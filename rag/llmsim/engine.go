@@ -809,13 +809,6 @@ type Stats struct {
 	BlocksTotal          int           // KV-cache capacity in blocks
 	KVUsage              float64       // BlocksUsed / BlocksTotal, 0..1 like vllm:gpu_cache_usage_perc
 	BlocksReservedUnused int           // blocks held beyond the sequences' current lengths (contiguous waste)
-	// KVTokensRequested and KVTokensAllocated are, summed over the running sequences, the token
-	// positions their KV entries fill (prompt and generated tokens so far) and the positions
-	// their blocks hold (blocks x BlockSize): 1 - requested/allocated is the allocation's waste,
-	// the partly filled last block of a paged sequence included. Counted per sequence, so a
-	// prefix-cache block two sequences share counts for each.
-	KVTokensRequested int
-	KVTokensAllocated int
 	BlocksCached         int           // blocks the prefix cache can find, held by sequences or idle
 	BlocksCachedIdle     int           // cached blocks no sequence holds: free, but kept until needed
 	MemoryUsedBytes      int64         // simulated device memory in use: Profile.MemoryUsed(BlocksUsed)
@@ -844,6 +837,13 @@ type Stats struct {
 	// engine started (Profile.Energy). Both 0 for a profile without a power model.
 	PowerWatts   float64
 	EnergyJoules float64
+	// KVTokensRequested and KVTokensAllocated are, summed over the running sequences, the token
+	// positions their KV entries fill (prompt and generated tokens so far) and the positions
+	// their blocks hold (blocks x BlockSize): 1 - requested/allocated is the allocation's waste,
+	// the partly filled last block of a paged sequence included. Counted per sequence, so a
+	// prefix-cache block two sequences share counts for each.
+	KVTokensRequested int
+	KVTokensAllocated int
 }
 
 // Stats returns a snapshot of the engine's state and counters.
