@@ -24,16 +24,16 @@ const (
 	// kneeSeed seeds the bootstrap.
 	kneeSeed = 0x6b6e6565
 	// wasteBlock is the moving-block bootstrap's block of engine samples: 10 samples of 200 ms,
-	// 2 s, longer than the tiny profile's sequences live, so a block's samples are about
-	// independent of the next block's.
+	// 2 s, about as long as a tiny-profile sequence of wasteMaxTokens lives, so that the batch
+	// a block sees has mostly turned over by the next one.
 	wasteBlock = 10
 	// wasteRate is the Poisson rate both allocations of the tiny profile run at for the KV
 	// waste: the tiny ladder's knee in earlier runs, where the cache is busy in both.
 	wasteRate = 8.0
 	// wasteMaxTokens is the completion length of the tiny profile's arms.
 	wasteMaxTokens = 400
-	// wasteShareDiv is how the default duration is split: each tiny arm gets 1/wasteShareDiv of
-	// it, the Llama ladder the rest.
+	// wasteShareDiv is how the load time is split: each tiny arm gets 1/wasteShareDiv of it,
+	// the Llama ladder the rest.
 	wasteShareDiv = 20
 	// llamaMaxTokens is the completion length of the Llama arm (the article fixes batch and max
 	// tokens without stating them).
@@ -59,6 +59,7 @@ func kneeArrivals(d time.Duration) float64 {
 // ladderTime is the Llama ladder's share of the load time d.
 func ladderTime(d time.Duration) time.Duration { return d - 2*d/wasteShareDiv }
 
+// kneeRule is the knee experiment's pre-registered rule (quoted in PITFALLS.md §7).
 var kneeRule = Rule{
 	Compared: fmt.Sprintf("the knee of the llama3-8b-a100 engine with the article's settings (max-num-seqs 256, max-model-len 4096, paged, max_tokens %d) "+
 		"by the article's rule, the first rate of a Poisson ladder (%s req/s) at which the P99 end-to-end latency grew by more than %g ms per extra req/s "+
@@ -75,6 +76,7 @@ var kneeRule = Rule{
 		"and its upper end at most %g req/s (a knee exists in the ladder)", llamaLadder[2], llamaLadder[1], llamaLadder[len(llamaLadder)-1]),
 }
 
+// joinRates writes rates as "8, 14, 20".
 func joinRates(rs []float64) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
