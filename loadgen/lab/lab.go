@@ -176,11 +176,8 @@ var experiments = []experiment{
 		Interval:  "Wilson 95% interval of each rate",
 		Threshold: "the faulted arm's interval lies entirely above the baseline's",
 	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
-	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", 120 * time.Second, runKnee, Rule{
-		Compared:  "peak running sequences of paged against contiguous KV-cache allocation on the tiny profile's same cache and load ladder",
-		Interval:  "none: peak counters sampled every 200 ms from /admin/stats",
-		Threshold: "contiguous allocation's peak is below paged allocation's",
-	}, "contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},
+	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", kneeDefault, runKnee, kneeRule,
+		"contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},
 	{"keepalive", "gRPC MaxConnectionAge reconnects over TLS through a link, and the P99 (§7)", 60 * time.Second, runKeepalive, keepaliveRule,
 		"MaxConnectionAge reconnects: P99 +120 ms"},
 	{"priority", "stream priority under a low-priority flood (§7)", 40 * time.Second, runPriority, priorityRule,
@@ -350,6 +347,8 @@ type serverStats struct {
 		BlocksUsed           float64 `json:"BlocksUsed"`
 		BlocksTotal          float64 `json:"BlocksTotal"`
 		BlocksReservedUnused float64 `json:"BlocksReservedUnused"`
+		KVTokensRequested    float64 `json:"KVTokensRequested"`
+		KVTokensAllocated    float64 `json:"KVTokensAllocated"`
 		Preemptions          float64 `json:"Preemptions"`
 		BatchSize            float64 `json:"BatchSize"`
 	} `json:"engine"`

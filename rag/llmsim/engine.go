@@ -837,6 +837,13 @@ type Stats struct {
 	// engine started (Profile.Energy). Both 0 for a profile without a power model.
 	PowerWatts   float64
 	EnergyJoules float64
+	// KVTokensRequested and KVTokensAllocated are, summed over the running sequences, the token
+	// positions their KV entries fill (prompt and generated tokens so far) and the positions
+	// their blocks hold (blocks x BlockSize): 1 - requested/allocated is the allocation's waste,
+	// the partly filled last block of a paged sequence included. Counted per sequence, so a
+	// prefix-cache block two sequences share counts for each.
+	KVTokensRequested int
+	KVTokensAllocated int
 }
 
 // Stats returns a snapshot of the engine's state and counters.
@@ -863,6 +870,9 @@ func (e *Engine) Stats() Stats {
 		if used := blocksFor(s.prompt+s.generated, e.prof.BlockSize); s.heldBlocks() > used {
 			st.BlocksReservedUnused += s.heldBlocks() - used
 		}
+		held := s.heldBlocks() * e.prof.BlockSize
+		st.KVTokensRequested += min(s.prompt+s.generated, held)
+		st.KVTokensAllocated += held
 	}
 	return st
 }

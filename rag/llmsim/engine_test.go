@@ -191,6 +191,17 @@ func TestContiguousAdmitsFewerThanPaged(t *testing.T) {
 			t.Errorf("%s: after one step running %d, reserved unused %d; want %d, %d",
 				tt.alloc, st.Running, st.BlocksReservedUnused, tt.admitted, tt.unusedAtOne)
 		}
+		// Each running sequence fills prompt+1 positions and holds its blocks whole.
+		held := (prompt + 1 + p.BlockSize - 1) / p.BlockSize
+		if tt.alloc == llmsim.AllocContiguous {
+			held = contiguousBlocks
+		}
+		if want := tt.admitted * (prompt + 1); st.KVTokensRequested != want {
+			t.Errorf("%s: KV tokens requested %d, want %d", tt.alloc, st.KVTokensRequested, want)
+		}
+		if want := tt.admitted * held * p.BlockSize; st.KVTokensAllocated != want {
+			t.Errorf("%s: KV tokens allocated %d, want %d", tt.alloc, st.KVTokensAllocated, want)
+		}
 		stepAll(t, e)
 		for _, s := range streams {
 			if r := drain(t, s); r.tokens != maxTokens {
