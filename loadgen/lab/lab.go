@@ -38,6 +38,9 @@ const (
 	NotReproduced = "not reproduced"
 	Opposite      = "opposite"
 	NotRun        = "not run"
+	// Underpowered is the outcome of a run with fewer samples than its rule's power calculation
+	// asks for: no verdict either way.
+	Underpowered = "underpowered"
 )
 
 // quickDivisor shortens each experiment's default duration under Options.Quick.
@@ -129,7 +132,7 @@ type Row struct {
 
 // Verdict is what the measurement says about the claim.
 type Verdict struct {
-	Outcome string `json:"outcome"` // Reproduced, NotReproduced, Opposite or NotRun
+	Outcome string `json:"outcome"` // Reproduced, NotReproduced, Opposite, NotRun or Underpowered
 	Why     string `json:"why"`
 }
 
@@ -162,9 +165,9 @@ var experiments = []experiment{
 		Threshold: "the sync interval lies entirely above the async one",
 	}, "sync mean 890 ms vs async 320 ms"},
 	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 56 * time.Second, runCachePenetration, Rule{
-		Compared:  "end-to-end P99 of hot+1% cold keys against hot keys only; invalid keys reaching the store with the Bloom guard off and on",
-		Interval:  "order-statistic 95% interval of each P99; Wilson 95% interval of the share of invalid keys passing the guard",
-		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it",
+		Compared:  "end-to-end P99.5 of hot+1% cold keys against hot keys only (a 1% mix puts the P99 on the boundary between hot and cold requests, the P99.5 halfway into the cold ones); invalid keys reaching the store with the Bloom guard off and on",
+		Interval:  "order-statistic 95% interval of each P99.5, each arm holding at least n requests, n computed before the run as the least from which, if every miss is slower than every hit, 1% cold keys put the two intervals apart with at least 90% probability (the slow count S ~ Binomial(n, 1%) reaches n - l + 1, l the interval's lower rank), the arms running n x 1.1 / the calibrated rate (at least their share of the load time, at most 4 times it); Wilson 95% interval of the share of invalid keys passing the guard",
+		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it; with fewer than n requests in either compared arm the outcome is underpowered",
 	}, "1% cold keys: P99 18 -> 142 ms; Bloom guard stops invalid keys"},
 	{"pool-saturation", "worker-pool configuration under bursts (§5)", 68 * time.Second, runPoolSaturation, Rule{
 		Compared:  "share of all offered requests meeting an SLO of 5 x a calibration run's median end-to-end latency (shed and failed ones count as misses), the article's advised pool (core = 2 x CPUs workers, a bounded queue of as many, rejecting) against its risky one (one worker, unbounded queue), same bursty load",
