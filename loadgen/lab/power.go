@@ -50,13 +50,15 @@ func rateSeparationPower(n int64, p0, p1, confidence float64) float64 {
 	}
 	z := zOf(confidence)
 	nf := float64(n)
+	pmf0, pmf1 := binomialPMF(n, p0), binomialPMF(n, p1)
+	// tail1[k] = P(k1 >= k)
+	tail1 := make([]float64, n+2)
+	for k := n; k >= 0; k-- {
+		tail1[k] = tail1[k+1] + pmf1[k]
+	}
 	var total float64
 	k1 := int64(0) // the least k1 whose lower end exceeds the upper end of k0: rises with k0
 	for k0 := int64(0); k0 <= n; k0++ {
-		pmf := stats.BinomialCDF(k0, n, p0) - stats.BinomialCDF(k0-1, n, p0)
-		if pmf < 1e-15 && float64(k0) > nf*p0 {
-			break
-		}
 		_, hi0 := wilson(float64(k0), nf, z)
 		for k1 <= n {
 			if lo1, _ := wilson(float64(k1), nf, z); lo1 > hi0 {
@@ -67,9 +69,30 @@ func rateSeparationPower(n int64, p0, p1, confidence float64) float64 {
 		if k1 > n {
 			break
 		}
-		total += pmf * (1 - stats.BinomialCDF(k1-1, n, p1))
+		total += pmf0[k0] * tail1[k1]
 	}
-	return total
+	return min(total, 1)
+}
+
+// binomialPMF is P(B = k) for k = 0..n, B ~ Binomial(n, p), from log-gamma.
+func binomialPMF(n int64, p float64) []float64 {
+	out := make([]float64, n+1)
+	switch {
+	case p <= 0:
+		out[0] = 1
+		return out
+	case p >= 1:
+		out[n] = 1
+		return out
+	}
+	lgN, _ := math.Lgamma(float64(n) + 1)
+	lp, lq := math.Log(p), math.Log1p(-p)
+	for k := int64(0); k <= n; k++ {
+		lk, _ := math.Lgamma(float64(k) + 1)
+		lnk, _ := math.Lgamma(float64(n-k) + 1)
+		out[k] = math.Exp(lgN - lk - lnk + float64(k)*lp + float64(n-k)*lq)
+	}
+	return out
 }
 
 // rateSamplesNeeded is the smallest n per arm at which rateSeparationPower reaches power, and

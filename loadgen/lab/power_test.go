@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/stats"
 )
 
@@ -134,7 +135,57 @@ func TestRateSamplesNeeded(t *testing.T) {
 	if _, ok := rateSamplesNeeded(0.2, 0.1, verdictConfidence, verdictPower); ok {
 		t.Error("a fall is no effect to size for, want no n")
 	}
+	for _, p := range []float64{0, 0.011, 0.5, 1} {
+		pmf := binomialPMF(139, p)
+		var sum float64
+		for k, v := range pmf {
+			sum += v
+			if want := stats.BinomialCDF(int64(k), 139, p) - stats.BinomialCDF(int64(k)-1, 139, p); math.Abs(v-want) > 1e-12 {
+				t.Fatalf("pmf(%d; 139, %v) = %v, want %v", k, p, v, want)
+			}
+		}
+		if math.Abs(sum-1) > 1e-12 {
+			t.Errorf("pmf(139, %v) sums to %v", p, sum)
+		}
+	}
 	if z := zOf(0.95); math.Abs(z-1.959964) > 1e-6 {
 		t.Errorf("zOf(0.95) = %v", z)
+	}
+}
+
+// TestCalibrateSessions checks what the calibration reads from baseline sessions replayed
+// without a budget: the sessions and first steps that the budget would have cut, and the stage
+// with the largest mean Server-Timing.
+func TestCalibrateSessions(t *testing.T) {
+	ms := time.Millisecond
+	step := func(session string, n int, e2el time.Duration, status int, retrieve, generate float64) loadgen.Record {
+		return loadgen.Record{Session: session, Step: n, Status: status, End: e2el,
+			ServerTiming: map[string]float64{"retrieve": retrieve, "generate": generate, "total": 1000}}
+	}
+	recs := []loadgen.Record{
+		step("a", 0, 100*ms, 200, 10, 80), step("a", 1, 120*ms, 200, 10, 100), // completed
+		step("b", 0, 300*ms, 200, 10, 280), step("b", 1, 100*ms, 200, 10, 80), // first step over budget
+		step("c", 0, 100*ms, 200, 10, 80), step("c", 1, 100*ms, 500, 0, 0), // a failed step
+		step("d", 0, 100*ms, 200, 10, 80), {Session: "d", Step: 1, NotSent: true}, // cut by the run's end
+		{Session: "e", Step: 0, Warmup: true, Status: 200, End: time.Second}, // warmup: ignored
+	}
+	c := calibrateSessions(recs, 200*ms)
+	if c.interrupted != 2 || c.sessions != 3 {
+		t.Errorf("interrupted %d of %d sessions, want 2 of 3 (d was cut, e is warmup)", c.interrupted, c.sessions)
+	}
+	if c.firstBad != 1 || c.firstSteps != 4 {
+		t.Errorf("%d of %d first steps bad, want 1 of 4", c.firstBad, c.firstSteps)
+	}
+	if c.stage != "generate" || c.steps != 6 || c.stageMeanMS["retrieve"] != 10 || math.Abs(c.stageMeanMS["generate"]-700.0/6) > 1e-9 {
+		t.Errorf("stage %s, means %v over %d steps: want generate, retrieve 10 ms over 6 steps", c.stage, c.stageMeanMS, c.steps)
+	}
+	n, ok := c.sessionsNeeded()
+	ni, _ := rateSamplesNeeded(2.0/3, 2.0/3+interruptionRise, verdictConfidence, verdictPower)
+	nf, _ := rateSamplesNeeded(0.25, 0.25+firstScreenFall, verdictConfidence, verdictPower)
+	if !ok || n != max(ni, nf) {
+		t.Errorf("sessionsNeeded = %d, %v: want max(%d, %d)", n, ok, ni, nf)
+	}
+	if _, ok := (sessionCalibration{interrupted: 9, sessions: 10, firstSteps: 10}).sessionsNeeded(); ok {
+		t.Error("a 90% baseline leaves no room for an 11.3-point rise, want no n")
 	}
 }
