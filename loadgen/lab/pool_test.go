@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/report"
 )
 
 // TestOutcomeOf checks goodput and the P99 over all offered requests: a shed request misses the
@@ -148,5 +149,40 @@ func TestKeyRate(t *testing.T) {
 		if got := keyRate(tt.capacity); got != tt.want {
 			t.Errorf("keyRate(%v) = %v, want %v", tt.capacity, got, tt.want)
 		}
+	}
+}
+
+// TestCacheVerdictPower checks that the cold-key verdict is given only over the requests the
+// power calculation asked for, and otherwise reads underpowered.
+func TestCacheVerdictPower(t *testing.T) {
+	ms := time.Millisecond
+	stat := func(v, lo, hi time.Duration) report.PercentileStat {
+		return report.PercentileStat{P: 99.5, Value: v, Lo: lo, Hi: hi, HasCI: true}
+	}
+	guardOn := map[string]float64{"store_missing_lookups": 1, "bloom_blocked": 249}
+	guardOff := map[string]float64{"store_missing_lookups": 250}
+	arms := func(n int) []*cacheRun {
+		runs := make([]*cacheRun, len(cacheArms))
+		for i := range runs {
+			runs[i] = &cacheRun{v: &Variant{Name: cacheArms[i].name, Counters: map[string]float64{}}, tail: stat(ms, ms, 2*ms), n: n}
+		}
+		runs[armCold1].tail = stat(20*ms, 15*ms, 30*ms)
+		runs[armGuardOn].v.Counters, runs[armGuardOff].v.Counters = guardOn, guardOff
+		return runs
+	}
+	tests := []struct {
+		name string
+		n    int
+		want string
+	}{
+		{"enough requests", 3268, Reproduced},
+		{"one request short", 3267, Underpowered},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, why := cacheVerdict(arms(tt.n), 3268, 25*ms); got != tt.want {
+				t.Errorf("outcome %q (%s), want %q", got, why, tt.want)
+			}
+		})
 	}
 }
