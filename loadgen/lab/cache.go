@@ -46,6 +46,18 @@ const (
 	bloomFPRate = 0.01
 )
 
+// The pre-registered statistic of the cold-key verdict and its sample size. The P99 of a mix
+// with 1% cold keys sits on the boundary between the hot and the cold requests, so whether its
+// interval reaches the cold ones is a coin toss; the P99.5 lies halfway into the cold 1%. The
+// hot-only and hot+1% cold arms each run until they hold the requests tailSamplesNeeded gives
+// for a 1% share of slow requests (every miss slower than every hit: a miss pays a store lookup
+// a hit does not), at most maxTailStretch times an arm's share of the load time.
+const (
+	tailQ          = 0.995
+	tailMargin     = 1.1 // Poisson counts vary: run for 10% more requests than the rule needs
+	maxTailStretch = 4
+)
+
 // keyRate is the experiment's request rate for a store that completed capacity lookups per
 // second in the calibration.
 func keyRate(capacity float64) float64 {
@@ -88,20 +100,31 @@ func guardHeld(on, off map[string]float64, fpRate float64) bool {
 	return passed+blocked > 0 && lo <= fpRate && off["store_missing_lookups"] > 0
 }
 
-// hotP99 is the P99 end-to-end latency of the requests for hot keys only: the victims of
-// pollution and of a flooded store.
-func hotP99(recs []loadgen.Record, hot map[string]bool) report.PercentileStat {
+// keyQuantile is the q-quantile, with its 95% interval, of the end-to-end latency of the
+// successful requests whose key keep accepts, and how many there were.
+func keyQuantile(recs []loadgen.Record, keep func(key string) bool, q float64) (report.PercentileStat, int) {
 	var lat []time.Duration
 	for i := range recs {
 		r := &recs[i]
-		if r.Warmup || r.NotSent || !r.OK() || !hot[r.Key] {
+		if r.Warmup || r.NotSent || !r.OK() || !keep(r.Key) {
 			continue
 		}
 		lat = append(lat, r.E2EL())
 	}
 	slices.Sort(lat)
-	v, lo, hi, ok := stats.QuantileCI(lat, 0.99, 0.95)
-	return report.PercentileStat{P: 99, Value: v, Lo: lo, Hi: hi, HasCI: ok}
+	v, lo, hi, ok := stats.QuantileCI(lat, q, verdictConfidence)
+	return report.PercentileStat{P: 100 * q, Value: v, Lo: lo, Hi: hi, HasCI: ok}, len(lat)
+}
+
+// missCost is the store's mean time per lookup by Little's law on the calibration's closed
+// loop: the lookups in progress at once (the store's slots, or every user when it has more
+// slots than users or none) over the lookups completed per second.
+func missCost(slots, capacity float64) time.Duration {
+	inFlight := float64(calibUsers)
+	if slots > 0 {
+		inFlight = min(slots, inFlight)
+	}
+	return time.Duration(inFlight / capacity * float64(time.Second))
 }
 
 // hotSet returns the keys of the hot set.
@@ -121,9 +144,13 @@ func memoryPolicy(policy string) bool {
 
 // cacheRun is what one arm of the experiment measured.
 type cacheRun struct {
-	v      *Variant
-	p99    report.PercentileStat
-	hotP99 report.PercentileStat
+	v       *Variant
+	p99     report.PercentileStat
+	tail    report.PercentileStat // the P99.5 of all keys, the verdict's statistic
+	n       int                   // the requests tail rests on
+	hotP99  report.PercentileStat // hot keys only
+	coldP50 report.PercentileStat // keys outside the hot set: what a miss costs a user
+	nCold   int
 }
 
 // runCachePenetration drives GET /v1/documents/{id} with hot, cold and invalid keys against a
@@ -138,6 +165,14 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 	if cfg.Cache != nil && cfg.Cache.Policy != nil {
 		tier = *cfg.Cache.Policy
 	}
+	need, powered := tailSamplesNeeded(cacheArms[armCold1].cold, tailQ, verdictConfidence, verdictPower)
+	if !powered {
+		return nil, fmt.Errorf("no sample size up to %d gives the cold-key verdict %.0f%% power", maxPowerN, 100*verdictPower)
+	}
+	st, err := e.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
 	base := &Settings{FetchLatency: ptr(storeFetchLaw), Faults: noFaults()}
 	per := e.dur / time.Duration(len(cacheArms))
 	capacity, calib, err := e.calibrateStore(ctx, base, per/calibShare)
@@ -145,17 +180,27 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 		return nil, err
 	}
 	rate := keyRate(capacity)
-	e.logf("  store capacity %.1f lookups/s -> rate %.0f req/s (%.1f x capacity / %.0f%% cold share, at most %.0f)",
-		capacity, rate, storeShare, 100*remedyCold, maxKeyRate)
+	cost := missCost(st.Docs.Backend.Concurrency, capacity)
+	compared := min(max(per, time.Duration(tailMargin*float64(need)/rate*float64(time.Second))), maxTailStretch*per).Round(100 * time.Millisecond)
+	e.logf("  store capacity %.1f lookups/s (mean lookup %v) -> rate %.0f req/s (%.1f x capacity / %.0f%% cold share, at most %.0f); %d requests per compared arm -> %v",
+		capacity, cost.Round(100*time.Microsecond), rate, storeShare, 100*remedyCold, maxKeyRate, need, compared)
 	variants := []Variant{*calib}
-	rows := []Row{{"calibration: store capacity (cache off, closed loop of 16)", "", fmt.Sprintf("%.1f lookups/s -> request rate %.0f req/s", capacity, rate)}}
+	rows := []Row{
+		{"calibration: store capacity (cache off, closed loop of 16)", "", fmt.Sprintf("%.1f lookups/s -> request rate %.0f req/s", capacity, rate)},
+		{"store miss cost: mean lookup time (calibration, Little's law: lookups at once / lookups per s)", "not stated", msStr(cost) + " ms"},
+		{"sample size: requests per compared arm for the P99.5 intervals to separate at 1% cold keys with 90% probability", "", fmt.Sprintf("%d (hot-only and hot+1%% cold run %v at %.0f req/s)", need, compared, rate)},
+	}
 	runs := make([]*cacheRun, len(cacheArms))
 	for i, a := range cacheArms {
 		if !memoryPolicy(tier) && a.policy != "lru" {
 			rows = append(rows, Row{a.name, "scan-resistant cache keeps the hot set", fmt.Sprintf("not run: the cache tier is %s, whose eviction is its own", tier)})
 			continue
 		}
-		run, err := e.cacheArm(ctx, base, a, memoryPolicy(tier), rate, per, uint64(30+i))
+		d := per
+		if i == armHot || i == armCold1 {
+			d = compared
+		}
+		run, err := e.cacheArm(ctx, base, a, memoryPolicy(tier), rate, d, uint64(30+i))
 		if err != nil {
 			return nil, err
 		}
@@ -163,14 +208,10 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 		variants = append(variants, *run.v)
 		rows = append(rows, cacheRows(a, run)...)
 	}
-	out, why := cacheVerdict(runs)
-	st, err := e.stats(ctx)
-	if err != nil {
-		return nil, err
-	}
+	out, why := cacheVerdict(runs, need, cost)
 	return &Result{
-		Setup: fmt.Sprintf("GET /v1/documents/{id}: %d docs, hot set %d (Zipf 1.2), cache of %d entries (%s unless the arm says), store lookup %s holding one of the %s store's %s; Poisson %.0f req/s from a calibration of the store (%.1f lookups/s), %v per arm",
-			shape.DefaultKeyCount, hotKeys, cacheSize, tier, storeFetchLaw, st.Docs.Backend.Kind, slotsOf(st.Docs.Backend.Concurrency), rate, capacity, per.Round(time.Second)),
+		Setup: fmt.Sprintf("GET /v1/documents/{id}: %d docs, hot set %d (Zipf 1.2), cache of %d entries (%s unless the arm says), store lookup %s holding one of the %s store's %s; Poisson %.0f req/s from a calibration of the store (%.1f lookups/s), %v per arm (hot-only and hot+1%% cold: %v, for %d requests)",
+			shape.DefaultKeyCount, hotKeys, cacheSize, tier, storeFetchLaw, st.Docs.Backend.Kind, slotsOf(st.Docs.Backend.Concurrency), rate, capacity, per.Round(time.Second), compared, need),
 		Variants: variants,
 		Document: map[string]any{"hot_p50_ms": 5, "hot_p99_ms": 18, "cold1pct_p50_ms": 6, "cold1pct_p99_ms": 142},
 		Rows:     rows, Verdict: Verdict{out, why},
@@ -244,7 +285,12 @@ func (e *env) cacheArm(ctx context.Context, base *Settings, a cacheArm, switchab
 		return nil, err
 	}
 	v.Counters = docCounters(before, after)
-	return &cacheRun{v: v, p99: pct(v.Bench, report.MetricE2EL, 99), hotP99: hotP99(res.Records, hotSet())}, nil
+	hot := hotSet()
+	run := &cacheRun{v: v, p99: pct(v.Bench, report.MetricE2EL, 99)}
+	run.tail, run.n = keyQuantile(res.Records, func(string) bool { return true }, tailQ)
+	run.hotP99, _ = keyQuantile(res.Records, func(k string) bool { return hot[k] }, 0.99)
+	run.coldP50, run.nCold = keyQuantile(res.Records, func(k string) bool { return !hot[k] }, 0.5)
+	return run, nil
 }
 
 // slotsOf names a store's capacity: its slots (or pool connections), or none.
@@ -277,33 +323,42 @@ func cacheRows(a cacheArm, r *cacheRun) []Row {
 	if queued > 0 {
 		wait = msStr(time.Duration(c["store_wait_seconds"]/queued*float64(time.Second))) + " ms"
 	}
-	return []Row{
+	rows := []Row{
 		{a.name + " P50 / P99", a.p50Claim + " / " + a.p99Clm, fmtPct(pct(r.v.Bench, report.MetricE2EL, 50)) + " / " + fmtPct(r.p99) + failedNote(r.v.Bench)},
+		{a.name + " P99.5 (the verdict's statistic)", "", fmt.Sprintf("%s (%d requests)", fmtPct(r.tail), r.n)},
 		{a.name + " hot keys' own P99", "hot keys are the victims", fmtPct(r.hotP99)},
 		{a.name + " cache hit ratio", "", fmtRate(hits, hits+misses)},
 		{a.name + " store: lookups / queued for a slot (mean wait) / invalid keys", "invalid keys reach the store without a guard",
 			fmt.Sprintf("%.0f / %s (%s) / %.0f", lookups, fmtRate(queued, lookups), wait, c["store_missing_lookups"])},
 	}
+	if a.cold > 0 {
+		rows = append(rows, Row{a.name + " cold keys' own P50 (a miss as a user sees it)", "", fmt.Sprintf("%s (%d requests)", fmtPct(r.coldP50), r.nCold)})
+	}
+	return rows
 }
 
-// cacheVerdict applies the rule to the arms' figures and states the remedy's comparison.
-func cacheVerdict(runs []*cacheRun) (string, string) {
+// cacheVerdict applies the rule to the arms' figures, need being the requests each compared arm
+// must hold, and states the remedy's comparison.
+func cacheVerdict(runs []*cacheRun, need int64, cost time.Duration) (string, string) {
 	hot, cold1, cold10 := runs[armHot], runs[armCold1], runs[armCold10]
 	off, on := runs[armGuardOff].v.Counters, runs[armGuardOn].v.Counters
-	out := compare(cold1.p99, hot.p99)
-	why := fmt.Sprintf("1%% cold keys: P99 %s -> %s (article 18 -> 142 ms), 10%% cold: %s, hot keys' own P99 %s -> %s; invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
-		fmtPct(hot.p99), fmtPct(cold1.p99), fmtPct(cold10.p99), fmtPct(hot.hotP99), fmtPct(cold10.hotP99), off["store_missing_lookups"], on["store_missing_lookups"])
+	out := compare(cold1.tail, hot.tail)
+	why := fmt.Sprintf("1%% cold keys: P99.5 %s -> %s over %d and %d requests (P99 %s -> %s, article 18 -> 142 ms), a miss costs a cold key %s at P50 (store lookup %s ms), 10%% cold: P99 %s, hot keys' own P99 %s -> %s; invalid keys reaching the store: %.0f with the Bloom guard off, %.0f with it on",
+		fmtPct(hot.tail), fmtPct(cold1.tail), hot.n, cold1.n, fmtPct(hot.p99), fmtPct(cold1.p99), fmtPct(cold1.coldP50), msStr(cost), fmtPct(cold10.p99), fmtPct(hot.hotP99), fmtPct(cold10.hotP99), off["store_missing_lookups"], on["store_missing_lookups"])
 	guard := guardHeld(on, off, bloomFPRate)
 	switch {
+	case int64(min(hot.n, cold1.n)) < need:
+		out = Underpowered
+		why = fmt.Sprintf("underpowered: the rule needs %d requests in each of the hot-only and hot+1%% cold arms (run longer, or --duration): %s", need, why)
 	case out == Reproduced && guard:
 		why = "reproduced: " + why
 	case out == Reproduced:
 		out = NotReproduced
 		why = "the cold-key tail appeared but the Bloom guard did not hold: " + why
 	case out == Opposite:
-		why = "the cold-key P99 came out lower than the hot-only one: " + why
+		why = "the cold-key P99.5 came out lower than the hot-only one: " + why
 	default:
-		why = "the hot+1% cold P99 interval does not lie above the hot-only one: " + why
+		why = "the hot+1% cold P99.5 interval does not lie above the hot-only one: " + why
 	}
 	return out, why + "; " + remedyNote(cold10, runs[arm2Q], runs[armARC])
 }

@@ -28,7 +28,7 @@ var page = template.Must(template.New("lab").Funcs(template.FuncMap{
 	},
 }).Parse(`<!DOCTYPE html>
 <html><head><meta charset="utf-8"/><title>ragtail lab</title>
-<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;font-size:.9em}th{background:#f4f4f4}.v{font-weight:bold}.reproduced{background:#d7f5d7}.opposite{background:#f8d0d0}.notreproduced{background:#fbeec0}.notrun{background:#e4e4e4}</style>
+<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;font-size:.9em}th{background:#f4f4f4}.v{font-weight:bold}.reproduced{background:#d7f5d7}.opposite{background:#f8d0d0}.notreproduced{background:#fbeec0}.notrun{background:#e4e4e4}.underpowered{background:#dde6f6}</style>
 </head><body><h1>ragtail lab</h1>
 <h2>Summary</h2>
 <table><tr><th>experiment</th><th>verdict</th><th>article claim</th><th>measured</th></tr>

@@ -38,6 +38,9 @@ const (
 	NotReproduced = "not reproduced"
 	Opposite      = "opposite"
 	NotRun        = "not run"
+	// Underpowered is the outcome of a run with fewer samples than its rule's power calculation
+	// asks for: no verdict either way.
+	Underpowered = "underpowered"
 )
 
 // quickDivisor shortens each experiment's default duration under Options.Quick.
@@ -129,7 +132,7 @@ type Row struct {
 
 // Verdict is what the measurement says about the claim.
 type Verdict struct {
-	Outcome string `json:"outcome"` // Reproduced, NotReproduced, Opposite or NotRun
+	Outcome string `json:"outcome"` // Reproduced, NotReproduced, Opposite, NotRun or Underpowered
 	Why     string `json:"why"`
 }
 
@@ -162,19 +165,19 @@ var experiments = []experiment{
 		Threshold: "the sync interval lies entirely above the async one",
 	}, "sync mean 890 ms vs async 320 ms"},
 	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 56 * time.Second, runCachePenetration, Rule{
-		Compared:  "end-to-end P99 of hot+1% cold keys against hot keys only; invalid keys reaching the store with the Bloom guard off and on",
-		Interval:  "order-statistic 95% interval of each P99; Wilson 95% interval of the share of invalid keys passing the guard",
-		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it",
+		Compared:  "end-to-end P99.5 of hot+1% cold keys against hot keys only (a 1% mix puts the P99 on the boundary between hot and cold requests, the P99.5 halfway into the cold ones); invalid keys reaching the store with the Bloom guard off and on",
+		Interval:  "order-statistic 95% interval of each P99.5, each arm holding at least n requests, n computed before the run as the least from which, if every miss is slower than every hit, 1% cold keys put the two intervals apart with at least 90% probability (the slow count S ~ Binomial(n, 1%) reaches n - l + 1, l the interval's lower rank), the arms running n x 1.1 / the calibrated rate (at least their share of the load time, at most 4 times it); Wilson 95% interval of the share of invalid keys passing the guard",
+		Threshold: "the hot+cold interval lies entirely above the hot-only one, with the guard on the share of invalid keys reaching the store is consistent with the filter's 1% false-positive rate (its Wilson interval's lower end is at most 1%), and with it off some reach it; with fewer than n requests in either compared arm the outcome is underpowered",
 	}, "1% cold keys: P99 18 -> 142 ms; Bloom guard stops invalid keys"},
 	{"pool-saturation", "worker-pool configuration under bursts (§5)", 68 * time.Second, runPoolSaturation, Rule{
 		Compared:  "share of all offered requests meeting an SLO of 5 x a calibration run's median end-to-end latency (shed and failed ones count as misses), the article's advised pool (core = 2 x CPUs workers, a bounded queue of as many, rejecting) against its risky one (one worker, unbounded queue), same bursty load",
 		Interval:  "Wilson 95% interval of each share; each arm offers about 500 requests (20 s at 25/s after an 8 s calibration), above the 368 an order-statistic 95% interval of the P99 over all offered requests needs",
 		Threshold: "the advised pool's interval lies entirely above the risky pool's",
 	}, "risky pool (core 1, unbounded) raises P99/P99.9 under bursts"},
-	{"latency-injection", "relative latency injection on replayed sessions (§6)", 40 * time.Second, runLatencyInjection, Rule{
-		Compared:  "session interruption rate with the article's relative delay on retrieve against without it, at a step budget of 2 x the step P95 of a calibration run of baseline sessions made before either arm; in both arms a step that fails or runs over the budget ends its session (the generator sends none of its later steps)",
-		Interval:  "Wilson 95% interval of each rate",
-		Threshold: "the faulted arm's interval lies entirely above the baseline's",
+	{"latency-injection", "relative latency injection on replayed sessions (§6)", 64 * time.Second, runLatencyInjection, Rule{
+		Compared:  "session interruption rate with the article's relative delay on the latency-sensitive stage against without it, at a step budget of 2 x the step P95 of a calibration run of baseline sessions made before either arm (a quarter of the load time), the latency-sensitive stage being the fault-able stage with the largest mean Server-Timing per calibration step; in both arms a step that fails or runs over the budget ends its session (the generator sends none of its later steps)",
+		Interval:  "Wilson 95% interval of each rate, each arm holding at least n sessions, n computed from the calibration as the least from which, at the calibration's own rates at that budget, the article's rise in interruption (11.3 points) and fall in first-screen completion (14.5 points) each put the two arms' Wilson intervals apart with at least 90% probability (summed exactly over both binomials), the arms running n x 1.1 / 5 sessions/s (at most 1.5 times half the rest of the load time)",
+		Threshold: "the faulted arm's interval lies entirely above the baseline's; with fewer than n sessions in either arm, or no n that separates the effects below 100%, the outcome is underpowered",
 	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
 	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", kneeDefault, runKnee, kneeRule,
 		"contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},

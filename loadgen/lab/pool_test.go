@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/report"
 )
 
 // TestOutcomeOf checks goodput and the P99 over all offered requests: a shed request misses the
@@ -67,8 +68,9 @@ func TestPoolArms(t *testing.T) {
 	}
 }
 
-// TestHotP99 checks that the hot keys' P99 is read from the hot keys' requests alone.
-func TestHotP99(t *testing.T) {
+// TestKeyQuantile checks that the hot keys' P99 is read from the hot keys' requests alone, and
+// the P99.5 of all keys from all of them.
+func TestKeyQuantile(t *testing.T) {
 	hot := hotSet()
 	if len(hot) != hotKeys || !hot["doc-00000#0"] || hot[fmt.Sprintf("doc-%05d#0", hotKeys)] {
 		t.Fatalf("hot set %d keys, want the first %d", len(hot), hotKeys)
@@ -78,9 +80,31 @@ func TestHotP99(t *testing.T) {
 		recs = append(recs, loadgen.Record{Status: 200, Key: "doc-00001#0", End: time.Millisecond * time.Duration(1+i%10)})
 		recs = append(recs, loadgen.Record{Status: 200, Key: "doc-00500#0", End: time.Second})
 	}
-	got := hotP99(recs, hot)
-	if !got.HasCI || got.Value != 10*time.Millisecond || got.Hi > 10*time.Millisecond {
-		t.Errorf("hot P99 %+v: want 10ms from the hot requests only", got)
+	got, n := keyQuantile(recs, func(k string) bool { return hot[k] }, 0.99)
+	if !got.HasCI || n != 400 || got.P != 99 || got.Value != 10*time.Millisecond || got.Hi > 10*time.Millisecond {
+		t.Errorf("hot P99 %+v of %d: want 10ms from the 400 hot requests only", got, n)
+	}
+	// Half the 800 requests are cold and take 1 s: the P99.5 and its interval are cold ones.
+	all, n := keyQuantile(recs, func(string) bool { return true }, 0.995)
+	if !all.HasCI || n != 800 || all.Lo != time.Second {
+		t.Errorf("P99.5 %+v of %d: want 1s from all 800 requests", all, n)
+	}
+}
+
+// TestMissCost checks Little's law on the calibration: lookups at once over lookups per second.
+func TestMissCost(t *testing.T) {
+	tests := []struct {
+		slots, capacity float64
+		want            time.Duration
+	}{
+		{2, 88, 22727272 * time.Nanosecond},                       // 2 slots busy: 2/88 s
+		{0, 160, 100 * time.Millisecond},                          // no slots: all 16 users at once
+		{64, 320, time.Duration(float64(calibUsers) / 320 * 1e9)}, // more slots than users
+	}
+	for _, tt := range tests {
+		if got := missCost(tt.slots, tt.capacity); got != tt.want {
+			t.Errorf("missCost(%v, %v) = %v, want %v", tt.slots, tt.capacity, got, tt.want)
+		}
 	}
 }
 
@@ -125,5 +149,40 @@ func TestKeyRate(t *testing.T) {
 		if got := keyRate(tt.capacity); got != tt.want {
 			t.Errorf("keyRate(%v) = %v, want %v", tt.capacity, got, tt.want)
 		}
+	}
+}
+
+// TestCacheVerdictPower checks that the cold-key verdict is given only over the requests the
+// power calculation asked for, and otherwise reads underpowered.
+func TestCacheVerdictPower(t *testing.T) {
+	ms := time.Millisecond
+	stat := func(v, lo, hi time.Duration) report.PercentileStat {
+		return report.PercentileStat{P: 99.5, Value: v, Lo: lo, Hi: hi, HasCI: true}
+	}
+	guardOn := map[string]float64{"store_missing_lookups": 1, "bloom_blocked": 249}
+	guardOff := map[string]float64{"store_missing_lookups": 250}
+	arms := func(n int) []*cacheRun {
+		runs := make([]*cacheRun, len(cacheArms))
+		for i := range runs {
+			runs[i] = &cacheRun{v: &Variant{Name: cacheArms[i].name, Counters: map[string]float64{}}, tail: stat(ms, ms, 2*ms), n: n}
+		}
+		runs[armCold1].tail = stat(20*ms, 15*ms, 30*ms)
+		runs[armGuardOn].v.Counters, runs[armGuardOff].v.Counters = guardOn, guardOff
+		return runs
+	}
+	tests := []struct {
+		name string
+		n    int
+		want string
+	}{
+		{"enough requests", 3268, Reproduced},
+		{"one request short", 3267, Underpowered},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, why := cacheVerdict(arms(tt.n), 3268, 25*ms); got != tt.want {
+				t.Errorf("outcome %q (%s), want %q", got, why, tt.want)
+			}
+		})
 	}
 }

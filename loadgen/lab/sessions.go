@@ -3,8 +3,10 @@ package lab
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
 )
@@ -15,19 +17,123 @@ import (
 const budgetFactor = 2
 
 // sessionRate and sessionConfig are the session load of latency-injection: synthetic shopping
-// sessions of at most 4 steps with 300 ms of thinking, arriving Poisson.
-const sessionRate = 3.0
+// sessions of at most 4 steps with 200 ms of thinking, arriving Poisson. A person thinks for
+// seconds; here the think time only spaces a session's steps, and the calibration measures the
+// steps at this same load, so the budget and the baseline rate follow it. The arrival rate is
+// what brings the sessions the power calculation asks for into about a minute.
+const sessionRate = 5.0
 
-var sessionConfig = shape.SessionConfig{Think: 300 * time.Millisecond, MaxSteps: 4}
+var sessionConfig = shape.SessionConfig{Think: 200 * time.Millisecond, MaxSteps: 4}
+
+// The effects the arms are sized to detect: the article's rise in interruption (1.1% ->
+// 12.4%) and fall in first-screen completion (98.2% -> 83.7%), in absolute points over the
+// rates the calibration's sessions would have had at the step budget.
+const (
+	interruptionRise = 0.124 - 0.011
+	firstScreenFall  = 0.982 - 0.837
+	sessionMargin    = 1.1 // Poisson counts vary: offer 10% more sessions than the rule needs
+	maxArmStretch    = 1.5 // an arm runs at most this many times its share of the load time
+)
 
 // calibShareSessions is the calibration's share of the experiment's load time; the two arms
 // split the rest.
 const calibShareSessions = 4
 
+// faultStages are the pipeline stages a fault rule acts on (the Server-Timing names), in
+// pipeline order.
+var faultStages = []string{"admission", "embed", "retrieve", "fetch", "generate"}
+
 // stepBudget is the verdict's step budget derived from the calibration run's step latencies:
 // budgetFactor x their P95, rounded to the millisecond.
 func stepBudget(calibrationP95 time.Duration) time.Duration {
 	return (budgetFactor * calibrationP95).Round(time.Millisecond)
+}
+
+// sessionCalibration is what the calibration's baseline sessions, replayed without a budget,
+// say about the arms to come.
+type sessionCalibration struct {
+	// stage is the latency-sensitive stage: the fault-able stage with the largest mean
+	// Server-Timing duration per step, where the article's relative delay adds the most.
+	stage       string
+	stageMeanMS map[string]float64
+	steps       int // successful steps with Server-Timing behind the means
+	// At the budget: sessions that would have been interrupted (a step failed or ran over it)
+	// of those that ended within the run, and first steps that would have been bad.
+	interrupted, sessions int
+	firstBad, firstSteps  int
+}
+
+// calibrateSessions reads the calibration's records against budget.
+func calibrateSessions(recs []loadgen.Record, budget time.Duration) sessionCalibration {
+	c := sessionCalibration{stageMeanMS: make(map[string]float64)}
+	type state struct{ bad, cut bool }
+	sessions := make(map[string]*state)
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || r.Session == "" {
+			continue
+		}
+		s := sessions[r.Session]
+		if s == nil {
+			s = &state{}
+			sessions[r.Session] = s
+		}
+		if r.NotSent {
+			s.cut = true
+			continue
+		}
+		bad := !r.OK() || r.E2EL() > budget
+		s.bad = s.bad || bad
+		if r.Step == 0 {
+			c.firstSteps++
+			if bad {
+				c.firstBad++
+			}
+		}
+		if r.OK() && len(r.ServerTiming) > 0 {
+			c.steps++
+			for _, st := range faultStages {
+				c.stageMeanMS[st] += r.ServerTiming[st]
+			}
+		}
+	}
+	for _, s := range sessions {
+		switch {
+		case s.bad:
+			c.interrupted++
+			c.sessions++
+		case !s.cut:
+			c.sessions++
+		}
+	}
+	best := -1.0
+	for _, st := range faultStages {
+		if c.steps > 0 {
+			c.stageMeanMS[st] /= float64(c.steps)
+		}
+		if m := c.stageMeanMS[st]; m > best {
+			c.stage, best = st, m
+		}
+	}
+	return c
+}
+
+// sessionsNeeded is the rule's n per arm: the least from which both the interruption rate and
+// the share of bad first steps, rising from the calibration's rates by the article's effects,
+// put the two arms' Wilson intervals apart with verdictPower. ok is false when no n up to
+// maxPowerN does (a baseline so high the effect does not fit below 100%).
+func (c sessionCalibration) sessionsNeeded() (n int64, ok bool) {
+	if c.sessions == 0 || c.firstSteps == 0 {
+		return 0, false
+	}
+	p0 := float64(c.interrupted) / float64(c.sessions)
+	q0 := float64(c.firstBad) / float64(c.firstSteps)
+	if p0+interruptionRise > 1 || q0+firstScreenFall > 1 {
+		return 0, false
+	}
+	ni, ok1 := rateSamplesNeeded(p0, p0+interruptionRise, verdictConfidence, verdictPower)
+	nf, ok2 := rateSamplesNeeded(q0, q0+firstScreenFall, verdictConfidence, verdictPower)
+	return max(ni, nf), ok1 && ok2
 }
 
 // sessionArm is one arm of latency-injection and what its users did.
@@ -38,15 +144,16 @@ type sessionArm struct {
 	steps  int64 // steps sent (the load the arm's users made)
 }
 
-// runLatencyInjection calibrates the step budget on baseline sessions, then replays sessions
-// with and without the article's relative delay; a step over the budget ends its session in
-// the generator, so an interrupted user sends no further step and the load drops.
+// runLatencyInjection calibrates the step budget, the stage to delay and the sessions each arm
+// needs on baseline sessions, then replays sessions with and without the article's relative
+// delay on that stage; a step over the budget ends its session in the generator, so an
+// interrupted user sends no further step and the load drops.
 func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 	calibDur := e.dur / calibShareSessions
 	per := (e.dur - calibDur) / 2
 	base := e.base()
 	base.Coupling = ptr("fanout")
-	calib, _, err := e.runSessions(ctx, "calibration (baseline, no budget)", base, 49, calibDur, 0)
+	calib, calibRecs, _, err := e.runSessions(ctx, "calibration (baseline, no budget)", base, 49, calibDur, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -55,17 +162,32 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 		return nil, fmt.Errorf("calibration: no step latencies")
 	}
 	budget := stepBudget(p95.Value)
-	e.logf("  step budget %v = %d x calibration step P95 %v", budget, budgetFactor, p95.Value.Round(time.Millisecond))
+	cal := calibrateSessions(calibRecs, budget)
+	if cal.steps == 0 {
+		return nil, fmt.Errorf("calibration: no step carried Server-Timing, so no stage to delay can be chosen")
+	}
+	need, powered := cal.sessionsNeeded()
+	armDur := per
+	if powered {
+		armDur = min(time.Duration(maxArmStretch*float64(per)), max(time.Second, time.Duration(sessionMargin*float64(need)/sessionRate*float64(time.Second)))).Round(100 * time.Millisecond)
+	}
+	e.logf("  step budget %v = %d x calibration step P95 %v; delayed stage %s (mean %.1f ms a step); at the budget %d/%d sessions interrupted, %d/%d first steps bad -> %d sessions per arm, %v each",
+		budget, budgetFactor, p95.Value.Round(time.Millisecond), cal.stage, cal.stageMeanMS[cal.stage], cal.interrupted, cal.sessions, cal.firstBad, cal.firstSteps, need, armDur)
 	arms := []*sessionArm{
 		{name: "baseline", faults: noFaults()},
-		{name: "relative delay on retrieve", faults: faults(FaultRule{Name: "relative-retrieve", Stage: "retrieve", Percent: 100, Relative: &RelativeDelay{}})},
+		{name: "relative delay on " + cal.stage, faults: faults(FaultRule{Name: "relative-" + cal.stage, Stage: cal.stage, Percent: 100, Relative: &RelativeDelay{}})},
 	}
 	variants := []Variant{*calib}
-	rows := []Row{{"step budget (2 x calibration step P95)", "not stated", fmt.Sprintf("%v (calibration P95 %s)", budget, fmtPct(p95))}}
+	rows := []Row{
+		{"step budget (2 x calibration step P95)", "not stated", fmt.Sprintf("%v (calibration P95 %s)", budget, fmtPct(p95))},
+		{"delayed stage (largest mean Server-Timing per calibration step)", "each step, relative to its baseline", fmt.Sprintf("%s: %s", cal.stage, stageMeans(cal))},
+		{"calibration at the budget: interruption / first screen bad", "1.1% / 1.8%", fmtRate(float64(cal.interrupted), float64(cal.sessions)) + " / " + fmtRate(float64(cal.firstBad), float64(cal.firstSteps))},
+		{"sample size: sessions per arm for the intervals to separate by the article's effects with 90% probability", "", sampleSizeNote(need, powered, armDur)},
+	}
 	for i, a := range arms {
 		s := clone(base)
 		s.Faults = a.faults
-		v, steps, err := e.runSessions(ctx, a.name, s, uint64(50+i), per, budget)
+		v, _, steps, err := e.runSessions(ctx, a.name, s, uint64(50+i), armDur, budget)
 		if err != nil {
 			return nil, err
 		}
@@ -81,31 +203,63 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 		Row{"session interruption", "1.1% -> 12.4%", fmtRate(float64(b.Interrupted), float64(b.Completed+b.Interrupted)) + " -> " + fmtRate(float64(f.Interrupted), float64(f.Completed+f.Interrupted))},
 		Row{"steps sent per session (interrupted users send no more)", "the load drops", stepsPerSession(arms[0]) + " -> " + stepsPerSession(arms[1])},
 		Row{"step E2EL P95", "", fmtPct(pct(variants[1].Bench, report.MetricE2EL, 95)) + " -> " + fmtPct(pct(variants[2].Bench, report.MetricE2EL, 95))})
-	out, why := sessionVerdict(b, f, budget)
+	out, why := sessionVerdict(b, f, budget, cal.stage)
+	if n := min(b.Completed+b.Interrupted, f.Completed+f.Interrupted, b.FirstSteps, f.FirstSteps); !powered || n < need {
+		out, why = Underpowered, underpoweredWhy(need, powered, n)+why
+	}
 	return &Result{
-		Setup: fmt.Sprintf("synthetic shopping sessions (<= %d steps, think %v) arriving Poisson %.0f/s; a calibration run of baseline sessions (%v) fixes the step budget; in each arm (%v) a step that fails or runs over the budget ends its session: the generator sends none of its later steps; rule max(100ms, baseline x 1.8 + U(0,200ms)) on every retrieve",
-			sessionConfig.MaxSteps, sessionConfig.Think, sessionRate, calibDur.Round(time.Second), per.Round(time.Second)),
+		Setup: fmt.Sprintf("synthetic shopping sessions (<= %d steps, think %v) arriving Poisson %.0f/s; a calibration run of baseline sessions (%v) fixes the step budget, the stage to delay and the sessions each arm needs; in each arm (%v) a step that fails or runs over the budget ends its session: the generator sends none of its later steps; rule max(100ms, baseline x 1.8 + U(0,200ms)) on every %s",
+			sessionConfig.MaxSteps, sessionConfig.Think, sessionRate, calibDur.Round(time.Second), armDur, cal.stage),
 		Variants: variants,
 		Document: map[string]any{"first_screen_completion": []float64{0.982, 0.837}, "session_interruption": []float64{0.011, 0.124}},
 		Rows:     rows, Verdict: Verdict{out, why},
 	}, nil
 }
 
+// stageMeans formats the calibration's mean Server-Timing per step of each fault-able stage.
+func stageMeans(c sessionCalibration) string {
+	var s string
+	for i, st := range faultStages {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %.1f ms", st, c.stageMeanMS[st])
+	}
+	return fmt.Sprintf("mean per step %s (%d steps)", s, c.steps)
+}
+
+// sampleSizeNote formats the rule's n and the arms' duration.
+func sampleSizeNote(need int64, powered bool, armDur time.Duration) string {
+	if !powered {
+		return fmt.Sprintf("none: the calibration's baseline leaves no room for the article's effects below 100%% (arms run %v)", armDur)
+	}
+	return fmt.Sprintf("%d (each arm runs %v at %.0f sessions/s)", need, armDur, sessionRate)
+}
+
+// underpoweredWhy opens the reason of an underpowered outcome.
+func underpoweredWhy(need int64, powered bool, got int64) string {
+	if !powered {
+		return "underpowered: no number of sessions up to the lab's limit separates the article's effects from the calibration's baseline; "
+	}
+	return fmt.Sprintf("underpowered: the rule needs %d sessions per arm and an arm ended %d (run longer, or --duration): ", need, got)
+}
+
 // runSessions replays the experiment's sessions for d under settings s, ending a session at a
-// step over limit (none when 0), and returns the variant and how many steps were sent.
-func (e *env) runSessions(ctx context.Context, name string, s *Settings, seed uint64, d, limit time.Duration) (*Variant, int64, error) {
+// step over limit (none when 0), and returns the variant, its records and how many steps were
+// sent.
+func (e *env) runSessions(ctx context.Context, name string, s *Settings, seed uint64, d, limit time.Duration) (*Variant, []loadgen.Record, int64, error) {
 	p, err := shape.Poisson(sessionRate, e.o.Seed+seed)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	sess, err := shape.SyntheticSessions(sessionConfig, e.o.Seed+50)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	v, res, err := e.run(ctx, name, s, load{workload: shape.Sessions(p, sess), shape: fmt.Sprintf("sessions(poisson %.0f/s)", sessionRate),
 		rate: sessionRate, duration: d, maxTokens: 24, stepLimit: limit})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	var sent int64
 	for i := range res.Records {
@@ -113,7 +267,7 @@ func (e *env) runSessions(ctx context.Context, name string, s *Settings, seed ui
 			sent++
 		}
 	}
-	return v, sent, nil
+	return v, res.Records, sent, nil
 }
 
 // stepsPerSession formats the steps an arm's users sent per session.
@@ -126,20 +280,21 @@ func stepsPerSession(a *sessionArm) string {
 
 // sessionVerdict applies the rule: the faulted arm's interruption interval lies above the
 // baseline's.
-func sessionVerdict(b, f *report.Sessions, budget time.Duration) (string, string) {
+func sessionVerdict(b, f *report.Sessions, budget time.Duration, stage string) (string, string) {
 	bi, bn := float64(b.Interrupted), float64(b.Completed+b.Interrupted)
 	fi, fn := float64(f.Interrupted), float64(f.Completed+f.Interrupted)
 	_, lo0, hi0 := binomialCI(bi, bn)
 	_, lo1, hi1 := binomialCI(fi, fn)
 	out := NotReproduced
 	switch {
+	case math.IsNaN(lo0) || math.IsNaN(lo1):
 	case lo1 > hi0:
 		out = Reproduced
 	case hi1 < lo0:
 		out = Opposite
 	}
-	why := fmt.Sprintf("at a %v step budget (%d x the calibration's step P95) interruption went %s -> %s (article 1.1%% -> 12.4%%) and first-screen completion %s -> %s (article 98.2%% -> 83.7%%)",
-		budget, budgetFactor, fmtRate(bi, bn), fmtRate(fi, fn),
+	why := fmt.Sprintf("with the delay on %s at a %v step budget (%d x the calibration's step P95) interruption went %s -> %s (article 1.1%% -> 12.4%%) and first-screen completion %s -> %s (article 98.2%% -> 83.7%%)",
+		stage, budget, budgetFactor, fmtRate(bi, bn), fmtRate(fi, fn),
 		fmtRate(float64(b.FirstStepsGood), float64(b.FirstSteps)), fmtRate(float64(f.FirstStepsGood), float64(f.FirstSteps)))
 	switch out {
 	case Reproduced:

@@ -127,7 +127,7 @@ type run struct {
 	parent context.Context         // the caller's context
 	ctx    context.Context         // the run's, also cancelled when a late progress event finds the client gone
 	cancel context.CancelCauseFunc // cancels ctx; the cause is the sink error
-	sink   *guardedSink // shared with the run's forks
+	sink   *guardedSink            // shared with the run's forks
 
 	release func()         // the admission slot, if one was taken
 	bg      sync.WaitGroup // async: searches still running after the cut, and their collector

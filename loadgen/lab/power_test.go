@@ -1,0 +1,191 @@
+package lab
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ragtail/ragtail/loadgen"
+	"github.com/ragtail/ragtail/loadgen/stats"
+)
+
+// TestTailSeparationPower checks the closed form against simulated arms: a hot-only arm of
+// fast samples and a mixed arm whose samples are slow (above every fast one) with probability
+// 1%, each with the order-statistic interval of its P99.5. With every fast sample alike the
+// share of seeded trials in which the mixed arm's interval lies above the hot-only one is the
+// computed power; with fast samples spread out it is at least that, since the slow ones also
+// push the mixed arm's fast order statistics up.
+func TestTailSeparationPower(t *testing.T) {
+	const (
+		slow   = 0.01
+		trials = 2000
+	)
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, tt := range []struct {
+		name   string
+		n      int64
+		spread int // fast samples take 1..spread ns
+		exact  bool
+	}{{"alike fast samples", 1500, 1, true}, {"alike fast samples", 3268, 1, true}, {"spread fast samples", 3268, 1000, false}} {
+		want := tailSeparationPower(tt.n, slow, tailQ, verdictConfidence)
+		sep := 0
+		for range trials {
+			hot, mixed := make([]time.Duration, tt.n), make([]time.Duration, tt.n)
+			for i := range tt.n {
+				hot[i] = time.Duration(1 + rng.IntN(tt.spread))
+				mixed[i] = time.Duration(1 + rng.IntN(tt.spread))
+				if rng.Float64() < slow {
+					mixed[i] = time.Duration(tt.spread + 1 + rng.IntN(1000))
+				}
+			}
+			slices.Sort(hot)
+			slices.Sort(mixed)
+			_, _, hiHot, ok0 := stats.QuantileCI(hot, tailQ, verdictConfidence)
+			_, loMixed, _, ok1 := stats.QuantileCI(mixed, tailQ, verdictConfidence)
+			if ok0 && ok1 && loMixed > hiHot {
+				sep++
+			}
+		}
+		got := float64(sep) / trials
+		// Three binomial standard errors of the simulated share.
+		tol := 3 * math.Sqrt(want*(1-want)/trials)
+		if tt.exact && math.Abs(got-want) > tol || !tt.exact && got < want-tol {
+			t.Errorf("%s, n=%d: simulated separation %.3f, computed power %.3f (tolerance %.3f)", tt.name, tt.n, got, want, tol)
+		}
+	}
+	if p := tailSeparationPower(100, slow, tailQ, verdictConfidence); p != 0 {
+		t.Errorf("power %v at n=100: a P99.5 has no 95%% interval there, want 0", p)
+	}
+}
+
+// TestTailSamplesNeeded checks the rule's n: the power reaches 90% there and stays there up to
+// twice n, and falls short just below it.
+func TestTailSamplesNeeded(t *testing.T) {
+	n, ok := tailSamplesNeeded(0.01, tailQ, verdictConfidence, verdictPower)
+	if !ok {
+		t.Fatal("no n found")
+	}
+	// The normal approximation 0.005 n = (1.2816 sqrt(0.0099) + 1.96 sqrt(0.004975)) sqrt(n)
+	// puts the crossing near 2,800; the saw-tooth of the ranks pushes it a little further.
+	if n < 2800 || n > 4000 {
+		t.Errorf("n = %d, want near the normal approximation's 2,800", n)
+	}
+	for m := n; m <= 2*n; m++ {
+		if p := tailSeparationPower(m, 0.01, tailQ, verdictConfidence); p < verdictPower {
+			t.Fatalf("power %.4f at n=%d above the rule's n=%d", p, m, n)
+		}
+	}
+	if p := tailSeparationPower(n-1, 0.01, tailQ, verdictConfidence); p >= verdictPower {
+		t.Errorf("power %.4f at n-1=%d: n is not the least", p, n-1)
+	}
+	if _, ok := tailSamplesNeeded(0.004, tailQ, verdictConfidence, verdictPower); ok {
+		t.Error("a 0.4% slow share cannot move a P99.5, want no n")
+	}
+}
+
+// TestRateSeparationPower checks the exact sum against seeded simulation of two binomial arms
+// and their Wilson intervals.
+func TestRateSeparationPower(t *testing.T) {
+	const trials = 4000
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, tt := range []struct {
+		n      int64
+		p0, p1 float64
+	}{{60, 0.011, 0.124}, {139, 0.011, 0.124}, {200, 0.05, 0.163}} {
+		want := rateSeparationPower(tt.n, tt.p0, tt.p1, verdictConfidence)
+		sep := 0
+		for range trials {
+			var k0, k1 float64
+			for range tt.n {
+				if rng.Float64() < tt.p0 {
+					k0++
+				}
+				if rng.Float64() < tt.p1 {
+					k1++
+				}
+			}
+			_, _, hi0 := binomialCI(k0, float64(tt.n))
+			_, lo1, _ := binomialCI(k1, float64(tt.n))
+			if lo1 > hi0 {
+				sep++
+			}
+		}
+		got := float64(sep) / trials
+		if tol := 3 * math.Sqrt(want*(1-want)/trials); math.Abs(got-want) > tol {
+			t.Errorf("n=%d p0=%v p1=%v: simulated %.3f, computed %.3f (tolerance %.3f)", tt.n, tt.p0, tt.p1, got, want, tol)
+		}
+	}
+}
+
+func TestRateSamplesNeeded(t *testing.T) {
+	n, ok := rateSamplesNeeded(0.011, 0.124, verdictConfidence, verdictPower)
+	if !ok {
+		t.Fatal("no n found")
+	}
+	for m := n; m <= 2*n; m++ {
+		if p := rateSeparationPower(m, 0.011, 0.124, verdictConfidence); p < verdictPower {
+			t.Fatalf("power %.4f at n=%d above the rule's n=%d", p, m, n)
+		}
+	}
+	if p := rateSeparationPower(n-1, 0.011, 0.124, verdictConfidence); p >= verdictPower {
+		t.Errorf("power %.4f at n-1=%d: n is not the least", p, n-1)
+	}
+	if _, ok := rateSamplesNeeded(0.2, 0.1, verdictConfidence, verdictPower); ok {
+		t.Error("a fall is no effect to size for, want no n")
+	}
+	for _, p := range []float64{0, 0.011, 0.5, 1} {
+		pmf := binomialPMF(139, p)
+		var sum float64
+		for k, v := range pmf {
+			sum += v
+			if want := stats.BinomialCDF(int64(k), 139, p) - stats.BinomialCDF(int64(k)-1, 139, p); math.Abs(v-want) > 1e-12 {
+				t.Fatalf("pmf(%d; 139, %v) = %v, want %v", k, p, v, want)
+			}
+		}
+		if math.Abs(sum-1) > 1e-12 {
+			t.Errorf("pmf(139, %v) sums to %v", p, sum)
+		}
+	}
+	if z := zOf(0.95); math.Abs(z-1.959964) > 1e-6 {
+		t.Errorf("zOf(0.95) = %v", z)
+	}
+}
+
+// TestCalibrateSessions checks what the calibration reads from baseline sessions replayed
+// without a budget: the sessions and first steps that the budget would have cut, and the stage
+// with the largest mean Server-Timing.
+func TestCalibrateSessions(t *testing.T) {
+	ms := time.Millisecond
+	step := func(session string, n int, e2el time.Duration, status int, retrieve, generate float64) loadgen.Record {
+		return loadgen.Record{Session: session, Step: n, Status: status, End: e2el,
+			ServerTiming: map[string]float64{"retrieve": retrieve, "generate": generate, "total": 1000}}
+	}
+	recs := []loadgen.Record{
+		step("a", 0, 100*ms, 200, 10, 80), step("a", 1, 120*ms, 200, 10, 100), // completed
+		step("b", 0, 300*ms, 200, 10, 280), step("b", 1, 100*ms, 200, 10, 80), // first step over budget
+		step("c", 0, 100*ms, 200, 10, 80), step("c", 1, 100*ms, 500, 0, 0), // a failed step
+		step("d", 0, 100*ms, 200, 10, 80), {Session: "d", Step: 1, NotSent: true}, // cut by the run's end
+		{Session: "e", Step: 0, Warmup: true, Status: 200, End: time.Second}, // warmup: ignored
+	}
+	c := calibrateSessions(recs, 200*ms)
+	if c.interrupted != 2 || c.sessions != 3 {
+		t.Errorf("interrupted %d of %d sessions, want 2 of 3 (d was cut, e is warmup)", c.interrupted, c.sessions)
+	}
+	if c.firstBad != 1 || c.firstSteps != 4 {
+		t.Errorf("%d of %d first steps bad, want 1 of 4", c.firstBad, c.firstSteps)
+	}
+	if c.stage != "generate" || c.steps != 6 || c.stageMeanMS["retrieve"] != 10 || math.Abs(c.stageMeanMS["generate"]-700.0/6) > 1e-9 {
+		t.Errorf("stage %s, means %v over %d steps: want generate, retrieve 10 ms over 6 steps", c.stage, c.stageMeanMS, c.steps)
+	}
+	n, ok := c.sessionsNeeded()
+	ni, _ := rateSamplesNeeded(2.0/3, 2.0/3+interruptionRise, verdictConfidence, verdictPower)
+	nf, _ := rateSamplesNeeded(0.25, 0.25+firstScreenFall, verdictConfidence, verdictPower)
+	if !ok || n != max(ni, nf) {
+		t.Errorf("sessionsNeeded = %d, %v: want max(%d, %d)", n, ok, ni, nf)
+	}
+	if _, ok := (sessionCalibration{interrupted: 9, sessions: 10, firstSteps: 10}).sessionsNeeded(); ok {
+		t.Error("a 90% baseline leaves no room for an 11.3-point rise, want no n")
+	}
+}
