@@ -32,9 +32,13 @@ const (
 	bootstrapDraws = 2000
 )
 
-// agentShares split the experiment's load time: single shot, agent, hedged, deadline (in
-// twentieths).
-var agentShares = [4]int{5, 9, 3, 3}
+// agentShares split the experiment's load time, in sixtieths: single shot, agent, then the
+// remedies: hedged, deadline, parallel tool calls.
+var agentShares = [5]int{12, 27, 7, 7, 7}
+
+// parallelSteps are the model calls of the parallel-tool-calls remedy: two searches a call, then
+// the answer.
+const parallelSteps = (agentSteps-1+1)/2 + 1
 
 var agentRule = Rule{
 	Compared: fmt.Sprintf("share of %d-step agent requests (%d searches, then the answer) with at least one step beyond its position's own P99 T_k (server time, Server-Timing's stepN entries), "+
@@ -56,8 +60,9 @@ type agentSample struct {
 	firstErr string      // the first failure's error, for a message
 }
 
-// readAgentSample reads the successful measured records of res.
-func readAgentSample(res *loadgen.Result, agent bool) agentSample {
+// readAgentSample reads the successful measured records of res: the single shots', or the
+// agents' with steps steps.
+func readAgentSample(res *loadgen.Result, agent bool, steps int) agentSample {
 	var s agentSample
 	for i := range res.Records {
 		r := &res.Records[i]
@@ -78,23 +83,23 @@ func readAgentSample(res *loadgen.Result, agent bool) agentSample {
 			}
 			continue
 		}
-		steps := make([]float64, 0, agentSteps)
+		times := make([]float64, 0, steps)
 		for k := 1; ; k++ {
 			ms, ok := r.ServerTiming["step"+strconv.Itoa(k)]
 			if !ok {
 				break
 			}
-			steps = append(steps, ms)
+			times = append(times, ms)
 		}
-		if len(steps) != agentSteps {
+		if len(times) != steps {
 			s.partial++
 			continue
 		}
 		var sum float64
-		for _, ms := range steps {
+		for _, ms := range times {
 			sum += ms
 		}
-		s.steps = append(s.steps, steps)
+		s.steps = append(s.steps, times)
 		s.totals = append(s.totals, sum)
 	}
 	return s
@@ -156,7 +161,8 @@ func durationsMS(ms []float64) []time.Duration {
 }
 
 // runAgentAmplification runs single-shot requests, then agentSteps-step agents on the same
-// world, then the agents with two remedies: hedged shard searches and a retrieval deadline.
+// world, then the agents with three remedies: hedged shard searches, a retrieval deadline, and
+// parallel tool calls (the model asks two searches a call, which the service runs at once).
 // Every arm searches the shards in parallel (fanout), so the deadline arm differs from the
 // agent arm by its deadline alone.
 func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
@@ -177,29 +183,32 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 	if shardP95 <= 0 {
 		return nil, fmt.Errorf("the service's shard latency %q has no P95 to hedge at", cur.ShardLatency)
 	}
-	part := func(i int) time.Duration { return e.dur * time.Duration(agentShares[i]) / 20 }
+	part := func(i int) time.Duration { return e.dur * time.Duration(agentShares[i]) / 60 }
 	base := e.base()
 	base.TopK, base.Coupling, base.HedgeAfter = ptr(agentTopK), ptr("fanout"), ptr("0s")
 	base.Cache = &CacheSettings{Enabled: ptr(false), Size: ptr(1)}
 	base.LLM.ToolCalls = ptr("fixed:" + strconv.Itoa(agentSteps-1))
 	agentBody := map[string]any{"rag": map[string]any{"mode": "agentic", "max_steps": agentSteps}}
 
-	arm := func(name string, s *Settings, rate float64, seed uint64, d time.Duration, agent bool) (*Variant, agentSample, error) {
+	parallelBody := map[string]any{"rag": map[string]any{"mode": "agentic", "max_steps": agentSteps, "parallel_tool_calls": true}}
+
+	// arm runs one arm; body nil sends single shots, else agents of steps model calls.
+	arm := func(name string, s *Settings, rate float64, seed uint64, d time.Duration, body map[string]any, steps int) (*Variant, agentSample, error) {
 		w, err := e.poisson(rate, seed, 8)
 		if err != nil {
 			return nil, agentSample{}, err
 		}
 		l := load{workload: w, shape: fmt.Sprintf("poisson(rate=%g)", rate), rate: rate, duration: d, maxTokens: agentMaxTokens}
-		if agent {
-			l.body, l.outputLimit = agentBody, agentSteps*client.OutputTokenLimit(agentMaxTokens)
+		if body != nil {
+			l.body, l.outputLimit = body, agentSteps*client.OutputTokenLimit(agentMaxTokens)
 		}
 		v, res, err := e.run(ctx, name, s, l)
 		if err != nil {
 			return nil, agentSample{}, err
 		}
-		return v, readAgentSample(res, agent), nil
+		return v, readAgentSample(res, body != nil, steps), nil
 	}
-	single, ss, err := arm("single shot", base, singleShotRate, 70, part(0), false)
+	single, ss, err := arm("single shot", base, singleShotRate, 70, part(0), nil, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +223,7 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 			singleBeyond++
 		}
 	}
-	agent, as, err := arm(fmt.Sprintf("agent, %d steps", agentSteps), base, agentRate, 71, part(1), true)
+	agent, as, err := arm(fmt.Sprintf("agent, %d steps", agentSteps), base, agentRate, 71, part(1), agentBody, agentSteps)
 	if err != nil {
 		return nil, err
 	}
@@ -247,13 +256,17 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 	retrieveP95 = retrieveP95.Round(100 * time.Microsecond)
 	hedged := clone(base)
 	hedged.HedgeAfter = durStr(shardP95)
-	hv, hs, err := arm(fmt.Sprintf("agent, hedged at %v", shardP95), hedged, agentRate, 73, part(2), true)
+	hv, hs, err := arm(fmt.Sprintf("agent, hedged at %v", shardP95), hedged, agentRate, 73, part(2), agentBody, agentSteps)
 	if err != nil {
 		return nil, err
 	}
 	deadline := clone(base)
 	deadline.Coupling, deadline.AsyncQuorum, deadline.AsyncDeadline = ptr("async"), cur.Shards, durStr(retrieveP95)
-	dv, ds, err := arm(fmt.Sprintf("agent, retrieval deadline %v", retrieveP95), deadline, agentRate, 74, part(3), true)
+	dv, ds, err := arm(fmt.Sprintf("agent, retrieval deadline %v", retrieveP95), deadline, agentRate, 74, part(3), agentBody, agentSteps)
+	if err != nil {
+		return nil, err
+	}
+	pv, ps, err := arm("agent, parallel tool calls", base, agentRate, 75, part(4), parallelBody, parallelSteps)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +290,11 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 		Row{"agent server time P95; P99 (single shot: P99 above)", "—", agentTail(as)},
 		Row{fmt.Sprintf("hedged at the shard P95 (%v): share beyond T_k; P95; P99", shardP95), "—", remedyRow(hs, stepT)},
 		Row{fmt.Sprintf("retrieval deadline (%v, async): share beyond T_k; P95; P99", retrieveP95), "—", remedyRow(ds, stepT)},
+		Row{fmt.Sprintf("parallel tool calls (two searches a call, run at once: %d model calls): P95; P99", parallelSteps), "—", agentTail(ps)},
 	)
+	if ps.partial > 0 {
+		rows = append(rows, Row{fmt.Sprintf("parallel arm: requests with another step count than %d", parallelSteps), "—", strconv.Itoa(ps.partial)})
+	}
 	if as.partial > 0 {
 		rows = append(rows, Row{"agent requests left out (another step count)", "—", strconv.Itoa(as.partial)})
 	}
@@ -285,9 +302,9 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 	out, why := agentVerdict(aLo, aHi, pLo, pHi)
 	return &Result{
 		Setup: fmt.Sprintf("single-shot requests (Poisson %g/s, %v) against %d-step agents (Poisson %g/s, %v): the engine's law asks %d searches a question, max_steps %d, "+
-			"top_k %d, %d answer tokens, fanout coupling over the service's shards, cache off; remedies on the same agent load for %v each: hedged shard searches, and async coupling with a retrieval deadline",
+			"top_k %d, %d answer tokens, fanout coupling over the service's shards, cache off; remedies on the same agent load for %v each: hedged shard searches, async coupling with a retrieval deadline, and parallel tool calls",
 			singleShotRate, part(0).Round(time.Second), agentSteps, agentRate, part(1).Round(time.Second), agentSteps-1, agentSteps, agentTopK, agentMaxTokens, part(2).Round(time.Second)),
-		Variants: []Variant{*single, *agent, *hv, *dv},
+		Variants: []Variant{*single, *agent, *hv, *dv, *pv},
 		Document: map[string]any{"steps": agentSteps, "independent_steps_share": naive},
 		Rows:     rows, Verdict: Verdict{out, why},
 	}, nil
