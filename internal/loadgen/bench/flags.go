@@ -124,6 +124,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Slice, "slice", 0, "summarise each slice of this width (e.g. 10s) on its own: requests, TTFT and E2EL percentiles with\n"+
 		"their intervals, throughput and failures by intended send time, in the JSON (slices), the text and the HTML")
 	o.ServerMetrics.registerFlags(fs, "the run")
+	o.Hold.registerFlags(fs)
 }
 
 // registerFlags registers the --server-metrics flags on fs; during names what is scraped.
@@ -141,6 +142,10 @@ func (o *Options) FlagsParsed(fs *flag.FlagSet) {
 	o.Load.flagsParsed(set)
 	if set["duration"] && !set["num-prompts"] {
 		o.NumPrompts = 0
+	}
+	if o.Hold.SLO != nil {
+		o.Hold.flagsParsed(set)
+		o.NumPrompts = 0 // the search and the hold end the run
 	}
 }
 

@@ -382,7 +382,7 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		}
 		ms.start(ctx, at)
 	}
-	res, b, err := measure(ctx, cfg, s.ropts, nil)
+	res, b, err := measure(ctx, cfg, s.ropts, nil, nil)
 	if err != nil {
 		ms.stop(ctx, nil, io.Discard)
 		return nil, err
