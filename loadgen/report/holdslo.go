@@ -47,13 +47,13 @@ type HoldSLO struct {
 
 // Outcomes of a HoldSLO.
 const (
-	HoldHeld        = "held"         // a rate was found and held for the whole stretch
-	HoldNeverMet    = "never_met"    // no window met the SLO, down to the lowest rate tried
-	HoldAlwaysMet   = "always_met"   // every window met it, up to the highest rate tried
-	HoldInterrupted = "interrupted"  // Ctrl-C (or the run's end) stopped the search or the hold
-	HoldPhaseSearch = "search"       // a window of the search
-	HoldPhaseHold   = "hold"         // the held stretch
-	holdNoValue     = "none (above)" // a percentile that fell on a failed or unfinished request
+	HoldHeld        = "held"        // a rate was found and held for the whole stretch
+	HoldNeverMet    = "never_met"   // no window met the SLO, down to the lowest rate tried
+	HoldAlwaysMet   = "always_met"  // every window met it, up to the highest rate tried
+	HoldInterrupted = "interrupted" // Ctrl-C (or the run's end) stopped the search or the hold
+	HoldPhaseSearch = "search"      // a window of the search
+	HoldPhaseHold   = "hold"        // the held stretch
+	holdOver        = "over"        // a percentile that fell on a failed or unfinished request
 )
 
 // HoldWindow is one window of the search, or the held stretch: the requests intended in
@@ -85,30 +85,32 @@ func (t *textWriter) holdRows(b *Bench) {
 	}
 	t.rule("SLO edge (--hold-slo "+h.SLO+")", '-')
 	label := fmt.Sprintf("P%s %s (ms) [95%% CI]", formatP(h.Percentile), strings.ToUpper(h.Metric))
-	t.printf("%-6s %8s %8s %9s %8s  %-28s %s\n", "phase", "from (s)", "to (s)", "req/s", "requests", label, "verdict")
+	t.printf("%-6s %8s %8s %9s %8s  %-30s %s\n", "phase", "from (s)", "to (s)", "req/s", "requests", label, "verdict")
 	for _, w := range h.Windows {
-		t.printf("%-6s %8.1f %8.1f %9.3g %8d  %-28s %s\n", w.Phase, w.StartS, w.EndS, w.RateRPS, w.Requests, w.ValueText(), w.VerdictText())
+		t.printf("%-6s %8.1f %8.1f %9.3g %8d  %-30s %s\n", w.Phase, w.StartS, w.EndS, w.RateRPS, w.Requests, w.ValueText(), w.VerdictText())
 	}
 	t.row("Held rate (req/s)", "%s", h.heldText())
 	t.row("Interval (req/s)", "%s", h.intervalText())
 }
 
-// ValueText is the window's percentile in ms with its interval, as the text and the HTML show it.
+// ValueText is the window's percentile in ms with its interval, as the text and the HTML show
+// it; "over" stands for a failed or unfinished request.
 func (w HoldWindow) ValueText() string {
 	f := func(v *float64) string {
 		if v == nil {
-			return holdNoValue
+			return holdOver
 		}
-		return strconv.FormatFloat(sig(*v), 'f', -1, 64)
+		return strconv.FormatFloat(*v, 'f', 1, 64)
 	}
-	if w.Requests == 0 {
+	switch {
+	case w.Requests == 0:
 		return "-"
+	case w.ValueMS == nil:
+		return holdOver + " (failed or unfinished)"
+	case !w.HasCI:
+		return f(w.ValueMS)
 	}
-	s := f(w.ValueMS)
-	if w.HasCI {
-		s += " [" + f(w.LoMS) + ", " + f(w.HiMS) + "]"
-	}
-	return s
+	return f(w.ValueMS) + " [" + f(w.LoMS) + ", " + f(w.HiMS) + "]"
 }
 
 // VerdictText says whether the window met the SLO, with its failed and unfinished requests.

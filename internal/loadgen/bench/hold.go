@@ -194,12 +194,14 @@ func (s *rateSearch) tolerance() float64 {
 	return 0.05 * s.lo
 }
 
-// settleRate is the rate sent after a window at s.next ends while its last requests finish:
-// the highest rate met so far, or, before any met, the rate a miss would try next, so that a
-// window that misses leaves the next one no backlog beyond what a lower rate builds.
+// settleRate is the rate sent after a window at s.next ends, while its last requests finish:
+// the highest rate met so far (s.next before any was) divided by the growth. A window that
+// overloaded the target leaves a backlog that a rate near the edge would never drain; a rate
+// well below it drains the backlog and keeps the target under load, so that the next window
+// starts from neither a queue nor an idle server.
 func (s *rateSearch) settleRate() float64 {
 	if s.lo > 0 {
-		return s.lo
+		return s.lo / s.growth
 	}
 	return s.next / s.growth
 }
@@ -307,16 +309,31 @@ type holdController struct {
 }
 
 // newHoldController is the controller of o's search starting at rate, with arrivals of the
-// given burstiness (0: evenly spaced) and seed.
-func newHoldController(o *HoldOptions, rate, burstiness float64, seed uint64, stderr io.Writer) (*holdController, error) {
+// given burstiness (0: evenly spaced) and seed; drain bounds the wait for a window's last
+// requests when the SLO bounds a time to first token (0 or less: no bound).
+func newHoldController(o *HoldOptions, rate, burstiness float64, seed uint64, drain time.Duration, stderr io.Writer) (*holdController, error) {
 	a, err := shape.NewAdjustable(rate, burstiness, seed)
 	if err != nil {
 		return nil, fmt.Errorf("--hold-slo: %w", err)
 	}
-	// A request intended at a window's end that has run past the limit has missed the SLO
-	// whatever it does next; a second more lets the ones that end at the limit report it.
 	return &holdController{o: o, arrivals: a, search: newRateSearch(rate, o.Growth, o.Tolerance), stderr: stderr,
-		grace: o.SLO.limit() + time.Second, holdFrom: -1}, nil
+		grace: holdGrace(o.SLO, drain), holdFrom: -1}, nil
+}
+
+// holdGrace is how long after a window's end its requests are waited for. A request still
+// running past the E2EL limit has missed an E2EL SLO whatever it does next (a second more lets
+// the ones that end at the limit report it); but a record comes only at a request's end, and a
+// request still streaming may have had its first token in time, so for TTFT and TTFO the
+// window waits for its requests as the run's drain does, up to drain.
+func holdGrace(slo *HoldObjective, drain time.Duration) time.Duration {
+	grace := slo.limit() + time.Second
+	switch {
+	case slo.Metric == report.MetricE2EL:
+		return grace
+	case drain <= 0:
+		return 100 * 365 * 24 * time.Hour
+	}
+	return max(grace, drain)
 }
 
 // process is the arrival process the run paces by: the adjustable one, each arrival noted.
@@ -538,7 +555,7 @@ func (o *Options) holdLoad(cfg *loadgen.Config, stderr io.Writer) (*holdControll
 	case shape.ProcessGamma:
 		burstiness = o.Load.Burstiness
 	}
-	h, err := newHoldController(&o.Hold, o.RequestRate, burstiness, o.Load.Seed, stderr)
+	h, err := newHoldController(&o.Hold, o.RequestRate, burstiness, o.Load.Seed, o.Load.DrainTimeout, stderr)
 	if err != nil {
 		return nil, err
 	}

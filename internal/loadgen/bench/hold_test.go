@@ -190,7 +190,7 @@ func TestHoldControllerOnRun(t *testing.T) {
 	const edge = 230.0
 	o := &HoldOptions{SLO: mustHoldObjective(t, "p90_e2el_ms<=100"), Window: 300 * time.Millisecond, HoldFor: 500 * time.Millisecond, Growth: 2}
 	var stderr bytes.Buffer
-	h, err := newHoldController(o, 40, 0, 1, &stderr)
+	h, err := newHoldController(o, 40, 0, 1, time.Minute, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
