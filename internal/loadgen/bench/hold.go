@@ -34,11 +34,14 @@ type HoldOptions struct {
 // registerFlags registers the --hold-* flags on fs.
 func (h *HoldOptions) registerFlags(fs *flag.FlagSet) {
 	fs.Var(holdSLOValue{&h.SLO}, "hold-slo", "find the SLO's edge in one run: `SLO` as a --fail-on threshold on a percentile of ttft, ttfo or e2el\n"+
-		"(p95_ttft_ms<=2000; sweep's p95_ttft:2000 also reads). Open loop only: starting at --request-rate, each\n"+
-		"--hold-window of Poisson (or --shape gamma/constant) arrivals is judged from the requests intended in it;\n"+
-		"the rate grows by --hold-growth until a window misses, is bisected between the highest rate met and the\n"+
-		"lowest missed down to --hold-tolerance, then the highest rate met is held for --hold-for and judged as a\n"+
-		"whole. The result's figures cover the held stretch; hold_slo in the JSON has every window")
+		"(p95_ttft_ms<=2000; sweep's p95_ttft:2000 also reads). Open loop only (a closed loop's users are not\n"+
+		"searched): from --request-rate, each --hold-window of Poisson arrivals (gamma or constant with --shape) is\n"+
+		"judged on the requests intended in it, a failed one or one still running past the limit counting as over;\n"+
+		"the rate grows by --hold-growth until a window misses (shrinks until one meets), is bisected between the\n"+
+		"highest rate met and the lowest missed down to --hold-tolerance, and the highest met is held for --hold-for\n"+
+		"and judged as a whole. Between windows, while a window's last requests finish, the rate is the highest\n"+
+		"met divided by --hold-growth. The result's figures cover the held stretch; hold_slo in the JSON has\n"+
+		"every window, the held rate and the bracket [highest met, lowest missed)")
 	fs.DurationVar(&h.Window, "hold-window", 10*time.Second, "--hold-slo: how long each rate of the search is sent and judged")
 	fs.DurationVar(&h.HoldFor, "hold-for", time.Minute, "--hold-slo: how long the rate found is held")
 	fs.Float64Var(&h.Growth, "hold-growth", 2, "--hold-slo: the rate is multiplied by this after a met window (divided after a missed one) until\nthe search has a rate met and one missed")
