@@ -497,7 +497,10 @@ func (h *holdController) run(ctx context.Context, runDone <-chan struct{}) {
 		h.setOutcome(report.HoldInterrupted)
 		return
 	}
-	h.judge(w)
+	if !h.judge(w) {
+		fmt.Fprintf(h.stderr, "hold-slo: the held stretch missed the SLO: %.4g req/s met it in a window of %s but not for %s, a\n"+
+			"queue building slower than a window shows; a longer --hold-window finds a rate that holds\n", s.lo, h.o.Window, h.o.HoldFor)
+	}
 	h.setOutcome(s.outcome)
 }
 
