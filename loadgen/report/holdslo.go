@@ -61,7 +61,8 @@ const (
 // metric with its distribution-free 95% interval. A request that failed, or that had not
 // finished when the window was judged (it had waited longer than the limit by then), counts
 // as over the limit with no value: a percentile or interval bound that falls on one is nil
-// (above every value measured).
+// (above every value measured). Failed counts too the successes that lack the metric (no token
+// streamed, for a TTFT bound).
 type HoldWindow struct {
 	Phase      string   `json:"phase"` // HoldPhaseSearch or HoldPhaseHold
 	StartS     float64  `json:"start_s"`

@@ -279,7 +279,8 @@ func (w *holdWindow) judge(slo *HoldObjective) report.HoldWindow {
 		v := msf(d)
 		return &v
 	}
-	if est, lo, hi, ok := stats.QuantileCI(vals, slo.Percentile/100, 0.95); len(vals) > 0 {
+	if len(vals) > 0 { // a window without requests meets nothing
+		est, lo, hi, ok := stats.QuantileCI(vals, slo.Percentile/100, 0.95)
 		r.ValueMS, r.Met = ms(est), est != over && slo.Holds(msf(est))
 		if ok {
 			r.LoMS, r.HiMS, r.HasCI = ms(lo), ms(hi), true
