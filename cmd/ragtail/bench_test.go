@@ -236,6 +236,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"hold-slo length", []string{"--request-rate", "5", "--duration", "10s", "--hold-slo", "p95_ttft_ms<=500"}, "drop --duration"},
 		{"hold-slo window", []string{"--request-rate", "5", "--hold-window", "10ms", "--hold-slo", "p95_ttft_ms<=500"}, "--hold-window: give 100ms or more"},
 		{"hold-slo sessions", []string{"--request-rate", "5", "--sessions", "synthetic", "--hold-slo", "p95_e2el_ms<=500"}, "--hold-slo paces lone requests"},
+		{"hold-window alone", []string{"--request-rate", "5", "--num-prompts", "1", "--hold-window", "5s"}, "--hold-window applies to a search: give --hold-slo too"},
 		{"hold-slo ttft unstreamed", []string{"--request-rate", "5", "--stream=false", "--hold-slo", "p95_ttft_ms<=500"}, "needs streamed responses"},
 	}
 	for _, tt := range tests {

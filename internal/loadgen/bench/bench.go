@@ -113,10 +113,8 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 // validate checks the flags of a bench run that no flag checks alone.
 func (o *Options) validate() error {
-	if o.Hold.SLO != nil {
-		if err := o.validateHold(); err != nil {
-			return err
-		}
+	if err := o.validateHold(); err != nil {
+		return err
 	}
 	switch {
 	case o.Concurrency < 0:

@@ -143,8 +143,8 @@ func (o *Options) FlagsParsed(fs *flag.FlagSet) {
 	if set["duration"] && !set["num-prompts"] {
 		o.NumPrompts = 0
 	}
+	o.Hold.flagsParsed(set)
 	if o.Hold.SLO != nil {
-		o.Hold.flagsParsed(set)
 		o.NumPrompts = 0 // the search and the hold end the run
 	}
 }

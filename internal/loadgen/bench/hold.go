@@ -27,8 +27,9 @@ type HoldOptions struct {
 	HoldFor   time.Duration  // the found rate is held this long
 	Growth    float64        // factor of the rate between windows until the first miss (or meet)
 	Tolerance float64        // req/s: the bisection stops at this bracket width; 0: 5% of its low end
-	// conflicts are the flags given that a search sets itself (--num-prompts, --duration, ...).
-	conflicts []string
+	// conflicts are the flags given that a search sets itself (--num-prompts, --duration, ...);
+	// orphans the --hold-* flags given without --hold-slo.
+	conflicts, orphans []string
 }
 
 // registerFlags registers the --hold-* flags on fs.
@@ -48,8 +49,17 @@ func (h *HoldOptions) registerFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&h.Tolerance, "hold-tolerance", 0, "--hold-slo: bisection stops when the bracket is this narrow, in req/s (default 5% of its low end)")
 }
 
-// flagsParsed notes the flags given that a search would override.
+// flagsParsed notes the flags given that a search would override, or the --hold-* flags given
+// without a search.
 func (h *HoldOptions) flagsParsed(set map[string]bool) {
+	if h.SLO == nil {
+		for _, f := range []string{"hold-window", "hold-for", "hold-growth", "hold-tolerance"} {
+			if set[f] {
+				h.orphans = append(h.orphans, "--"+f)
+			}
+		}
+		return
+	}
 	for _, f := range []string{"num-prompts", "duration", "warmup", "warmup-duration", "segment"} {
 		if set[f] {
 			h.conflicts = append(h.conflicts, "--"+f)
@@ -57,9 +67,16 @@ func (h *HoldOptions) flagsParsed(set map[string]bool) {
 	}
 }
 
-// validate checks a --hold-slo run's flags: an open loop of lone requests at a first rate.
+// validateHold checks a --hold-slo run's flags: an open loop of lone requests at a first rate;
+// and that no --hold-* flag was given without --hold-slo.
 func (o *Options) validateHold() error {
 	h, l := &o.Hold, &o.Load
+	if h.SLO == nil {
+		if len(h.orphans) > 0 {
+			return fmt.Errorf("%s applies to a search: give --hold-slo too", strings.Join(h.orphans, ", "))
+		}
+		return nil
+	}
 	switch {
 	case len(h.conflicts) > 0:
 		return fmt.Errorf("--hold-slo sets the run's length and has no warmup (its first windows warm the target): drop %s",
