@@ -196,6 +196,6 @@ func holdBlocks(h *HoldSLO) blocks {
 		"Interval: " + h.intervalText() + ".",
 		"Each window holds the requests intended in it; a failed request, or one still running when its window was judged, " +
 			"counts as over the limit. Between windows, while a window's last requests finish, the load goes on at the highest rate met so far " +
-			"divided by the growth (" + strconv.FormatFloat(h.Growth, 'g', -1, 64) + "); those requests, like the search's, are in no figure but this section's.",
+			"divided by the growth (" + strconv.FormatFloat(h.Growth, 'g', -1, 64) + "); the search's requests, these included, count as warmup: the result's figures are the held stretch's.",
 	}}
 }
