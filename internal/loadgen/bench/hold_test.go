@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"io"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -224,5 +225,37 @@ func TestHoldControllerOnRun(t *testing.T) {
 		if math.Abs(float64(w.Requests)-want) > 1 {
 			t.Errorf("window %+v: %d requests, want %g (evenly spaced at its rate)", w, w.Requests, want)
 		}
+	}
+}
+
+// TestHoldControllerStops stops a search mid-way as a first Ctrl-C does: the run drains and
+// ends, the controller with it, and the section says the search was interrupted, with no held
+// stretch.
+func TestHoldControllerStops(t *testing.T) {
+	o := &HoldOptions{SLO: mustHoldObjective(t, "p90_e2el_ms<=100"), Window: 300 * time.Millisecond, HoldFor: time.Minute, Growth: 2}
+	h, err := newHoldController(o, 40, 0, 1, time.Minute, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := shape.Synthetic([]shape.Length{shape.Short}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	time.AfterFunc(700*time.Millisecond, func() { close(stop) })
+	h.start = time.Now()
+	cfg := loadgen.Config{Workload: shape.Open(h.process(), src), Client: &stepService{edge: 1000, fast: 5 * time.Millisecond, slow: time.Second},
+		Start: h.start, Stop: stop, Info: loadgen.NewRunInfo("test", "", h.process().String(), 40, 1)}
+	began := time.Now()
+	_, b, err := measure(context.Background(), cfg, report.Options{}, nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("the run took %s after a stop at 0.7 s", d)
+	}
+	hs := b.HoldSLO
+	if hs.Outcome != report.HoldInterrupted || hs.HeldMet != nil || len(hs.Windows) == 0 || hs.Windows[len(hs.Windows)-1].Phase != report.HoldPhaseSearch {
+		t.Errorf("hold_slo %+v: want an interrupted search with its judged windows and no held stretch", hs)
 	}
 }
