@@ -230,6 +230,14 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"header", []string{"--header", "nocolon"}, "for flag -header: header \"nocolon\": want \"Name: value\""},
 		{"metrics", []string{"--percentile-metrics", "ttft,joy", "--num-prompts", "1"}, "for flag -percentile-metrics: metric \"joy\""},
 		{"article with sessions", []string{"--shape", "article", "--sessions", "synthetic", "--num-prompts", "1"}, "does not combine"},
+		{"hold-slo metric", []string{"--request-rate", "5", "--hold-slo", "p95_tpot_ms<=50"}, "for flag -hold-slo: p95_tpot_ms<=50: want a percentile of ttft, ttfo, e2el"},
+		{"hold-slo bound", []string{"--request-rate", "5", "--hold-slo", "p95_ttft_ms>500"}, "use < or <="},
+		{"hold-slo closed loop", []string{"--concurrency", "4", "--hold-slo", "p95_ttft_ms<=500"}, "--hold-slo searches an open loop's rate"},
+		{"hold-slo length", []string{"--request-rate", "5", "--duration", "10s", "--hold-slo", "p95_ttft_ms<=500"}, "drop --duration"},
+		{"hold-slo window", []string{"--request-rate", "5", "--hold-window", "10ms", "--hold-slo", "p95_ttft_ms<=500"}, "--hold-window: give 100ms or more"},
+		{"hold-slo sessions", []string{"--request-rate", "5", "--sessions", "synthetic", "--hold-slo", "p95_e2el_ms<=500"}, "--hold-slo paces lone requests"},
+		{"hold-window alone", []string{"--request-rate", "5", "--num-prompts", "1", "--hold-window", "5s"}, "--hold-window applies to a search: give --hold-slo too"},
+		{"hold-slo ttft unstreamed", []string{"--request-rate", "5", "--stream=false", "--hold-slo", "p95_ttft_ms<=500"}, "needs streamed responses"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

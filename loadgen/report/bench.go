@@ -63,6 +63,7 @@ type Bench struct {
 	Slowest  []SlowRequest // slowest first
 	Timeline []TimelineBin
 	Slices   []Slice      // with Options.Slice: the run in slices of that width, each summarised
+	HoldSLO  *HoldSLO     // bench --hold-slo: the search for the SLO's edge and the held stretch; nil otherwise
 	Errors   []ErrorCount // by kind, most frequent first
 
 	// ServerMetrics is the target's own metrics during the run; nil when none were scraped,

@@ -148,6 +148,7 @@ type benchRest struct {
 	Slowest       []slowJSON         `json:"slowest"`
 	Timeline      []timelineJSON     `json:"timeline"`
 	Slices        []sliceJSON        `json:"slices,omitempty"`
+	HoldSLO       *HoldSLO           `json:"hold_slo,omitempty"`
 	Errors        keyed[count]       `json:"errors"`
 	ErrorExamples keyed[string]      `json:"error_examples"`
 	TokenLengths  tokenLengthsJSON   `json:"token_lengths"`
@@ -379,6 +380,7 @@ func (b *Bench) rest() (benchRest, error) {
 		r.Timeline = append(r.Timeline, timelineObject(t))
 	}
 	r.Slices = b.slicesJSON()
+	r.HoldSLO = b.HoldSLO
 	for _, e := range b.Errors {
 		r.Errors = append(r.Errors, entry[count]{e.Kind, count(e.Count)})
 		if e.Example != "" {
@@ -554,6 +556,7 @@ func (f *benchFile) bench(path string) (*Bench, error) {
 	f.readHistograms(c, b)
 	f.readPhases(c, b)
 	f.readSlices(b)
+	b.HoldSLO = f.HoldSLO
 	b.readWorkloads(c, f)
 	b.readAgents(c, f.Agent)
 	f.readMetrics(b)

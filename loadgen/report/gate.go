@@ -50,6 +50,20 @@ func (t Threshold) String() string {
 	return t.Key + t.Op + strconv.FormatFloat(t.Limit, 'g', -1, 64)
 }
 
+// PercentileOf splits a threshold on a percentile key (p95_ttft_ms) into its metric and
+// percentile; ok is false for any other key (a mean, a count, a phase's).
+func (t Threshold) PercentileOf() (metric string, p float64, ok bool) {
+	metric, stat, ok := splitMetricKey(t.Key)
+	if !ok || !validP(stat) || !slices.Contains(AllMetrics, metric) {
+		return "", 0, false
+	}
+	p, _ = strconv.ParseFloat(stat[1:], 64)
+	return metric, p, true
+}
+
+// Holds reports whether v meets the threshold.
+func (t Threshold) Holds(v float64) bool { return t.holds(v) }
+
 // holds reports whether v meets the threshold.
 func (t Threshold) holds(v float64) bool {
 	switch t.Op {

@@ -150,6 +150,9 @@ func benchPage(b *Bench, opt HTMLOptions) (page, error) {
 	if len(b.Slices) > 0 {
 		s.add("slices", "Percentiles by time slice", "blocks", slicesBlocks(b))
 	}
+	if b.HoldSLO != nil {
+		s.add("hold-slo", "SLO edge: the search and the held rate", "blocks", holdBlocks(b.HoldSLO))
+	}
 	s.add("percentile-spectrum", "Percentile spectrum", "blocks", spectrum(b))
 	s.add("histograms", "TTFT and ITL histograms", "blocks", histograms(b))
 	s.add("token-lengths", "Input and output token lengths", "blocks", tokenLengthCharts(b))

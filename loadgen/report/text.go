@@ -164,6 +164,7 @@ func writeBenchText(t *textWriter, b *Bench) {
 
 	t.phaseRows(b)
 	t.sliceRows(b)
+	t.holdRows(b)
 
 	if len(b.Tails) > 0 {
 		t.rule("Tail", '-')

@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
@@ -42,6 +43,8 @@ type Options struct {
 	ServerMetrics ServerMetricsOptions
 	// ClientOptions are added to the client's own (for example a tracer provider).
 	ClientOptions []client.Option
+	// Hold searches the highest rate that meets an SLO and holds it (--hold-slo).
+	Hold HoldOptions
 }
 
 // Run runs the bench o describes: progress and notes go to stderr, the result files to the
@@ -97,13 +100,17 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	hold, err := o.holdLoad(&cfg, stderr)
+	if err != nil {
+		return err
+	}
 	detailed, err := openDetailed(o.SaveDetailed, stdout, cfg)
 	if err != nil {
 		return err
 	}
 	defer detailed.abort()
 	live.title(fmt.Sprintf("bench %s: %s", o.Load.URL, describeStop(cfg, o.NumPrompts)))
-	res, b, err := o.execute(ctx, cfg, scraper, detailed, live, stderr)
+	res, b, err := o.execute(ctx, cfg, scraper, detailed, live, hold, stderr)
 	if err != nil {
 		return err
 	}
@@ -116,6 +123,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 // validate checks the flags of a bench run that no flag checks alone.
 func (o *Options) validate() error {
+	if err := o.validateHold(); err != nil {
+		return err
+	}
 	switch {
 	case o.Concurrency < 0:
 		return errors.New("--concurrency must not be negative")
@@ -123,7 +133,7 @@ func (o *Options) validate() error {
 		return errors.New("--num-prompts must not be negative")
 	case o.Duration < 0:
 		return errors.New("--duration must not be negative")
-	case o.NumPrompts == 0 && o.Duration == 0:
+	case o.NumPrompts == 0 && o.Duration == 0 && o.Hold.SLO == nil:
 		return errors.New("give --num-prompts or --duration: the run would never end")
 	case math.IsInf(o.RequestRate, 1) && o.Concurrency == 0 && o.NumPrompts == 0 &&
 		!o.Load.Shape.profiled() && !o.Load.Shape.Article:
@@ -320,7 +330,7 @@ func (d *detailedOutput) abort() {
 
 // execute says on stderr what the run does, then runs cfg's load under Ctrl-C handling with the
 // scrape of the server's metrics, summarised as the records come (each also to detailed).
-func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metricsScrape, detailed *detailedOutput, live *liveView, stderr io.Writer) (*loadgen.Result, *report.Bench, error) {
+func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metricsScrape, detailed *detailedOutput, live *liveView, hold *holdController, stderr io.Writer) (*loadgen.Result, *report.Bench, error) {
 	fmt.Fprintf(stderr, "ragtail bench: %s, %s\n", o.Load.URL, describeStop(cfg, o.NumPrompts))
 	if seg := cfg.Info.Segment; seg != nil {
 		fmt.Fprintf(stderr, "segment %s of schedule %s\n", seg, cfg.Info.ScheduleHash)
@@ -333,7 +343,7 @@ func (o *Options) execute(ctx context.Context, cfg loadgen.Config, scraper *metr
 	cfg.Stop = stop
 	scraper.start(runCtx, cfg.Start)
 	live.gauges(scraper)
-	res, b, err := measure(runCtx, cfg, o.Load.reportOptions(), detailed.writer(), live)
+	res, b, err := measure(runCtx, cfg, o.Load.reportOptions(), detailed.writer(), live, hold)
 	if scraper != nil && b != nil && b.Cancellations != nil && b.Cancellations.Done > 0 {
 		// A server notices that a client went a moment later: the last scrape is taken one
 		// interval after the last cancellation at the earliest, so that it shows whether the
@@ -380,21 +390,45 @@ func describeStop(cfg loadgen.Config, numPrompts int) string {
 
 // measure runs cfg and summarises it as the records come: the run keeps none of them, so its
 // memory does not grow with its length. Each record also goes to detailed, when given, and to
-// the live view, with the run's progress.
-func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, detailed *report.DetailedWriter, live *liveView) (*loadgen.Result, *report.Bench, error) {
+// the live view, with the run's progress. With hold (--hold-slo), its controller runs beside the
+// run and sees every record first; the summary then covers the held stretch, and its hold_slo
+// section the search.
+func measure(ctx context.Context, cfg loadgen.Config, ropts report.Options, detailed *report.DetailedWriter, live *liveView, hold *holdController) (*loadgen.Result, *report.Bench, error) {
 	s := report.NewSummarizer(ropts)
 	cfg.Stream = func(recs []loadgen.Record) {
+		if hold != nil {
+			hold.observe(recs)
+		}
 		if detailed != nil {
 			detailed.Write(recs...)
 		}
 		s.Add(recs...)
 	}
 	live.watch(&cfg)
+	var controller sync.WaitGroup
+	runDone := make(chan struct{})
+	if hold != nil {
+		controller.Go(func() { hold.run(ctx, runDone) })
+	}
 	res, err := loadgen.Run(ctx, cfg)
+	close(runDone)
+	controller.Wait()
 	if err != nil {
 		return nil, nil, err
 	}
-	return res, s.Bench(res), nil
+	if hold == nil {
+		return res, s.Bench(res), nil
+	}
+	if from, ok := hold.heldFrom(); ok {
+		res.MeasuredFrom = from
+	}
+	b := s.Bench(res)
+	b.HoldSLO = hold.report(cfg.Info.RequestRate)
+	if r := b.HoldSLO.HeldRPS; r != nil && b.HoldSLO.HeldMet != nil {
+		b.Config.RequestRate = *r
+		b.Config.Shape = fmt.Sprintf("%s, held at %.4g req/s", b.Config.Shape, *r)
+	}
+	return res, b, nil
 }
 
 // writeResults writes the files first (when stdout is a closed pipe, | tee and Ctrl-C,

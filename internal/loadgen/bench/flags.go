@@ -125,6 +125,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		"their intervals, throughput and failures by intended send time, in the JSON (slices), the text and the HTML")
 	o.ServerMetrics.registerFlags(fs, "the run")
 	o.Load.Dashboard.registerFlags(fs, "the run")
+	o.Hold.registerFlags(fs)
 }
 
 // registerFlags registers the --server-metrics flags on fs; during names what is scraped.
@@ -142,6 +143,10 @@ func (o *Options) FlagsParsed(fs *flag.FlagSet) {
 	o.Load.flagsParsed(set)
 	if set["duration"] && !set["num-prompts"] {
 		o.NumPrompts = 0
+	}
+	o.Hold.flagsParsed(set)
+	if o.Hold.SLO != nil {
+		o.NumPrompts = 0 // the search and the hold end the run
 	}
 }
 

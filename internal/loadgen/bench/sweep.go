@@ -394,7 +394,7 @@ func (s *sweeper) point(ctx context.Context, rate float64, concurrency int, labe
 		ms.start(ctx, at)
 	}
 	s.live.gauges(ms)
-	res, b, err := measure(ctx, cfg, s.ropts, nil, s.live)
+	res, b, err := measure(ctx, cfg, s.ropts, nil, s.live, nil)
 	s.live.gauges(nil) // between points the server's gauges go unread
 	if err != nil {
 		ms.stop(ctx, nil, io.Discard)
