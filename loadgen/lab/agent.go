@@ -28,7 +28,7 @@ const (
 	singleShotRate = 20.0
 	agentRate      = 10.0
 	agentTopK      = 1  // the chunk a search returns: five steps' context stays in the tiny profile's 2,048 tokens
-	agentMaxTokens = 32 // a search step's tool call needs about 20 tokens; the answer is cut at 32
+	agentMaxTokens = 64 // a tool call needs about 20 tokens, two parallel ones about 45; the answer is cut at 64
 	bootstrapDraws = 2000
 )
 

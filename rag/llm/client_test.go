@@ -557,6 +557,26 @@ func BenchmarkStream(b *testing.B) {
 	}
 }
 
+// TestParallelToolCallsSent: a request that allows parallel tool calls says so on the wire.
+func TestParallelToolCallsSent(t *testing.T) {
+	checkGoroutines(t)
+	srv := newLLMServer(t, replay(transcript(t, "vllm_tool_calls.sse")))
+	c := newClient(t, srv.URL)
+	req := genRequest()
+	req.Tools = []rag.Tool{{Name: "search"}}
+	req.ParallelToolCalls = true
+	s, err := c.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drain(s); err != nil {
+		t.Fatal(err)
+	}
+	if v := srv.request(0).body["parallel_tool_calls"]; v != true {
+		t.Errorf("parallel_tool_calls %v, want true", v)
+	}
+}
+
 // TestToolCalls: a request with tools, an assistant message calling one and the tool's answer
 // reaches the server in OpenAI's form, and a streamed tool call (vLLM's pieces) comes back as
 // deltas whose pieces assemble into the call, with finish reason tool_calls and the usage.
@@ -594,6 +614,9 @@ func TestToolCalls(t *testing.T) {
 	tools, _ := body["tools"].([]any)
 	if len(tools) != 1 || body["tool_choice"] != "auto" {
 		t.Fatalf("tools %v, tool_choice %v", body["tools"], body["tool_choice"])
+	}
+	if _, ok := body["parallel_tool_calls"]; ok {
+		t.Errorf("parallel_tool_calls %v sent unasked: the server's default applies", body["parallel_tool_calls"])
 	}
 	fn := tools[0].(map[string]any)["function"].(map[string]any)
 	if fn["name"] != "search" || fn["parameters"].(map[string]any)["type"] != "object" {

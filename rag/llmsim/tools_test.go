@@ -270,6 +270,7 @@ func TestEngineToolChoices(t *testing.T) {
 		choice    string
 		maxTokens int
 		opts      []llmsim.RequestOption
+		parallel  bool     // rag.GenRequest.ParallelToolCalls
 		wantCalls []string // the calls' names, then their arguments
 		wantArgs  []string
 		finish    string
@@ -284,6 +285,9 @@ func TestEngineToolChoices(t *testing.T) {
 		{name: "parallel: two at once", law: "fixed:3", msgs: answered(0), tools: []rag.Tool{pipeline.SearchTool},
 			opts: []llmsim.RequestOption{llmsim.WithRequestParallelToolCalls(true)}, wantCalls: []string{"search", "search"},
 			wantArgs: []string{`{"query": "` + question + `"}`, `{"query": "` + question + ` (hop 2)"}`}, finish: "tool_calls"},
+		{name: "parallel: from the request", law: "fixed:3", msgs: answered(0), tools: []rag.Tool{pipeline.SearchTool}, parallel: true,
+			wantCalls: []string{"search", "search"},
+			wantArgs:  []string{`{"query": "` + question + `"}`, `{"query": "` + question + ` (hop 2)"}`}, finish: "tool_calls"},
 		{name: "parallel: one left", law: "fixed:3", msgs: answered(2), tools: []rag.Tool{pipeline.SearchTool},
 			opts: []llmsim.RequestOption{llmsim.WithRequestParallelToolCalls(true)}, wantCalls: []string{"search"},
 			wantArgs: []string{`{"query": "` + question + ` (hop 3)"}`}, finish: "tool_calls"},
@@ -305,7 +309,7 @@ func TestEngineToolChoices(t *testing.T) {
 			}
 			e := newEngine(t, profile(t, "tiny"), llmsim.WithVirtualTime(), llmsim.WithStartPaused(), llmsim.WithToolCalls(law))
 			maxTokens := cmp.Or(tc.maxTokens, 48)
-			req := rag.GenRequest{Messages: tc.msgs, MaxTokens: maxTokens, Temperature: 1, Tools: tc.tools, ToolChoice: tc.choice}
+			req := rag.GenRequest{Messages: tc.msgs, MaxTokens: maxTokens, Temperature: 1, Tools: tc.tools, ToolChoice: tc.choice, ParallelToolCalls: tc.parallel}
 			if tc.wantErr != "" {
 				_, err := e.Submit(context.Background(), req, tc.opts...)
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, rag.ErrInvalidRequest) {

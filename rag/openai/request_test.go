@@ -50,12 +50,14 @@ func TestChatRequestQuery(t *testing.T) {
 		{name: "top_p 1.5", body: `{"model":"m","top_p":1.5,"messages":[{"role":"user","content":"x"}]}`, wantErr: "top_p must be between 0 and 1"},
 		{name: "top_p 0 and 1", body: `{"model":"m","top_p":0,"temperature":0,"messages":[{"role":"user","content":"x"}]}`},
 		{name: "top_p 1", body: `{"model":"m","top_p":1,"temperature":2,"messages":[{"role":"user","content":"x"}]}`},
-		{name: "agentic mode", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"agentic","max_steps":4}}`,
+		{name: "agentic mode", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"agentic","max_steps":4,"parallel_tool_calls":true}}`,
 			check: func(t *testing.T, q rag.Query) {
-				if q.Mode != rag.ModeAgentic || q.MaxSteps != 4 {
-					t.Errorf("mode %q, max steps %d", q.Mode, q.MaxSteps)
+				if q.Mode != rag.ModeAgentic || q.MaxSteps != 4 || !q.ParallelToolCalls {
+					t.Errorf("mode %q, max steps %d, parallel tool calls %v", q.Mode, q.MaxSteps, q.ParallelToolCalls)
 				}
 			}},
+		{name: "parallel_tool_calls without agentic", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"parallel_tool_calls":true}}`,
+			wantErr: `rag.parallel_tool_calls applies to "mode": "agentic" only`},
 		{name: "unknown mode", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"plan"}}`, wantErr: "want single or agentic"},
 		{name: "max_steps over the bound", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"mode":"agentic","max_steps":99}}`, wantErr: "rag.max_steps must be between 1 and 16"},
 		{name: "max_steps without agentic", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"rag":{"max_steps":3}}`, wantErr: `applies to "mode": "agentic" only`},
