@@ -21,20 +21,21 @@ import (
 // request's max_steps at agentSteps), then the answer.
 const agentSteps = 5
 
-// Loads of agent-amplification. The single-shot arm offers about 600 requests to place its P99
-// (the threshold T); the agent arm about 500, which the rule's power calculation asks for;
-// each remedy about 200, enough for a P95 interval (they are measured, not judged).
+// Loads of agent-amplification. The single-shot arm offers about 400 requests to place its P99;
+// the agent arm about 580, which the rule's power calculation asks for, at a rate the tiny
+// engine keeps up with (at 10/s its queue grew over the arm); each remedy about 110, enough for
+// a P95 interval (they are measured, not judged).
 const (
 	singleShotRate = 20.0
-	agentRate      = 10.0
+	agentRate      = 8.0
 	agentTopK      = 1  // the chunk a search returns: five steps' context stays in the tiny profile's 2,048 tokens
 	agentMaxTokens = 64 // a tool call needs about 20 tokens, two parallel ones about 45; the answer is cut at 64
 	bootstrapDraws = 2000
 )
 
-// agentShares split the experiment's load time, in sixtieths: single shot, agent, then the
-// remedies: hedged, deadline, parallel tool calls.
-var agentShares = [5]int{12, 27, 7, 7, 7}
+// agentShares split the experiment's load time (134 s by default, the sum, in seconds): single
+// shot, agent, then the remedies: hedged, deadline, parallel tool calls.
+var agentShares = [5]int{20, 72, 14, 14, 14}
 
 // parallelSteps are the model calls of the parallel-tool-calls remedy: two searches a call, then
 // the answer.
@@ -45,8 +46,8 @@ var agentRule = Rule{
 		"against the 1 in 100 of a single shot beyond its P99, and against the share independent steps predict from the per-step shares q_k, 1 - prod(1 - q_k) (about 1 - 0.99^%d = 4.9%%)",
 		agentSteps, agentSteps-1, agentSteps),
 	Interval: "Wilson 95% interval of the agent share; percentile bootstrap 95% interval of the prediction (2000 resamples of the agent requests, fixed seed). " +
-		"Sample size: about 590 agent requests (10/s for 54 s), so that at the predicted 4.9%, or at 3% if slow steps cluster in the same requests, the share's lower end lies above 1% " +
-		"with probability above 0.95 (at least 11 of 590 when the mean is 18 to 29); each step's P99 needs at least 300 (an order-statistic interval)",
+		"Sample size: about 580 agent requests (8/s for 72 s), so that at the predicted 4.9%, or at 3% if slow steps cluster in the same requests, the share's lower end lies above 1% " +
+		"with probability above 0.95 (at least 11 of 580 when the mean is 17 to 28); each step's P99 needs at least 300 (an order-statistic interval)",
 	Threshold: "the agent share's interval lies entirely above 1%, and overlaps the prediction's interval",
 }
 
@@ -183,7 +184,11 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 	if shardP95 <= 0 {
 		return nil, fmt.Errorf("the service's shard latency %q has no P95 to hedge at", cur.ShardLatency)
 	}
-	part := func(i int) time.Duration { return e.dur * time.Duration(agentShares[i]) / 60 }
+	total := 0
+	for _, sh := range agentShares {
+		total += sh
+	}
+	part := func(i int) time.Duration { return e.dur * time.Duration(agentShares[i]) / time.Duration(total) }
 	base := e.base()
 	base.TopK, base.Coupling, base.HedgeAfter = ptr(agentTopK), ptr("fanout"), ptr("0s")
 	base.Cache = &CacheSettings{Enabled: ptr(false), Size: ptr(1)}

@@ -185,7 +185,7 @@ var experiments = []experiment{
 		"MaxConnectionAge reconnects: P99 +120 ms"},
 	{"priority", "stream priority under a low-priority flood (§7)", 40 * time.Second, runPriority, priorityRule,
 		"priority scheduling keeps high-priority TTFT low under a flood"},
-	{"agent-amplification", "agent tail amplification: a slow step in N (not in the article)", 120 * time.Second, runAgentAmplification, agentRule,
+	{"agent-amplification", "agent tail amplification: a slow step in N (not in the article)", 134 * time.Second, runAgentAmplification, agentRule,
 		"not in the article: a 5-step agent meets a step beyond its P99 about 1 - 0.99^5 = 4.9% of the time"},
 }
 
