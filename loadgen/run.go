@@ -207,7 +207,10 @@ func (r *runner) openLoop(ctx context.Context) {
 		}
 		slept := time.Until(at) > 0
 		if !waitUntil(ctx, timer, at) {
-			if item.At <= r.since() { // due when sending stopped: it leaves a record, as do the later due ones
+			// Due when sending stopped, and held back by a full backlog whatever the order of
+			// the checks: it leaves a record, as do the later due ones. An item merely due a
+			// moment before the stop, with room in the backlog, was not held back: it has none.
+			if item.At <= r.since() && r.backlogFull() {
 				warm := r.isWarmup(n, item.At)
 				if !warm {
 					measured++
@@ -242,7 +245,7 @@ const maxBacklog = 64
 // awaitBacklog waits while the backlog is full: min(slots, maxBacklog) items wait for a slot.
 // It reports false when sending stopped (ctx done) or giveUp fired first.
 func (r *runner) awaitBacklog(ctx context.Context, giveUp <-chan time.Time) bool {
-	for r.waiting.Load() >= int64(min(cap(r.sem), maxBacklog)) {
+	for r.backlogFull() {
 		select {
 		case <-r.freed:
 		case <-ctx.Done():
@@ -255,7 +258,10 @@ func (r *runner) awaitBacklog(ctx context.Context, giveUp <-chan time.Time) bool
 	return true
 }
 
-// dropDue records, once sending stopped with items due, the item the pacer held (warm if
+// backlogFull reports whether min(slots, maxBacklog) items wait for a slot.
+func (r *runner) backlogFull() bool { return r.waiting.Load() >= int64(min(cap(r.sem), maxBacklog)) }
+
+// dropDue records, once sending stopped with a full backlog, the item the pacer held (warm if
 // warmup) and every later one already due: n items were planned before those, measured of
 // them measured. Each leaves one record of its first request, not sent, of the stop's kind.
 func (r *runner) dropDue(item Item, warm bool, n, measured int) {
