@@ -170,15 +170,20 @@ func TestCompareFailOnRegression(t *testing.T) {
 		}
 	}
 
+	// The three runs share the machine's cores at once: two runs of one setup have differed by
+	// 8% in median TTFT (7.9 against 8.5 ms), beyond their within-run intervals, so the check
+	// is told the machine's run-to-run noise, as the docs advise for a noisy machine. The
+	// planted 50 ms is several times the base TTFT.
+	tol := []string{"--fail-on-regression", "--regression-tolerance", "0.25"}
 	var stdout bytes.Buffer
-	err := run(context.Background(), []string{"report", "--compare", base, same, "--fail-on-regression"}, &stdout, io.Discard)
+	err := run(context.Background(), append([]string{"report", "--compare", base, same}, tol...), &stdout, io.Discard)
 	t.Logf("same setup, another seed:\n%s", stdout.String())
 	if err != nil {
 		t.Errorf("two runs of one setup: %v (status %d), want none", err, exitStatus(err))
 	}
 
 	stdout.Reset()
-	err = run(context.Background(), []string{"report", "--compare", base, slow, "--fail-on-regression"}, &stdout, io.Discard)
+	err = run(context.Background(), append([]string{"report", "--compare", base, slow}, tol...), &stdout, io.Discard)
 	t.Logf("50 ms planted:\n%s", stdout.String())
 	if exitStatus(err) != report.GateExitStatus {
 		t.Fatalf("a 50 ms slower first byte: %v (status %d), want status 99", err, exitStatus(err))
@@ -190,13 +195,13 @@ func TestCompareFailOnRegression(t *testing.T) {
 	}
 	// The per-request files: the same intervals from their records, and the rank tests.
 	stdout.Reset()
-	err = run(context.Background(), []string{"report", "--compare", base + "l", same + "l", "--fail-on-regression"}, &stdout, io.Discard)
+	err = run(context.Background(), append([]string{"report", "--compare", base + "l", same + "l"}, tol...), &stdout, io.Discard)
 	t.Logf("same setup, per-request files:\n%s", stdout.String())
 	if err != nil || !strings.Contains(stdout.String(), "rank tests on the per-request files") {
 		t.Errorf("two runs of one setup, per-request files: %v (status %d), want none", err, exitStatus(err))
 	}
 	stdout.Reset()
-	err = run(context.Background(), []string{"report", "--compare", base + "l", slow + "l", "--fail-on-regression"}, &stdout, io.Discard)
+	err = run(context.Background(), append([]string{"report", "--compare", base + "l", slow + "l"}, tol...), &stdout, io.Discard)
 	if exitStatus(err) != report.GateExitStatus || !strings.Contains(stdout.String(), "REGRESSED  ttft ") {
 		t.Errorf("a 50 ms slower first byte, per-request files: %v (status %d)\n%s", err, exitStatus(err), stdout.String())
 	}
