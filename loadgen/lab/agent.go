@@ -37,8 +37,8 @@ const (
 // shot, agent, then the remedies: hedged, deadline, parallel tool calls.
 var agentShares = [5]int{20, 72, 14, 14, 14}
 
-// parallelSteps are the model calls of the parallel-tool-calls remedy: two searches a call, then
-// the answer.
+// parallelSteps are the model calls of the parallel-tool-calls remedy: two searches a call
+// (ceil of the agentSteps-1 searches over 2), then the answer.
 const parallelSteps = (agentSteps-1+1)/2 + 1
 
 var agentRule = Rule{
@@ -194,7 +194,6 @@ func runAgentAmplification(ctx context.Context, e *env) (*Result, error) {
 	base.Cache = &CacheSettings{Enabled: ptr(false), Size: ptr(1)}
 	base.LLM.ToolCalls = ptr("fixed:" + strconv.Itoa(agentSteps-1))
 	agentBody := map[string]any{"rag": map[string]any{"mode": "agentic", "max_steps": agentSteps}}
-
 	parallelBody := map[string]any{"rag": map[string]any{"mode": "agentic", "max_steps": agentSteps, "parallel_tool_calls": true}}
 
 	// arm runs one arm; body nil sends single shots, else agents of steps model calls.
