@@ -199,3 +199,15 @@ func jsonString(raw json.RawMessage) string {
 	}
 	return s
 }
+
+// endUnary ends a non-streamed answer of the Messages or Responses API: the model that answered
+// (when tracing), the answer if kept, and the tool calls.
+func (s *eventStream) endUnary(c *Client, model string) {
+	if c.cfg.tracing != nil && model != "" {
+		s.rec.ResponseModel = truncateTo(model, maxAttrText)
+	}
+	if s.keep {
+		s.rec.Answer = string(s.answer)
+	}
+	s.calls.record(s.rec, s.keep)
+}

@@ -223,11 +223,5 @@ func (c *Client) readMessage(ctx context.Context, body io.Reader, req *loadgen.R
 			}
 		}
 	}
-	if c.cfg.tracing != nil && m.Model != "" {
-		rec.ResponseModel = truncateTo(m.Model, maxAttrText)
-	}
-	if s.keep {
-		rec.Answer = string(s.answer)
-	}
-	s.calls.record(rec, s.keep)
+	s.endUnary(c, m.Model)
 }

@@ -224,11 +224,5 @@ func (c *Client) readResponse(ctx context.Context, body io.Reader, req *loadgen.
 			}
 		}
 	}
-	if c.cfg.tracing != nil && r.Model != "" {
-		rec.ResponseModel = truncateTo(r.Model, maxAttrText)
-	}
-	if s.keep {
-		rec.Answer = string(s.answer)
-	}
-	s.calls.record(rec, s.keep)
+	s.endUnary(c, r.Model)
 }
