@@ -133,14 +133,14 @@ func TestRulesPreRegistered(t *testing.T) {
 func TestStepBudget(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
-		p95, want time.Duration
+		median, want time.Duration
 	}{
-		{120 * ms, 240 * ms},
-		{1234567 * time.Nanosecond, 2 * ms},
+		{120 * ms, 480 * ms},
+		{1234567 * time.Nanosecond, 5 * ms},
 	}
 	for _, tt := range tests {
-		if got := stepBudget(tt.p95); got != tt.want {
-			t.Errorf("stepBudget(%v) = %v, want %v", tt.p95, got, tt.want)
+		if got := stepBudget(tt.median); got != tt.want {
+			t.Errorf("stepBudget(%v) = %v, want %v", tt.median, got, tt.want)
 		}
 	}
 }
