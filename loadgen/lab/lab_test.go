@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/report"
 )
 
@@ -131,17 +132,22 @@ func TestRulesPreRegistered(t *testing.T) {
 }
 
 func TestStepBudget(t *testing.T) {
-	ms := time.Millisecond
-	tests := []struct {
-		median, want time.Duration
-	}{
-		{120 * ms, 480 * ms},
-		{1234567 * time.Nanosecond, 5 * ms},
+	// 1000 steps of 1..1000 ms: the P98.2 is the 982nd (nearest rank); failed, warmup and unsent
+	// steps do not count, and a calibration without steps has no budget.
+	var recs []loadgen.Record
+	for i := 1000; i >= 1; i-- {
+		recs = append(recs, loadgen.Record{Intended: 0, End: time.Duration(i)*time.Millisecond + 300*time.Microsecond, Status: 200})
 	}
-	for _, tt := range tests {
-		if got := stepBudget(tt.median); got != tt.want {
-			t.Errorf("stepBudget(%v) = %v, want %v", tt.median, got, tt.want)
-		}
+	recs = append(recs, loadgen.Record{End: time.Hour, Status: 500}, loadgen.Record{End: time.Hour, Status: 200, Warmup: true}, loadgen.Record{NotSent: true})
+	budget, q, ok := stepBudget(recs)
+	if !ok || budget != 982*time.Millisecond {
+		t.Fatalf("stepBudget = %v, %v, want 982ms", budget, ok)
+	}
+	if !q.HasCI || q.Lo > q.Value || q.Hi < q.Value || q.Lo < 970*time.Millisecond || q.Hi > 995*time.Millisecond {
+		t.Errorf("interval [%v, %v] around %v: want a narrow order-statistic interval around the 982nd step", q.Lo, q.Hi, q.Value)
+	}
+	if _, _, ok := stepBudget(recs[len(recs)-3:]); ok {
+		t.Error("a calibration with no successful step gave a budget")
 	}
 }
 

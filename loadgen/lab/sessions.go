@@ -4,23 +4,26 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/report"
 	"github.com/ragtail/ragtail/loadgen/shape"
+	"github.com/ragtail/ragtail/loadgen/stats"
 )
 
-// budgetFactor is the pre-registered rule for the verdict's step budget: budgetFactor times the
-// calibration run's median step latency, so that the budget tracks the service instead of a
-// figure picked for it. The median, not a tail quantile: the interruption rate of the delayed
-// arm falls steeply as the budget grows, and a calibration of about 200 steps puts a 95%
-// interval of about ±6% on its median against about ±14% on its P95 (three runs of the lab:
-// P95 429 [375, 494], 449 [403, 482], 492 [425, 536] ms; medians 202 [190, 216], 197 [188,
-// 213], 213 [204, 227] ms), so a budget of twice the P95 moved from 858 to 983 ms between runs
-// and the verdict with it. The factor keeps the budget's scale: the calibration's P95 was 2.1 to
-// 2.3 times its median.
-const budgetFactor = 4
+// budgetQuantile is the pre-registered rule for the verdict's step budget: the calibration's
+// step latency at this quantile. The article states no budget, but its baseline does: 98.2% of
+// first screens complete within it, so the budget is where 98.2% of the calibration's steps
+// end (all steps, for the sample size: a first step is a step like the others here). A budget
+// tied to a multiple of a quantile (2 x the P95 until three runs of the lab moved it 858, 899
+// and 983 ms) put it near the delayed arm's own tail, where the interruption rate falls steeply
+// as the budget grows and the verdict followed the calibration's sampling error.
+const (
+	budgetQuantile = 0.982
+	budgetName     = "P98.2"
+)
 
 // sessionRate and sessionConfig are the session load of latency-injection: synthetic shopping
 // sessions of at most 4 steps with 200 ms of thinking, arriving Poisson. A person thinks for
@@ -38,7 +41,7 @@ const (
 	interruptionRise = 0.124 - 0.011
 	firstScreenFall  = 0.982 - 0.837
 	sessionMargin    = 1.1 // Poisson counts vary: offer 10% more sessions than the rule needs
-	maxArmStretch    = 1.5 // an arm runs at most this many times its share of the load time
+	maxArmStretch    = 2.5 // an arm runs at most this many times its share of the load time
 )
 
 // calibShareSessions is the calibration's share of the experiment's load time; the two arms
@@ -49,10 +52,22 @@ const calibShareSessions = 4
 // pipeline order.
 var faultStages = []string{"admission", "embed", "retrieve", "fetch", "generate"}
 
-// stepBudget is the verdict's step budget derived from the calibration run's step latencies:
-// budgetFactor x their median, rounded to the millisecond.
-func stepBudget(calibrationMedian time.Duration) time.Duration {
-	return (budgetFactor * calibrationMedian).Round(time.Millisecond)
+// stepBudget is the verdict's step budget derived from the calibration's records: the
+// budgetQuantile of its successful steps' latencies (nearest rank), rounded to the millisecond,
+// with the order-statistic 95% interval of that quantile. ok is false without steps.
+func stepBudget(recs []loadgen.Record) (budget time.Duration, q report.PercentileStat, ok bool) {
+	var lat []time.Duration
+	for i := range recs {
+		if r := &recs[i]; !r.Warmup && !r.NotSent && r.OK() {
+			lat = append(lat, r.E2EL())
+		}
+	}
+	if len(lat) == 0 {
+		return 0, report.PercentileStat{}, false
+	}
+	slices.Sort(lat)
+	v, lo, hi, hasCI := stats.QuantileCI(lat, budgetQuantile, verdictConfidence)
+	return v.Round(time.Millisecond), report.PercentileStat{P: 98.2, Value: v, Lo: lo, Hi: hi, HasCI: hasCI}, true
 }
 
 // sessionCalibration is what the calibration's baseline sessions, replayed without a budget,
@@ -163,11 +178,10 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	p50 := pct(calib.Bench, report.MetricE2EL, 50)
-	if p50.Value <= 0 {
+	budget, bq, ok := stepBudget(calibRecs)
+	if !ok || budget <= 0 {
 		return nil, fmt.Errorf("calibration: no step latencies")
 	}
-	budget := stepBudget(p50.Value)
 	cal := calibrateSessions(calibRecs, budget)
 	if cal.steps == 0 {
 		return nil, fmt.Errorf("calibration: no step carried Server-Timing, so no stage to delay can be chosen")
@@ -177,15 +191,16 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 	if powered {
 		armDur = min(time.Duration(maxArmStretch*float64(per)), max(time.Second, time.Duration(sessionMargin*float64(need)/sessionRate*float64(time.Second)))).Round(100 * time.Millisecond)
 	}
-	e.logf("  step budget %v = %d x calibration step median %v; delayed stage %s (mean %.1f ms a step); at the budget %d/%d sessions interrupted, %d/%d first steps bad -> %d sessions per arm, %v each",
-		budget, budgetFactor, p50.Value.Round(time.Millisecond), cal.stage, cal.stageMeanMS[cal.stage], cal.interrupted, cal.sessions, cal.firstBad, cal.firstSteps, need, armDur)
+	e.logf("  step budget %v = calibration step %s; delayed stage %s (mean %.1f ms a step); at the budget %d/%d sessions interrupted, %d/%d first steps bad -> %d sessions per arm, %v each",
+		budget, budgetName, cal.stage, cal.stageMeanMS[cal.stage], cal.interrupted, cal.sessions, cal.firstBad, cal.firstSteps, need, armDur)
 	arms := []*sessionArm{
 		{name: "baseline", faults: noFaults()},
 		{name: "relative delay on " + cal.stage, faults: faults(FaultRule{Name: "relative-" + cal.stage, Stage: cal.stage, Percent: 100, Relative: &RelativeDelay{}})},
 	}
 	variants := []Variant{*calib}
 	rows := []Row{
-		{fmt.Sprintf("step budget (%d x calibration step median)", budgetFactor), "not stated", fmt.Sprintf("%v (calibration median %s, P95 %s)", budget, fmtPct(p50), fmtPct(pct(calib.Bench, report.MetricE2EL, 95)))},
+		{"step budget (calibration step " + budgetName + ": the article's baseline first-screen completion)", "not stated (98.2% of first screens within it)",
+			fmt.Sprintf("%v (%s %s; median %s, P95 %s)", budget, budgetName, fmtPct(bq), fmtPct(pct(calib.Bench, report.MetricE2EL, 50)), fmtPct(pct(calib.Bench, report.MetricE2EL, 95)))},
 		{"delayed stage (largest mean Server-Timing per calibration step)", "each step, relative to its baseline", fmt.Sprintf("%s: %s", cal.stage, stageMeans(cal))},
 		{"calibration at the budget: interruption / first screen bad", "1.1% / 1.8%", fmtRate(float64(cal.interrupted), float64(cal.sessions)) + " / " + fmtRate(float64(cal.firstBad), float64(cal.firstSteps))},
 		{"sample size: sessions per arm for the intervals to separate by the article's effects with 90% probability", "", sampleSizeNote(need, powered, armDur)},
@@ -299,8 +314,8 @@ func sessionVerdict(b, f *report.Sessions, budget time.Duration, stage string) (
 	case hi1 < lo0:
 		out = Opposite
 	}
-	why := fmt.Sprintf("with the delay on %s at a %v step budget (%d x the calibration's step median) interruption went %s -> %s (article 1.1%% -> 12.4%%) and first-screen completion %s -> %s (article 98.2%% -> 83.7%%)",
-		stage, budget, budgetFactor, fmtRate(bi, bn), fmtRate(fi, fn),
+	why := fmt.Sprintf("with the delay on %s at a %v step budget (the calibration's step %s) interruption went %s -> %s (article 1.1%% -> 12.4%%) and first-screen completion %s -> %s (article 98.2%% -> 83.7%%)",
+		stage, budget, budgetName, fmtRate(bi, bn), fmtRate(fi, fn),
 		fmtRate(float64(b.FirstStepsGood), float64(b.FirstSteps)), fmtRate(float64(f.FirstStepsGood), float64(f.FirstSteps)))
 	switch out {
 	case Reproduced:
