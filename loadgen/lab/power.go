@@ -2,6 +2,9 @@ package lab
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
 
 	"github.com/ragtail/ragtail/loadgen/stats"
 )
@@ -153,4 +156,166 @@ func wilson(k, n, z float64) (lo, hi float64) {
 // zOf is the two-sided normal quantile of confidence: 1.96 for 95%.
 func zOf(confidence float64) float64 {
 	return math.Sqrt2 * math.Erfinv(confidence)
+}
+
+// maxSeparationThresholds bounds the thresholds quantileSeparation sums over: fewer make the
+// bound only a little looser (it stays a lower bound), and the calculation runs at the start of
+// an experiment.
+const maxSeparationThresholds = 128
+
+// quantileSeparation holds two arms' distributions at increasing thresholds t_1 < ... < t_k:
+// fa[i] = P(X <= t_i) for arm A, fb[i] = P(Y <= t_i) for arm B, the arm claimed to be slower.
+type quantileSeparation struct {
+	fa, fb []float64
+}
+
+// power is a lower bound on the probability that the order-statistic interval (at confidence)
+// of B's q-quantile lies entirely above A's, each arm holding n independent samples. With the
+// ranks l < u of stats.QuantileRanks, A's upper end x_(u) is at most t exactly when
+// Binomial(n, F_A(t)) >= u, and B's lower end y_(l) exceeds t exactly when
+// Binomial(n, F_B(t)) <= l-1. For each threshold the events {t_(i-1) < x_(u) <= t_i} and
+// {y_(l) > t_i} together imply separation, the arms are independent, and the events of
+// different thresholds are disjoint, so
+//
+//	sum_i [P(x_(u) <= t_i) - P(x_(u) <= t_(i-1))] P(y_(l) > t_i)
+//
+// is a lower bound. It is at least the best single threshold's P(x_(u) <= t) P(y_(l) > t)
+// (P(y_(l) > t) falls as t rises), and it closes on the exact probability as the thresholds fill
+// the region where the two order statistics lie. It is 0 when n is too small for the interval.
+func (s quantileSeparation) power(n int64, q, confidence float64) float64 {
+	l, u, ok := stats.QuantileRanks(n, q, confidence)
+	if !ok {
+		return 0
+	}
+	var total, below float64 // below = P(x_(u) <= t_(i-1))
+	for i := range s.fa {
+		upA := 1 - stats.BinomialCDF(u-1, n, s.fa[i]) // P(x_(u) <= t_i)
+		if upA > below {
+			total += (upA - below) * stats.BinomialCDF(l-1, n, s.fb[i])
+			below = upA
+		}
+	}
+	return min(total, 1)
+}
+
+// samplesNeeded is the least n per arm from which power reaches verdictPower (see smallestN),
+// and false when no n up to maxPowerN does.
+func (s quantileSeparation) samplesNeeded(q float64) (int64, bool) {
+	if len(s.fa) == 0 {
+		return 0, false
+	}
+	return smallestN(func(n int64) float64 { return s.power(n, q, verdictConfidence) }, verdictPower)
+}
+
+// pilotSeparation is the quantileSeparation of two pilots' empirical distributions, a of the arm
+// claimed faster and b of the one claimed slower (each sorted ascending), at the values of both
+// pilots from a's q-quantile up to b's, at most maxSeparationThresholds of them evenly by rank:
+// that is where A's upper order statistic and B's lower one meet. It holds no threshold, and no n
+// separates the arms, when b's q-quantile is not above a's: the pilots show no effect to size.
+func pilotSeparation(a, b []time.Duration, q float64) quantileSeparation {
+	if len(a) == 0 || len(b) == 0 {
+		return quantileSeparation{}
+	}
+	lo := a[stats.NearestRank(int64(len(a)), q)-1]
+	hi := b[stats.NearestRank(int64(len(b)), q)-1]
+	if hi <= lo {
+		return quantileSeparation{}
+	}
+	var ts []time.Duration
+	for _, x := range [][]time.Duration{a, b} {
+		for _, v := range x {
+			if v >= lo && v <= hi {
+				ts = append(ts, v)
+			}
+		}
+	}
+	slices.Sort(ts)
+	ts = slices.Compact(ts)
+	if len(ts) > maxSeparationThresholds {
+		picked := make([]time.Duration, maxSeparationThresholds)
+		for i := range picked {
+			picked[i] = ts[i*(len(ts)-1)/(maxSeparationThresholds-1)]
+		}
+		ts = picked
+	}
+	s := quantileSeparation{fa: make([]float64, len(ts)), fb: make([]float64, len(ts))}
+	for i, t := range ts {
+		s.fa[i], s.fb[i] = empiricalCDF(a, t), empiricalCDF(b, t)
+	}
+	return s
+}
+
+// empiricalCDF is the share of sorted values at most t.
+func empiricalCDF(sorted []time.Duration, t time.Duration) float64 {
+	k, _ := slices.BinarySearch(sorted, t+1) // the first value above t
+	return float64(k) / float64(len(sorted))
+}
+
+// paretoLaw is a Pareto latency law with minimum scale and tail index alpha, capped, as the
+// service's fault rules draw it ("pareto:10ms,1.5,10s": x_m / U^(1/alpha), U uniform on (0, 1],
+// the cap taken when the draw exceeds it).
+type paretoLaw struct {
+	scale, cap time.Duration
+	alpha      float64
+}
+
+func (p paretoLaw) sample(r *rand.Rand) time.Duration {
+	d := time.Duration(float64(p.scale) / math.Pow(1-r.Float64(), 1/p.alpha))
+	if d < 0 || d > p.cap {
+		d = p.cap
+	}
+	return d
+}
+
+// The Monte Carlo of the p99-model experiment's sample size: replicates per candidate n, its
+// fixed seed, and the step of the grid of candidates.
+const (
+	p99ModelReplicates = 400
+	p99ModelSeed       = 0x70393921
+	p99ModelGridStep   = 1.05
+)
+
+// exponentialBelowPower is the share of replicates runs of n draws from law in which the
+// exponential fitted to the draws (rate 1/mean, as stats.FitTail fits it, so its P99 is
+// ln(100) x mean) has its P99 below the lower end of the order-statistic interval (at
+// confidence) of the draws' P99. Replicate i draws from a source seeded (seed, i) whatever n, so
+// candidates share their first draws and the estimate moves smoothly with n. It is 0 when n is
+// too small for the interval.
+func exponentialBelowPower(law paretoLaw, n int64, replicates int, seed uint64, confidence float64) float64 {
+	l, _, ok := stats.QuantileRanks(n, 0.99, confidence)
+	if !ok {
+		return 0
+	}
+	draws := make([]time.Duration, n)
+	hits := 0
+	for i := range replicates {
+		r := rand.New(rand.NewPCG(seed, uint64(i)))
+		var sum float64
+		for j := range draws {
+			draws[j] = law.sample(r)
+			sum += float64(draws[j])
+		}
+		slices.Sort(draws)
+		if math.Log(100)*sum/float64(n) < float64(draws[l-1]) {
+			hits++
+		}
+	}
+	return float64(hits) / float64(replicates)
+}
+
+// exponentialBelowSamplesNeeded is the least n, on a grid that starts at the least n with a 95%
+// interval of the P99 and grows by p99ModelGridStep, at which exponentialBelowPower (with
+// p99ModelReplicates replicates) reaches verdictPower, with the power there; false when no n up
+// to maxPowerN does.
+func exponentialBelowSamplesNeeded(law paretoLaw) (int64, float64, bool) {
+	n := int64(2)
+	for _, _, ok := stats.QuantileRanks(n, 0.99, verdictConfidence); !ok; _, _, ok = stats.QuantileRanks(n, 0.99, verdictConfidence) {
+		n++
+	}
+	for ; n <= maxPowerN; n = int64(math.Ceil(float64(n) * p99ModelGridStep)) {
+		if p := exponentialBelowPower(law, n, p99ModelReplicates, p99ModelSeed, verdictConfidence); p >= verdictPower {
+			return n, p, true
+		}
+	}
+	return 0, 0, false
 }

@@ -235,3 +235,187 @@ func TestScheduleTailNeeded(t *testing.T) {
 	}
 	t.Logf("one cold key in 100: n = %d", n)
 }
+
+// exponentialCDF is the CDF of an exponential law with the given mean.
+func exponentialCDF(mean float64) func(float64) float64 {
+	return func(x float64) float64 { return -math.Expm1(-max(x, 0) / mean) }
+}
+
+// analyticSeparation evaluates two analytic CDFs at k thresholds evenly spread over [lo, hi].
+func analyticSeparation(cdfA, cdfB func(float64) float64, lo, hi float64, k int) quantileSeparation {
+	s := quantileSeparation{fa: make([]float64, k), fb: make([]float64, k)}
+	for i := range k {
+		t := lo + (hi-lo)*float64(i)/float64(k-1)
+		s.fa[i], s.fb[i] = cdfA(t), cdfB(t)
+	}
+	return s
+}
+
+// upperSum is the matching upper bound of quantileSeparation.power: each slice of x_(u) takes
+// P(y_(l) > t) at the slice's lower end, and x_(u) above the last threshold counts as separated.
+// For continuous arms the exact probability lies between power and upperSum.
+func upperSum(s quantileSeparation, n int64, q float64) float64 {
+	l, u, ok := stats.QuantileRanks(n, q, verdictConfidence)
+	if !ok {
+		return 0
+	}
+	var total, below float64
+	hB := 1.0 // P(y_(l) > t_(i-1)), 1 below the first threshold
+	for i := range s.fa {
+		upA := 1 - stats.BinomialCDF(u-1, n, s.fa[i])
+		total += (upA - below) * hB
+		below, hB = upA, stats.BinomialCDF(l-1, n, s.fb[i])
+	}
+	return total + (1 - below)
+}
+
+// TestQuantileSeparationPower checks the power against a seeded simulation of the separation
+// event itself: two exponential arms of n samples each, the order-statistic 95% interval of
+// each arm's quantile from stats.QuantileCI, and whether the slower arm's lies entirely above.
+// Over a fine grid of thresholds the computed power is a lower bound, upperSum an upper bound,
+// and the two are close, so the simulated share must lie between them up to three binomial
+// standard errors; over a few thresholds the power stays a lower bound.
+func TestQuantileSeparationPower(t *testing.T) {
+	const trials = 2000
+	rng := rand.New(rand.NewPCG(13, 17))
+	for _, tt := range []struct {
+		name       string
+		n          int64
+		q, meanB   float64
+		lo, hi     float64 // the thresholds' range, in units of A's mean
+		thresholds int
+	}{
+		// From the median of A to far past B's quantile: every value either order statistic
+		// takes with more than negligible probability. n = 194 is the rule's n at P95.
+		{"P95, B twice as slow, the rule's n", 194, 0.95, 2, math.Ln2, 20, 1000},
+		{"P95, B twice as slow, smaller n", 100, 0.95, 2, math.Ln2, 20, 1000},
+		{"P99, B 1.5 times as slow", 800, 0.99, 1.5, 2, 15, 1000},
+		// Four thresholds from A's P95 (3.0) to B's (6.0).
+		{"P95, B twice as slow, 4 thresholds", 194, 0.95, 2, -math.Log(0.05), -2 * math.Log(0.05), 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := analyticSeparation(exponentialCDF(1), exponentialCDF(tt.meanB), tt.lo, tt.hi, tt.thresholds)
+			lower, upper := s.power(tt.n, tt.q, verdictConfidence), upperSum(s, tt.n, tt.q)
+			sep := 0
+			a, b := make([]time.Duration, tt.n), make([]time.Duration, tt.n)
+			for range trials {
+				for i := range tt.n {
+					a[i] = time.Duration(rng.ExpFloat64() * 1e9)
+					b[i] = time.Duration(rng.ExpFloat64() * tt.meanB * 1e9)
+				}
+				slices.Sort(a)
+				slices.Sort(b)
+				_, _, hiA, okA := stats.QuantileCI(a, tt.q, verdictConfidence)
+				_, loB, _, okB := stats.QuantileCI(b, tt.q, verdictConfidence)
+				if okA && okB && loB > hiA {
+					sep++
+				}
+			}
+			got := float64(sep) / trials
+			tol := 3 * math.Sqrt(max(got*(1-got), 0.01*0.99)/trials)
+			if lower > got+tol {
+				t.Errorf("power %.4f above the simulated share %.4f (tolerance %.4f): not a lower bound", lower, got, tol)
+			}
+			if tt.thresholds >= 1000 {
+				if got > upper+tol {
+					t.Errorf("simulated share %.4f above the upper sum %.4f (tolerance %.4f)", got, upper, tol)
+				}
+				if upper-lower > 0.01 {
+					t.Errorf("power %.4f and upper sum %.4f are %.4f apart: not close", lower, upper, upper-lower)
+				}
+			}
+			t.Logf("n=%d: power %.4f, upper sum %.4f, simulated %.4f", tt.n, lower, upper, got)
+		})
+	}
+	s := analyticSeparation(exponentialCDF(1), exponentialCDF(2), 0, 10, 100)
+	if p := s.power(71, 0.95, verdictConfidence); p != 0 {
+		t.Errorf("power %v at n=71: a P95 has no 95%% interval below 72 samples, want 0", p)
+	}
+}
+
+// TestQuantileSeparationSamplesNeeded checks the least n the rule takes: the power reaches 90%
+// there and stays there up to twice n, and falls short just below it; arms that are alike need
+// more samples than the lab allows.
+func TestQuantileSeparationSamplesNeeded(t *testing.T) {
+	s := analyticSeparation(exponentialCDF(1), exponentialCDF(2), math.Ln2, 20, 1000)
+	n, ok := s.samplesNeeded(0.95)
+	if !ok {
+		t.Fatal("no n found")
+	}
+	for m := n; m <= 2*n; m++ {
+		if p := s.power(m, 0.95, verdictConfidence); p < verdictPower {
+			t.Fatalf("power %.4f at n=%d above the rule's n=%d", p, m, n)
+		}
+	}
+	if p := s.power(n-1, 0.95, verdictConfidence); p >= verdictPower {
+		t.Errorf("power %.4f at n-1=%d: n is not the least", p, n-1)
+	}
+	same := analyticSeparation(exponentialCDF(1), exponentialCDF(1), math.Ln2, 20, 100)
+	if n, ok := same.samplesNeeded(0.95); ok {
+		t.Errorf("alike arms sized at n=%d, want no n", n)
+	}
+}
+
+// TestPilotSeparation checks the thresholds and empirical distributions read from two pilots,
+// and that pilots whose quantiles do not differ in the claimed direction give no n.
+func TestPilotSeparation(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	// Medians (q = 0.5): a's is 3 ms, b's 6 ms; the thresholds are the pilots' values in [3, 6].
+	a, b := ms(1, 2, 3, 4, 5), ms(4, 5, 6, 7, 8)
+	s := pilotSeparation(a, b, 0.5)
+	wantA, wantB := []float64{0.6, 0.8, 1, 1}, []float64{0, 0.2, 0.4, 0.6}
+	if !slices.Equal(s.fa, wantA) || !slices.Equal(s.fb, wantB) {
+		t.Errorf("F_A %v, F_B %v at the thresholds 3, 4, 5, 6 ms: want %v, %v", s.fa, s.fb, wantA, wantB)
+	}
+	if s := pilotSeparation(b, a, 0.5); len(s.fa) != 0 {
+		t.Errorf("the arms reversed hold %d thresholds, want none", len(s.fa))
+	}
+	if _, ok := pilotSeparation(b, a, 0.5).samplesNeeded(0.5); ok {
+		t.Error("pilots without the effect sized an n, want none")
+	}
+	// Many values: at most maxSeparationThresholds, the ends kept.
+	rng := rand.New(rand.NewPCG(1, 2))
+	big := func(mean float64) []time.Duration {
+		out := make([]time.Duration, 2000)
+		for i := range out {
+			out[i] = time.Duration(rng.ExpFloat64() * mean * 1e6)
+		}
+		slices.Sort(out)
+		return out
+	}
+	a, b = big(10), big(30)
+	s = pilotSeparation(a, b, 0.95)
+	if len(s.fa) != maxSeparationThresholds || s.fa[0] < 0.95 || s.fb[len(s.fb)-1] < 0.95 || s.fb[len(s.fb)-1] > 0.951 {
+		t.Errorf("%d thresholds from F_A %.4f to F_B %.4f: want %d, from A's P95 to B's", len(s.fa), s.fa[0], s.fb[len(s.fb)-1], maxSeparationThresholds)
+	}
+}
+
+// TestExponentialBelowPower checks the p99-model Monte Carlo against what the law implies: with
+// the cap far above the P99 the fitted exponential's P99 sits near ln(100) x 30 ms = 138 ms and
+// the law's P99 at 215 ms, so the event grows more likely with n, is impossible below the
+// interval's least n, and is certain when the law is exponential-free of any tail (a cap at
+// 20 ms, where ln(100) x the mean exceeds every draw).
+func TestExponentialBelowPower(t *testing.T) {
+	law := paretoLaw{scale: 10 * time.Millisecond, cap: 10 * time.Second, alpha: 1.5}
+	if p := exponentialBelowPower(law, 300, 100, 1, verdictConfidence); p != 0 {
+		t.Errorf("power %v at n=300, below a P99 interval's least n: want 0", p)
+	}
+	small, large := exponentialBelowPower(law, 500, 400, 1, verdictConfidence), exponentialBelowPower(law, 3000, 400, 1, verdictConfidence)
+	if !(small < large) || large < 0.95 {
+		t.Errorf("power %.3f at n=500 and %.3f at n=3000: want it rising, near 1 at 3000", small, large)
+	}
+	capped := paretoLaw{scale: 10 * time.Millisecond, cap: 20 * time.Millisecond, alpha: 1.5}
+	if p := exponentialBelowPower(capped, 500, 50, 1, verdictConfidence); p != 0 {
+		t.Errorf("power %v with every draw within 10 to 20 ms, where the fit's P99 (at least 46 ms) is above them all: want 0", p)
+	}
+	n, p, ok := exponentialBelowSamplesNeeded(law)
+	if !ok || p < verdictPower || exponentialBelowPower(law, int64(float64(n)/p99ModelGridStep), p99ModelReplicates, p99ModelSeed, verdictConfidence) >= verdictPower {
+		t.Errorf("n = %d (power %.3f, %v): want the least grid point with 90%%", n, p, ok)
+	}
+}
