@@ -15,29 +15,54 @@ import (
 	"github.com/ragtail/ragtail/loadgen/stats"
 )
 
+// p99ModelLaw is the law of the p99-model experiment's retrieve stage (the article's recipe):
+// its fault rule draws it, and the rule's sample size is computed from it.
+var p99ModelLaw = paretoLaw{scale: 10 * time.Millisecond, alpha: 1.5, cap: 10 * time.Second}
+
+// The p99-model experiment's load: a Poisson rate, and the least load time whatever the sample
+// size.
+const (
+	p99ModelRate  = 40.0
+	p99ModelFloor = 10 * time.Second
+)
+
+// p99ModelRule is the p99-model experiment's pre-registered verdict rule.
+var p99ModelRule = Rule{
+	Compared: "the P99 of an exponential fitted to the retrieve-stage samples against their empirical P99",
+	Interval: fmt.Sprintf("order-statistic 95%% interval of the empirical P99 over at least n samples, n computed before the run by a Monte Carlo of the law the fault draws "+
+		"(Pareto x_m = %v, alpha = %g, capped at %v; %d replicates per candidate n from a fixed seed, the candidates rising by %.0f%% from the least n with that interval): "+
+		"the least n at which the exponential fit's P99 (ln(100) x the sample mean) lies below the interval's lower end in at least %.0f%% of the replicates; "+
+		"the load runs n x %.1f / %.0f req/s (at least %v, at most the load time)",
+		p99ModelLaw.scale, p99ModelLaw.alpha, p99ModelLaw.cap, p99ModelReplicates, 100*(p99ModelGridStep-1), 100*verdictPower, sampleMargin, p99ModelRate, p99ModelFloor),
+	Threshold: "the exponential fit's P99 lies below the interval's lower end; with fewer than n samples the outcome is underpowered",
+}
+
 // runP99Model: every retrieve stage gets a Pareto(x_m = 10 ms, alpha = 1.5) delay and nothing
 // else (the shard searches are instant), so the retrieve stage's Server-Timing is the article's
-// distribution; the empirical P99 is set beside the models fitted to the same samples.
+// distribution; the empirical P99 is set beside the models fitted to the same samples. The load
+// runs for the samples the rule's Monte Carlo asks for.
 func runP99Model(ctx context.Context, e *env) (*Result, error) {
+	need, needPower, powered := exponentialBelowSamplesNeeded(p99ModelLaw)
+	dur := armDuration(need, powered, p99ModelRate, p99ModelFloor, e.dur)
+	e.logf("  sample size %d retrieve timings (the exponential fit's P99 below the interval in %.1f%% of %d replicates of the law) -> %v at %.0f req/s",
+		need, 100*needPower, p99ModelReplicates, dur, p99ModelRate)
 	settings := e.base()
 	settings.ShardLatency, settings.Coupling = []string{"none"}, ptr("fanout")
-	settings.Faults = faults(FaultRule{Name: "pareto-retrieve", Stage: "retrieve", Percent: 100, Delay: "pareto:10ms,1.5,10s"})
-	w, err := e.poisson(40, 1, 8)
+	law := fmt.Sprintf("pareto:%v,%g,%v", p99ModelLaw.scale, p99ModelLaw.alpha, p99ModelLaw.cap)
+	settings.Faults = faults(FaultRule{Name: "pareto-retrieve", Stage: "retrieve", Percent: 100, Delay: law})
+	w, err := e.poisson(p99ModelRate, 1, 8)
 	if err != nil {
 		return nil, err
 	}
-	v, res, err := e.run(ctx, "pareto-retrieve", settings, load{workload: w, shape: "poisson(rate=40)", rate: 40, duration: e.dur, maxTokens: 4})
+	v, res, err := e.run(ctx, "pareto-retrieve", settings, load{workload: w, shape: fmt.Sprintf("poisson(rate=%.0f)", p99ModelRate), rate: p99ModelRate, duration: dur, maxTokens: 4})
 	if err != nil {
 		return nil, err
 	}
 	var samples []time.Duration
 	for _, r := range res.Records {
-		if ms, ok := r.ServerTiming["retrieve"]; ok && r.OK() {
+		if ms, ok := r.ServerTiming["retrieve"]; ok && r.OK() && !r.Warmup {
 			samples = append(samples, time.Duration(ms*float64(time.Millisecond)))
 		}
-	}
-	if len(samples) < 200 {
-		return nil, fmt.Errorf("only %d retrieve timings: too few for a P99 (lengthen --duration)", len(samples))
 	}
 	slices.Sort(samples)
 	emp, lo, hi, ok := stats.QuantileCI(samples, 0.99, 0.95)
@@ -57,6 +82,8 @@ func runP99Model(ctx context.Context, e *env) (*Result, error) {
 		return fmt.Sprintf("%+.1f%%", 100*(p-float64(emp)/1e6)/(float64(emp)/1e6))
 	}
 	rows := []Row{
+		{"sample size: retrieve timings for the exponential fit's P99 to fall below the interval with 90% probability (Monte Carlo of the law)", "",
+			sizeNote(need, powered, dur, p99ModelRate, "samples")},
 		{"samples (retrieve stage)", "numpy (pareto(1.5)+1)*10ms", fmt.Sprintf("%d", len(samples))},
 		{"empirical P99", "128.3 ms (article); 215.44 ms (analytic, Pareto xm=10ms a=1.5)", fmtPct(empStat)},
 	}
@@ -79,6 +106,8 @@ func runP99Model(ctx context.Context, e *env) (*Result, error) {
 	empMS := float64(emp) / 1e6
 	var verdict Verdict
 	switch {
+	case !powered || int64(len(samples)) < need:
+		verdict = Verdict{Underpowered, underpowered(need, powered, len(samples), "samples") + fmt.Sprintf("empirical P99 %s, exponential fit's P99 %.0f ms", fmtPct(empStat), expP99)}
 	case !ok:
 		verdict = Verdict{NotReproduced, "too few samples for an interval on the empirical P99; lengthen --duration"}
 	case expP99 > 0 && expP99*1e6 < float64(lo):
@@ -89,7 +118,8 @@ func runP99Model(ctx context.Context, e *env) (*Result, error) {
 			expP99, msStr(lo), msStr(hi), p99Notes(normalP99, sd, empMS, lo, hi, tail.Hill))}
 	}
 	return &Result{
-		Setup:    "retrieve stage = fault delay pareto:10ms,1.5 (cap 10 s) on every request, shard searches instant; Poisson 40 req/s, max_tokens 4",
+		Setup: fmt.Sprintf("retrieve stage = fault delay %s on every request, shard searches instant; Poisson %.0f req/s for %v (%d samples by the rule, +%.0f%%), max_tokens 4",
+			law, p99ModelRate, dur, need, 100*(sampleMargin-1)),
 		Variants: []Variant{*v},
 		Document: map[string]any{"p99_ms": 128.3, "exponential_p99_ms": 76.9, "normal_p99_ms": 62.4,
 			"corrected": map[string]any{"mean_ms": 30, "median_ms": 15.87, "p95_ms": 73.68, "p99_ms": 215.44, "p999_ms": 1000, "exponential_same_mean_p99_ms": 138.16}},
@@ -130,16 +160,61 @@ func p99Notes(normalP99, sd, empMS float64, lo, hi time.Duration, hill *stats.Hi
 // fanout their max, async the quorum's.
 var couplingShardLaws = []string{"lognormal:150ms,0.3,3s", "lognormal:150ms,0.3,3s", "lognormal:150ms,0.3,3s", "lognormal:250ms,0.4,3s"}
 
-// runCoupling compares sync, fanout and async coupling, then sweeps top_k under sync.
+// The coupling experiment's load and the sizes of its runs: the Poisson rate of every run, the
+// pilot of sync and of async as a share of the load time, the least time of a coupling arm, and
+// how far past its share of the load time an arm may run for the rule's n. The floor expects
+// 100 requests: the least n of a P95 interval, 72, is then reached with over 99% probability,
+// where 72 x 1.1 expected requests fall short of 72 about one run in five.
+const (
+	couplingRate       = 20.0
+	couplingPilotShare = 10
+	couplingFloor      = 5 * time.Second
+	couplingStretch    = 2
+)
+
+// couplingRule is the coupling experiment's pre-registered verdict rule.
+var couplingRule = Rule{
+	Compared: "end-to-end P95 of sync coupling against async coupling under the same Poisson load",
+	Interval: fmt.Sprintf("order-statistic 95%% interval of each P95, each compared arm holding at least n requests, n computed before the arms from a pilot of sync and one of async "+
+		"(same settings and load, 1/%d of the load time each): the least n from which, taking each pilot's empirical distribution for its arm's, the sync interval lies above the async one "+
+		"with at least %.0f%% probability by a distribution-free lower bound (over thresholds t between the pilots' P95s, the async arm's upper order statistic at most t and the sync arm's lower one above t, "+
+		"each a binomial count of samples at most t); the three couplings then run n x %.1f / %.0f req/s each (at least %v, at most %d times their share of the load time)",
+		couplingPilotShare, 100*verdictPower, sampleMargin, couplingRate, couplingFloor, couplingStretch),
+	Threshold: "the sync interval lies entirely above the async one; with fewer than n completed requests in either compared arm, or no n, the outcome is underpowered",
+}
+
+// runCoupling compares sync, fanout and async coupling, each run for the requests a pilot of
+// sync and async says the P95 comparison needs, then sweeps top_k under sync.
 func runCoupling(ctx context.Context, e *env) (*Result, error) {
 	base := e.base()
 	base.Shards, base.ShardLatency, base.FetchLatency = ptr(4), couplingShardLaws, ptr("fixed:4ms")
 	base.Cache = &CacheSettings{Enabled: ptr(false), Size: ptr(1)}
 	base.TopK, base.AsyncQuorum, base.AsyncDeadline = ptr(5), ptr(3), durStr(100*time.Millisecond)
-	const rate = 20.0
-	per, sweepPer := e.dur/4, e.dur/12
+	const rate = couplingRate
+	pilotDur, sweepPer := e.dur/couplingPilotShare, e.dur/12
+	share := (e.dur - 2*pilotDur - 3*sweepPer) / 3
 	var variants []Variant
+	pilots := map[string][]time.Duration{}
+	for i, mode := range []string{"sync", "async"} {
+		s := clone(base)
+		s.Coupling = ptr(mode)
+		w, err := e.poisson(rate, uint64(16+i), 8)
+		if err != nil {
+			return nil, err
+		}
+		v, res, err := e.run(ctx, "pilot: "+mode, s, load{workload: w, shape: "poisson(rate=20)", rate: rate, duration: pilotDur, maxTokens: 8})
+		if err != nil {
+			return nil, err
+		}
+		variants = append(variants, *v)
+		pilots[mode] = latenciesOf(res.Records, e2elOf)
+	}
+	need, powered := pilotSeparation(pilots["async"], pilots["sync"], 0.95).samplesNeeded(0.95)
+	per := armDuration(need, powered, rate, couplingFloor, couplingStretch*share)
+	e.logf("  pilots: sync P95 %v over %d, async P95 %v over %d -> %d requests per arm, %v each",
+		quantileOf(pilots["sync"], 0.95), len(pilots["sync"]), quantileOf(pilots["async"], 0.95), len(pilots["async"]), need, per)
 	by := map[string]*report.Bench{}
+	held := map[string]int{}
 	for i, mode := range []string{"sync", "fanout", "async"} {
 		s := clone(base)
 		s.Coupling = ptr(mode)
@@ -147,14 +222,19 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, _, err := e.run(ctx, mode, s, load{workload: w, shape: "poisson(rate=20)", rate: rate, duration: per, maxTokens: 8})
+		v, res, err := e.run(ctx, mode, s, load{workload: w, shape: "poisson(rate=20)", rate: rate, duration: per, maxTokens: 8})
 		if err != nil {
 			return nil, err
 		}
 		variants = append(variants, *v)
 		by[mode] = v.Bench
+		held[mode] = len(latenciesOf(res.Records, e2elOf))
 	}
-	rows := []Row{}
+	rows := []Row{
+		{"pilots: E2EL P95 sync / async", "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)", msStr(quantileOf(pilots["sync"], 0.95)), len(pilots["sync"]),
+			msStr(quantileOf(pilots["async"], 0.95)), len(pilots["async"]), pilotDur.Round(100*time.Millisecond))},
+		{"sample size: requests per arm for the P95 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, rate, "requests")},
+	}
 	for _, mode := range []string{"sync", "fanout", "async"} {
 		b := by[mode]
 		claim := "—"
@@ -194,17 +274,19 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 	why := fmt.Sprintf("sync P95 %s ms vs async %s ms (x%.2f; the article claims x%.2f on the mean: %s vs %s ms measured)",
 		msStr(syncP95.Value), msStr(asyncP95.Value), ratio(syncP95.Value, asyncP95.Value), 890.0/320.0,
 		msStr(mean(by["sync"], report.MetricE2EL)), msStr(mean(by["async"], report.MetricE2EL)))
-	switch out {
-	case Reproduced:
+	switch got := min(held["sync"], held["async"]); {
+	case !powered || int64(got) < need:
+		out, why = Underpowered, underpowered(need, powered, got, "requests")+why
+	case out == Reproduced:
 		why = "direction reproduced: " + why + ". The size depends on the shard laws stated in the setup, not on the article's service"
-	case Opposite:
+	case out == Opposite:
 		why = "async was slower: " + why
 	default:
 		why = "intervals overlap or too few samples for them: " + why
 	}
 	return &Result{
-		Setup: fmt.Sprintf("4 shards with laws %v, fetch fixed 4 ms per chunk, cache off, async quorum 3 / deadline 100 ms; Poisson %.0f req/s, max_tokens 8; %v per coupling variant, %v per top_k point",
-			couplingShardLaws, rate, per.Round(time.Second), sweepPer.Round(time.Second)),
+		Setup: fmt.Sprintf("4 shards with laws %v, fetch fixed 4 ms per chunk, cache off, async quorum 3 / deadline 100 ms; Poisson %.0f req/s, max_tokens 8; pilots of sync and async %v each, then %v per coupling variant (%d requests by the rule, +%.0f%%), %v per top_k point",
+			couplingShardLaws, rate, pilotDur.Round(100*time.Millisecond), per, need, 100*(sampleMargin-1), sweepPer.Round(100*time.Millisecond)),
 		Variants: variants,
 		Document: map[string]any{"sync_mean_ms": 890, "async_mean_ms": 320, "sync_p95_jitter_ms": 210, "async_p95_jitter_ms": 15},
 		Rows:     rows, Verdict: Verdict{out, why},

@@ -1,11 +1,13 @@
 package lab
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
 
+	"github.com/ragtail/ragtail/loadgen"
 	"github.com/ragtail/ragtail/loadgen/stats"
 )
 
@@ -318,4 +320,65 @@ func exponentialBelowSamplesNeeded(law paretoLaw) (int64, float64, bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// sampleMargin is how many more requests than a rule's n an arm is run for: Poisson counts
+// vary, and a few requests may fail.
+const sampleMargin = 1.1
+
+// latenciesOf is the sorted metric of the completed requests of records (warmup and unsent ones
+// left out), the samples a percentile of the run's summary rests on.
+func latenciesOf(recs []loadgen.Record, metric func(*loadgen.Record) (time.Duration, bool)) []time.Duration {
+	var out []time.Duration
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || r.NotSent || !r.OK() {
+			continue
+		}
+		if d, ok := metric(r); ok {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// e2elOf and ttftOf are the metrics latenciesOf reads.
+func e2elOf(r *loadgen.Record) (time.Duration, bool) { return r.E2EL(), true }
+func ttftOf(r *loadgen.Record) (time.Duration, bool) { return r.TTFT() }
+
+// armDuration is how long an arm driven at rate runs to hold need samples: need x
+// sampleMargin / rate, at least floor and at most ceiling; ceiling when no n was found (the
+// outcome is then underpowered whatever the arms hold).
+func armDuration(need int64, powered bool, rate float64, floor, ceiling time.Duration) time.Duration {
+	if !powered {
+		return ceiling
+	}
+	d := time.Duration(sampleMargin * float64(need) / rate * float64(time.Second))
+	return min(max(d, floor), ceiling).Round(100 * time.Millisecond)
+}
+
+// sizeNote formats a rule's n per arm and the arms' duration for a Row.
+func sizeNote(need int64, powered bool, armDur time.Duration, rate float64, unit string) string {
+	if !powered {
+		return fmt.Sprintf("none up to %d: the calibration shows no effect that %d %s per arm would resolve with %.0f%% power (arms run %v)", maxPowerN, maxPowerN, unit, 100*verdictPower, armDur)
+	}
+	return fmt.Sprintf("%d %s per arm (each runs %v at %g/s)", need, unit, armDur, rate)
+}
+
+// underpowered is the opening of an underpowered verdict: the n the rule needs and the fewest
+// samples a compared arm held.
+func underpowered(need int64, powered bool, got int, unit string) string {
+	if !powered {
+		return fmt.Sprintf("underpowered: no number of %s up to %d per arm separates the intervals with %.0f%% power at the calibration's distributions; ", unit, maxPowerN, 100*verdictPower)
+	}
+	return fmt.Sprintf("underpowered: the rule needs %d %s per arm and a compared arm held %d (run longer, --duration): ", need, unit, got)
+}
+
+// quantileOf is the nearest-rank q-quantile of sorted values, zero when there are none.
+func quantileOf(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[stats.NearestRank(int64(len(sorted)), q)-1]
 }
