@@ -16,12 +16,25 @@ import (
 var keepaliveRule = Rule{
 	Compared: "end-to-end P99 of a service retrieving over TLS, through the longest link (a 20 ms round trip in the in-process lab), " +
 		"from a Qdrant-protocol server that sends GOAWAY at a short MaxConnectionAge (2 s) against the same world whose server never does",
-	Interval:  "order-statistic 95% interval of each P99",
-	Threshold: "the max-age arm's interval lies entirely above the other's",
+	Interval: fmt.Sprintf("order-statistic 95%% interval of each P99, each of the two arms holding at least n requests, n computed before them from a pilot of each "+
+		"(1/%d of the load time each, same load): the least n from which, taking each pilot's empirical distribution for its arm's, the max-age arm's interval lies above the other's "+
+		"with at least %.0f%% probability by a distribution-free lower bound (over thresholds t between the pilots' P99s, the other arm's upper order statistic at most t and the max-age arm's lower one above t, "+
+		"each a binomial count of samples at most t), so at least the %d a P99 interval needs; the two arms then run n x %.1f / %.0f req/s each (at least %v, at most %d times their share of the load time); "+
+		"the other pairs run %v per arm",
+		keepalivePilotShare, 100*verdictPower, minP99Samples, sampleMargin, keepaliveRate, keepaliveFloor, keepaliveStretch, keepaliveFloor),
+	Threshold: "the max-age arm's interval lies entirely above the other's; with fewer than n completed requests in either arm, or no n, the outcome is underpowered",
 }
 
-// keepaliveRate is the Poisson rate each arm of the keepalive experiment is driven at.
-const keepaliveRate = 40.0
+// The keepalive experiment's load and the sizes of its runs: the Poisson rate of every arm, the
+// pilots as a share of the load time, the least time of an arm, and how far past its share of
+// the load time a deciding arm may run for the rule's n. The floor expects 440 requests, so an
+// arm reaches the 368 of a P99 interval with over 99.9% probability.
+const (
+	keepaliveRate       = 40.0
+	keepalivePilotShare = 12
+	keepaliveFloor      = 11 * time.Second
+	keepaliveStretch    = 2
+)
 
 // keepalivePair is the two arms of one link round trip: the server with a MaxConnectionAge and
 // the one without.
@@ -72,69 +85,102 @@ func runKeepalive(ctx context.Context, e *env) (*Result, error) {
 			Verdict:  Verdict{NotRun, "no keepalive arms: against --url the lab cannot change the Qdrant server's MaxConnectionAge; run `ragtail lab keepalive` without --url"},
 		}, nil
 	}
-	per := e.dur / time.Duration(2*len(pairs))
-	results := make([]keepaliveArmResult, len(e.o.Keepalive))
+	deciding := pairs[len(pairs)-1]
+	pilotDur := e.dur / keepalivePilotShare
 	var variants []Variant
-	var rows []Row
+	var pilots [2][]time.Duration
+	for k, i := range []int{deciding.maxAge, deciding.none} {
+		v, lat, err := e.runKeepaliveArm(ctx, "pilot: "+e.o.Keepalive[i].Name, e.o.Keepalive[i], uint64(90+i), pilotDur)
+		if err != nil {
+			return nil, err
+		}
+		variants = append(variants, *v)
+		pilots[k] = lat
+	}
+	need, powered := pilotSeparation(pilots[1], pilots[0], 0.99).samplesNeeded(0.99)
+	share := (e.dur - 2*pilotDur) / time.Duration(2*len(pairs))
+	per := armDuration(need, powered, keepaliveRate, keepaliveFloor, keepaliveStretch*share)
+	e.logf("  pilots over the %v link: P99 %v with max-age over %d, %v without over %d -> %d requests per arm, %v each",
+		deciding.rtt, quantileOf(pilots[0], 0.99), len(pilots[0]), quantileOf(pilots[1], 0.99), len(pilots[1]), need, per)
+	rows := []Row{
+		{fmt.Sprintf("pilots over the %v link: E2EL P99 max-age / none", deciding.rtt), "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)",
+			msStr(quantileOf(pilots[0], 0.99)), len(pilots[0]), msStr(quantileOf(pilots[1], 0.99)), len(pilots[1]), pilotDur.Round(100*time.Millisecond))},
+		{"sample size: requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, keepaliveRate, "requests")},
+	}
+	results := make([]keepaliveArmResult, len(e.o.Keepalive))
+	held := make([]int, len(e.o.Keepalive))
 	for _, p := range pairs {
+		d := keepaliveFloor
+		if p == deciding {
+			d = per
+		}
 		for _, i := range []int{p.maxAge, p.none} {
-			v, err := e.runKeepaliveArm(ctx, e.o.Keepalive[i], uint64(70+i), per)
+			v, lat, err := e.runKeepaliveArm(ctx, e.o.Keepalive[i].Name, e.o.Keepalive[i], uint64(70+i), d)
 			if err != nil {
 				return nil, err
 			}
 			results[i] = keepaliveArmResult{variant: v, p99: pct(v.Bench, report.MetricE2EL, 99)}
+			held[i] = len(lat)
 			variants = append(variants, *v)
 			rows = append(rows, keepaliveRows(e.o.Keepalive[i], v)...)
 		}
 		rows = append(rows, Row{fmt.Sprintf("%v link: P99 increase from reconnects", p.rtt), "+120 ms",
 			fmt.Sprintf("%+.1f ms", float64(results[p.maxAge].p99.Value-results[p.none].p99.Value)/float64(time.Millisecond))})
 	}
-	deciding := pairs[len(pairs)-1]
 	out := compare(results[deciding.maxAge].p99, results[deciding.none].p99)
+	got := min(held[deciding.maxAge], held[deciding.none])
+	if !powered || int64(got) < need {
+		out = Underpowered
+	}
+	why := keepaliveWhy(out, e.o.Keepalive, results, pairs)
+	if out == Underpowered {
+		why = underpowered(need, powered, got, "requests") + why
+	}
 	return &Result{
 		Setup: fmt.Sprintf("retrieval over gRPC (Qdrant protocol, TLS 1.3, 1 shard, answers padded past a fresh connection's 64 KiB window) through links of %s; "+
-			"servers with MaxConnectionAge %v vs none; Poisson %.0f req/s, max_tokens 4, %v per arm",
-			pairRTTs(pairs), e.o.Keepalive[deciding.maxAge].MaxConnectionAge, keepaliveRate, per.Round(time.Second)),
+			"servers with MaxConnectionAge %v vs none; Poisson %.0f req/s, max_tokens 4; pilots of the %v pair %v each, then %v per arm of that pair (%d requests by the rule, +%.0f%%), %v per arm of the others",
+			pairRTTs(pairs), e.o.Keepalive[deciding.maxAge].MaxConnectionAge, keepaliveRate, deciding.rtt, pilotDur.Round(100*time.Millisecond), per, need, 100*(sampleMargin-1), keepaliveFloor),
 		Variants: variants, Document: doc, Rows: rows,
-		Verdict: Verdict{out, keepaliveWhy(out, e.o.Keepalive, results, pairs)},
+		Verdict: Verdict{out, why},
 	}, nil
 }
 
-// runKeepaliveArm drives one arm's service and reads its counters around the run.
-func (e *env) runKeepaliveArm(ctx context.Context, arm KeepaliveArm, seed uint64, per time.Duration) (*Variant, error) {
+// runKeepaliveArm drives one arm's service as a variant called name, reads its counters around
+// the run, and returns the sorted end-to-end latencies of its completed requests.
+func (e *env) runKeepaliveArm(ctx context.Context, name string, arm KeepaliveArm, seed uint64, per time.Duration) (*Variant, []time.Duration, error) {
 	sub := &env{t: arm.Target, o: e.o, dur: per}
 	if sub.t.HTTP == nil {
 		sub.t.HTTP = e.t.HTTP
 	}
 	cfg, err := sub.getConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("arm %s: %w", arm.Name, err)
+		return nil, nil, fmt.Errorf("arm %s: %w", arm.Name, err)
 	}
 	sub.simulated = cfg.LLM != nil
 	before, err := sub.keepaliveCounters(ctx, arm)
 	if err != nil {
-		return nil, fmt.Errorf("arm %s: %w", arm.Name, err)
+		return nil, nil, fmt.Errorf("arm %s: %w", arm.Name, err)
 	}
 	w, err := e.poisson(keepaliveRate, seed, 8)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s := sub.base()
 	s.Coupling = ptr("fanout")
-	v, _, err := sub.run(ctx, arm.Name, s,
+	v, res, err := sub.run(ctx, name, s,
 		load{workload: w, shape: fmt.Sprintf("poisson(rate=%.0f)", keepaliveRate), rate: keepaliveRate, duration: per, maxTokens: 4})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	after, err := sub.keepaliveCounters(ctx, arm)
 	if err != nil {
-		return nil, fmt.Errorf("arm %s: %w", arm.Name, err)
+		return nil, nil, fmt.Errorf("arm %s: %w", arm.Name, err)
 	}
 	v.Counters = map[string]float64{}
 	for k, a := range after {
 		v.Counters[k] = a - before[k]
 	}
-	return v, nil
+	return v, latenciesOf(res.Records, e2elOf), nil
 }
 
 // keepaliveCounters reads the arm's server counters and the connections its service opened
@@ -206,6 +252,8 @@ func keepaliveWhy(out string, arms []KeepaliveArm, res []keepaliveArmResult, pai
 	switch {
 	case res[deciding.maxAge].variant.Counters["goaway_max_age"] == 0:
 		why = "the max-age server sent no GOAWAY, so the mechanism did not engage: " + why
+	case out == Underpowered:
+		why = "measured " + why
 	case out == Reproduced:
 		why = "forced reconnects raised the tail: " + why + " (the article: +120 ms)"
 	case out == Opposite:

@@ -154,9 +154,9 @@ type experiment struct {
 }
 
 var experiments = []experiment{
-	{"p99-model", "P99 distorted by the wrong distribution (PITFALLS.md §2)", 45 * time.Second, runP99Model, p99ModelRule,
+	{"p99-model", "P99 distorted by the wrong distribution (PITFALLS.md §2)", 42 * time.Second, runP99Model, p99ModelRule,
 		"exponential/normal models under-estimate a heavy-tailed P99 (-40.1%, -51.4%)"},
-	{"coupling", "sync vs fanout vs async coupling of retrieval and generation (§3)", 30 * time.Second, runCoupling, couplingRule,
+	{"coupling", "sync vs fanout vs async coupling of retrieval and generation (§3)", 28 * time.Second, runCoupling, couplingRule,
 		"sync mean 890 ms vs async 320 ms"},
 	{"cache-penetration", "cache penetration and hot/cold mixes (§4)", 56 * time.Second, runCachePenetration, Rule{
 		Compared:  "end-to-end P99.7 of hot+1% cold keys against hot keys only (a 1% mix puts the P99 on the boundary between hot and cold requests, the P99.7 well into the cold ones); invalid keys reaching the store with the Bloom guard off and on",
@@ -175,9 +175,9 @@ var experiments = []experiment{
 	}, "interruption 1.1% -> 12.4%, first screen 98.2% -> 83.7%"},
 	{"knee", "KV-cache allocation and the QPS-latency knee (§7)", kneeDefault, runKnee, kneeRule,
 		"contiguous KV wastes ~25%; knee 184 QPS (vLLM) vs 92 (Triton)"},
-	{"keepalive", "gRPC MaxConnectionAge reconnects over TLS through a link, and the P99 (§7)", 60 * time.Second, runKeepalive, keepaliveRule,
+	{"keepalive", "gRPC MaxConnectionAge reconnects over TLS through a link, and the P99 (§7)", 52 * time.Second, runKeepalive, keepaliveRule,
 		"MaxConnectionAge reconnects: P99 +120 ms"},
-	{"priority", "stream priority under a low-priority flood (§7)", 40 * time.Second, runPriority, priorityRule,
+	{"priority", "stream priority under a low-priority flood (§7)", 36 * time.Second, runPriority, priorityRule,
 		"priority scheduling keeps high-priority TTFT low under a flood"},
 	{"agent-amplification", "agent tail amplification: a slow step in N (not in the article)", 134 * time.Second, runAgentAmplification, agentRule,
 		"not in the article: a 5-step agent meets a step beyond its P99 about 1 - 0.99^5 = 4.9% of the time"},
