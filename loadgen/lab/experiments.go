@@ -177,9 +177,8 @@ var couplingRule = Rule{
 	Compared: "end-to-end P95 of sync coupling against async coupling under the same Poisson load",
 	Interval: fmt.Sprintf("order-statistic 95%% interval of each P95, each compared arm holding at least n requests, n computed before the arms from a pilot of sync and one of async "+
 		"(same settings and load, 1/%d of the load time each): the least n from which, taking each pilot's empirical distribution for its arm's, the sync interval lies above the async one "+
-		"with at least %.0f%% probability by a distribution-free lower bound (over thresholds t between the pilots' P95s, the async arm's upper order statistic at most t and the sync arm's lower one above t, "+
-		"each a binomial count of samples at most t); the three couplings then run n x %.1f / %.0f req/s each (at least %v, at most %d times their share of the load time)",
-		couplingPilotShare, 100*verdictPower, sampleMargin, couplingRate, couplingFloor, couplingStretch),
+		"with at least %.0f%% probability by %s; the three couplings then run n x %.1f / %.0f req/s each (at least %v, at most %d times their share of the load time)",
+		couplingPilotShare, 100*verdictPower, separationRuleText("P95", "async arm's", "sync arm's"), sampleMargin, couplingRate, couplingFloor, couplingStretch),
 	Threshold: "the sync interval lies entirely above the async one; with fewer than n completed requests in either compared arm, or no n, the outcome is underpowered",
 }
 
@@ -233,7 +232,7 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 	rows := []Row{
 		{"pilots: E2EL P95 sync / async", "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)", msStr(quantileOf(pilots["sync"], 0.95)), len(pilots["sync"]),
 			msStr(quantileOf(pilots["async"], 0.95)), len(pilots["async"]), pilotDur.Round(100*time.Millisecond))},
-		{"sample size: requests per arm for the P95 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, rate, "requests")},
+		{"sample size: requests per arm for the P95 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, rate, "requests per arm")},
 	}
 	for _, mode := range []string{"sync", "fanout", "async"} {
 		b := by[mode]

@@ -18,10 +18,9 @@ var keepaliveRule = Rule{
 		"from a Qdrant-protocol server that sends GOAWAY at a short MaxConnectionAge (2 s) against the same world whose server never does",
 	Interval: fmt.Sprintf("order-statistic 95%% interval of each P99, each of the two arms holding at least n requests, n computed before them from a pilot of each "+
 		"(1/%d of the load time each, same load): the least n from which, taking each pilot's empirical distribution for its arm's, the max-age arm's interval lies above the other's "+
-		"with at least %.0f%% probability by a distribution-free lower bound (over thresholds t between the pilots' P99s, the other arm's upper order statistic at most t and the max-age arm's lower one above t, "+
-		"each a binomial count of samples at most t), so at least the %d a P99 interval needs; the two arms then run n x %.1f / %.0f req/s each (at least %v, at most %d times their share of the load time); "+
+		"with at least %.0f%% probability by %s, so at least the %d a P99 interval needs; the two arms then run n x %.1f / %.0f req/s each (at least %v, at most %d times their share of the load time); "+
 		"the other pairs run %v per arm",
-		keepalivePilotShare, 100*verdictPower, minP99Samples, sampleMargin, keepaliveRate, keepaliveFloor, keepaliveStretch, keepaliveFloor),
+		keepalivePilotShare, 100*verdictPower, separationRuleText("P99", "other arm's", "max-age arm's"), minP99Samples, sampleMargin, keepaliveRate, keepaliveFloor, keepaliveStretch, keepaliveFloor),
 	Threshold: "the max-age arm's interval lies entirely above the other's; with fewer than n completed requests in either arm, or no n, the outcome is underpowered",
 }
 
@@ -105,7 +104,7 @@ func runKeepalive(ctx context.Context, e *env) (*Result, error) {
 	rows := []Row{
 		{fmt.Sprintf("pilots over the %v link: E2EL P99 max-age / none", deciding.rtt), "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)",
 			msStr(quantileOf(pilots[0], 0.99)), len(pilots[0]), msStr(quantileOf(pilots[1], 0.99)), len(pilots[1]), pilotDur.Round(100*time.Millisecond))},
-		{"sample size: requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, keepaliveRate, "requests")},
+		{"sample size: requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, keepaliveRate, "requests per arm")},
 	}
 	results := make([]keepaliveArmResult, len(e.o.Keepalive))
 	held := make([]int, len(e.o.Keepalive))

@@ -53,11 +53,14 @@ func TestKeepaliveWhy(t *testing.T) {
 		maxAge   report.PercentileStat
 		counters map[string]float64
 		want     []string
+		// underpowered: the arms held fewer requests than the rule's n
+		underpowered bool
 	}{
-		{"reproduced", ci(400*ms, 350*ms, 450*ms), withGoAways, []string{"forced reconnects raised the tail", "+300.0 ms", "40.0 ms mean over 15 handshakes"}},
-		{"overlap", ci(120*ms, 90*ms, 150*ms), withGoAways, []string{"no difference beyond the intervals although the reconnects happened", "+20.0 ms"}},
-		{"no interval", report.PercentileStat{P: 99, Value: 400 * ms}, withGoAways, []string{"too few samples for both P99 intervals"}},
-		{"no goaway", ci(100*ms, 90*ms, 110*ms), map[string]float64{}, []string{"sent no GOAWAY", "handshake none"}},
+		{"reproduced", ci(400*ms, 350*ms, 450*ms), withGoAways, []string{"forced reconnects raised the tail", "+300.0 ms", "40.0 ms mean over 15 handshakes"}, false},
+		{"overlap", ci(120*ms, 90*ms, 150*ms), withGoAways, []string{"no difference beyond the intervals although the reconnects happened", "+20.0 ms"}, false},
+		{"no interval", report.PercentileStat{P: 99, Value: 400 * ms}, withGoAways, []string{"too few samples for both P99 intervals"}, false},
+		{"no goaway", ci(100*ms, 90*ms, 110*ms), map[string]float64{}, []string{"sent no GOAWAY", "handshake none"}, false},
+		{"underpowered", ci(400*ms, 350*ms, 450*ms), withGoAways, []string{"measured over the 20ms link", "+300.0 ms"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,7 +68,11 @@ func TestKeepaliveWhy(t *testing.T) {
 				{variant: &Variant{Counters: tt.counters}, p99: tt.maxAge},
 				{variant: &Variant{Counters: map[string]float64{}}, p99: ci(100*ms, 95*ms, 105*ms)},
 			}
-			why := keepaliveWhy(compare(res[0].p99, res[1].p99), arms, res, pairs)
+			out := compare(res[0].p99, res[1].p99)
+			if tt.underpowered {
+				out = Underpowered
+			}
+			why := keepaliveWhy(out, arms, res, pairs)
 			for _, w := range tt.want {
 				if !strings.Contains(why, w) {
 					t.Errorf("%q does not say %q", why, w)

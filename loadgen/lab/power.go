@@ -358,12 +358,13 @@ func armDuration(need int64, powered bool, rate float64, floor, ceiling time.Dur
 	return min(max(d, floor), ceiling).Round(100 * time.Millisecond)
 }
 
-// sizeNote formats a rule's n per arm and the arms' duration for a Row.
+// sizeNote formats a rule's n, counted in unit ("requests per arm"), and how long the runs that
+// must hold it last for a Row.
 func sizeNote(need int64, powered bool, armDur time.Duration, rate float64, unit string) string {
 	if !powered {
-		return fmt.Sprintf("none up to %d: the calibration shows no effect that %d %s per arm would resolve with %.0f%% power (arms run %v)", maxPowerN, maxPowerN, unit, 100*verdictPower, armDur)
+		return fmt.Sprintf("none: no n up to %d %s resolves the calibration's effect with %.0f%% power (runs of %v)", maxPowerN, unit, 100*verdictPower, armDur)
 	}
-	return fmt.Sprintf("%d %s per arm (each runs %v at %g/s)", need, unit, armDur, rate)
+	return fmt.Sprintf("%d %s (runs of %v at %g/s)", need, unit, armDur, rate)
 }
 
 // underpowered is the opening of an underpowered verdict: the n the rule needs and the fewest
@@ -381,4 +382,12 @@ func quantileOf(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[stats.NearestRank(int64(len(sorted)), q)-1]
+}
+
+// separationRuleText states pilotSeparation's bound in a rule's words: quantile names the
+// statistic ("P99"), faster and slower the arms whose intervals are compared.
+func separationRuleText(quantile, faster, slower string) string {
+	return fmt.Sprintf("a distribution-free lower bound: the sum, over thresholds t_i at the pilots' values between their %ss, "+
+		"of the probability that the %s upper order statistic lies in (t_(i-1), t_i] times the probability that the %s lower one lies above t_i, "+
+		"each from a binomial count of samples at most t_i", quantile, faster, slower)
 }

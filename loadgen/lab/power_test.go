@@ -285,8 +285,9 @@ func TestQuantileSeparationPower(t *testing.T) {
 		lo, hi     float64 // the thresholds' range, in units of A's mean
 		thresholds int
 	}{
-		// From the median of A to far past B's quantile: every value either order statistic
-		// takes with more than negligible probability. n = 194 is the rule's n at P95.
+		// Thresholds over every value either order statistic takes with more than negligible
+		// probability (A's P99 is 4.6, B's 6.9 in the third case). n = 194 is the rule's n at
+		// P95 (TestQuantileSeparationSamplesNeeded); the best single threshold would need 285.
 		{"P95, B twice as slow, the rule's n", 194, 0.95, 2, math.Ln2, 20, 1000},
 		{"P95, B twice as slow, smaller n", 100, 0.95, 2, math.Ln2, 20, 1000},
 		{"P99, B 1.5 times as slow", 800, 0.99, 1.5, 2, 15, 1000},
@@ -349,6 +350,22 @@ func TestQuantileSeparationSamplesNeeded(t *testing.T) {
 	}
 	if p := s.power(n-1, 0.95, verdictConfidence); p >= verdictPower {
 		t.Errorf("power %.4f at n-1=%d: n is not the least", p, n-1)
+	}
+	// The best single threshold, P(x_(u) <= t) P(y_(l) > t), is the sum's one-term case: a
+	// looser bound, so it asks for more samples (285 against 194 here).
+	single := func(m int64) float64 {
+		l, u, ok := stats.QuantileRanks(m, 0.95, verdictConfidence)
+		if !ok {
+			return 0
+		}
+		var best float64
+		for i := range s.fa {
+			best = max(best, (1-stats.BinomialCDF(u-1, m, s.fa[i]))*stats.BinomialCDF(l-1, m, s.fb[i]))
+		}
+		return best
+	}
+	if ns, ok := smallestN(single, verdictPower); !ok || ns <= n {
+		t.Errorf("the best single threshold needs n=%d (%v), want more than the sum's %d", ns, ok, n)
 	}
 	same := analyticSeparation(exponentialCDF(1), exponentialCDF(1), math.Ln2, 20, 100)
 	if n, ok := same.samplesNeeded(0.95); ok {
@@ -417,5 +434,52 @@ func TestExponentialBelowPower(t *testing.T) {
 	n, p, ok := exponentialBelowSamplesNeeded(law)
 	if !ok || p < verdictPower || exponentialBelowPower(law, int64(float64(n)/p99ModelGridStep), p99ModelReplicates, p99ModelSeed, verdictConfidence) >= verdictPower {
 		t.Errorf("n = %d (power %.3f, %v): want the least grid point with 90%%", n, p, ok)
+	}
+}
+
+func TestArmDuration(t *testing.T) {
+	s := time.Second
+	for _, tt := range []struct {
+		name        string
+		need        int64
+		powered     bool
+		rate        float64
+		floor, ceil time.Duration
+		want        time.Duration
+	}{
+		{"n x 1.1 / rate", 400, true, 40, 5 * s, 60 * s, 11 * s},
+		{"the floor", 72, true, 20, 5 * s, 60 * s, 5 * s},
+		{"the ceiling", 5000, true, 40, 5 * s, 60 * s, 60 * s},
+		{"no n: the ceiling", 0, false, 40, 5 * s, 60 * s, 60 * s},
+		{"rounded to 100 ms", 1470, true, 40, 10 * s, 60 * s, 40400 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := armDuration(tt.need, tt.powered, tt.rate, tt.floor, tt.ceil); got != tt.want {
+				t.Errorf("armDuration = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLatenciesOf checks which records a pilot's distribution and an arm's count rest on: the
+// completed ones, sorted, without warmup, unsent or failed requests or a missing metric.
+func TestLatenciesOf(t *testing.T) {
+	ms := time.Millisecond
+	recs := []loadgen.Record{
+		{Status: 200, End: 30 * ms, FirstToken: 10 * ms},
+		{Status: 200, End: 20 * ms},                    // no first token
+		{Status: 500, End: 5 * ms, FirstToken: 1 * ms}, // failed
+		{Status: 200, End: 50 * ms, Warmup: true},      // warmup
+		{NotSent: true}, // never sent
+		{Status: 200, End: 10 * ms, FirstToken: 4 * ms}, // sorted before the first
+	}
+	if got, want := latenciesOf(recs, e2elOf), []time.Duration{10 * ms, 20 * ms, 30 * ms}; !slices.Equal(got, want) {
+		t.Errorf("E2EL %v, want %v", got, want)
+	}
+	if got, want := latenciesOf(recs, ttftOf), []time.Duration{4 * ms, 10 * ms}; !slices.Equal(got, want) {
+		t.Errorf("TTFT %v, want %v", got, want)
+	}
+	if q := quantileOf([]time.Duration{1, 2, 3, 4}, 0.5); q != 2 {
+		t.Errorf("median of 1..4 = %v, want the nearest rank's 2", q)
 	}
 }

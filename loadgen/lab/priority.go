@@ -35,9 +35,8 @@ var priorityRule = Rule{
 	Compared: fmt.Sprintf("TTFT P99 of a high-priority Poisson stream (priority %d, %g req/s) beside a closed-loop flood of %d low-priority users (priority %d), the engine's fcfs scheduling policy against its priority policy", priorityHigh, priorityHighRate, priorityFloodUsers, priorityLow),
 	Interval: fmt.Sprintf("order-statistic 95%% interval of each P99, each arm holding at least n high-priority requests, n computed before the arms from a pilot of each policy "+
 		"(flood and stream together, 1/%d of the load time each): the least n from which, taking each pilot's empirical TTFT distribution for its arm's, the fcfs interval lies above the priority one "+
-		"with at least %.0f%% probability by a distribution-free lower bound (over thresholds t between the pilots' P99s, the priority arm's upper order statistic at most t and the fcfs arm's lower one above t, "+
-		"each a binomial count of samples at most t), so at least the %d a P99 interval needs; the arms then run n x %.1f / %g req/s each (at least %v, at most %d times their share of the load time)",
-		priorityPilotShare, 100*verdictPower, minP99Samples, sampleMargin, priorityHighRate, priorityFloor, priorityStretch),
+		"with at least %.0f%% probability by %s, so at least the %d a P99 interval needs; the arms then run n x %.1f / %g req/s each (at least %v, at most %d times their share of the load time)",
+		priorityPilotShare, 100*verdictPower, separationRuleText("P99", "priority arm's", "fcfs arm's"), minP99Samples, sampleMargin, priorityHighRate, priorityFloor, priorityStretch),
 	Threshold: "the fcfs interval lies entirely above the priority one; with fewer than n high-priority requests in either arm, or no n, the outcome is underpowered",
 }
 
@@ -87,7 +86,7 @@ func runPriority(ctx context.Context, e *env) (*Result, error) {
 	rows := []Row{
 		{"pilots: high-priority TTFT P99 fcfs / priority", "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)",
 			msStr(quantileOf(pilots[0].highTTFT, 0.99)), len(pilots[0].highTTFT), msStr(quantileOf(pilots[1].highTTFT, 0.99)), len(pilots[1].highTTFT), pilotDur.Round(100*time.Millisecond))},
-		{"sample size: high-priority requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, priorityHighRate, "requests")},
+		{"sample size: high-priority requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, priorityHighRate, "high-priority requests per arm")},
 	}
 	var variants []Variant
 	for _, a := range pilots {
