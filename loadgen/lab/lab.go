@@ -60,7 +60,9 @@ type Target struct {
 // Options tune a run of experiments.
 type Options struct {
 	// Duration is the total load time of one experiment, split among its variants; 0 means the
-	// experiment's default (20 to 60 s).
+	// experiment's default (28 to 165 s). An experiment whose rule sizes its runs by a power
+	// calculation runs what the rule needs, within bounds its rule derives from this duration, and
+	// reports underpowered when the runs hold fewer samples.
 	Duration time.Duration
 	// Quick, when Duration is 0, runs each experiment for a quarter of its default: a first look,
 	// with wider intervals and more verdicts left undecided.
