@@ -189,13 +189,19 @@ func (s quantileSeparation) power(n int64, q, confidence float64) float64 {
 	if !ok {
 		return 0
 	}
+	const negligible = 1e-15
 	var total, below float64 // below = P(x_(u) <= t_(i-1))
 	for i := range s.fa {
 		upA := 1 - stats.BinomialCDF(u-1, n, s.fa[i]) // P(x_(u) <= t_i)
-		if upA > below {
-			total += (upA - below) * stats.BinomialCDF(l-1, n, s.fb[i])
-			below = upA
+		if upA-below <= negligible {
+			continue
 		}
+		aboveB := stats.BinomialCDF(l-1, n, s.fb[i]) // P(y_(l) > t_i), falling with i
+		if aboveB <= negligible {
+			break
+		}
+		total += (upA - below) * aboveB
+		below = upA
 	}
 	return min(total, 1)
 }
