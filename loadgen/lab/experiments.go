@@ -107,7 +107,11 @@ func runP99Model(ctx context.Context, e *env) (*Result, error) {
 	var verdict Verdict
 	switch {
 	case !powered || int64(len(samples)) < need:
-		verdict = Verdict{Underpowered, underpowered(need, powered, len(samples), "samples") + fmt.Sprintf("empirical P99 %s, exponential fit's P99 %.0f ms", fmtPct(empStat), expP99)}
+		fit := fmt.Sprintf("the exponential fit's P99 %.0f ms", expP99)
+		if expP99 == 0 {
+			fit = fmt.Sprintf("no fit (fewer than %d samples)", stats.MinTailSamples)
+		}
+		verdict = Verdict{Underpowered, underpowered(need, powered, len(samples), "samples", "the run") + fmt.Sprintf("empirical P99 %s, %s", fmtPct(empStat), fit)}
 	case !ok:
 		verdict = Verdict{NotReproduced, "too few samples for an interval on the empirical P99; lengthen --duration"}
 	case expP99 > 0 && expP99*1e6 < float64(lo):
@@ -275,7 +279,7 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 		msStr(mean(by["sync"], report.MetricE2EL)), msStr(mean(by["async"], report.MetricE2EL)))
 	switch got := min(held["sync"], held["async"]); {
 	case !powered || int64(got) < need:
-		out, why = Underpowered, underpowered(need, powered, got, "requests")+why
+		out, why = Underpowered, underpowered(need, powered, got, "requests per arm", "a compared arm")+why
 	case out == Reproduced:
 		why = "direction reproduced: " + why + ". The size depends on the shard laws stated in the setup, not on the article's service"
 	case out == Opposite:

@@ -133,7 +133,7 @@ func runKeepalive(ctx context.Context, e *env) (*Result, error) {
 	}
 	why := keepaliveWhy(out, e.o.Keepalive, results, pairs)
 	if out == Underpowered {
-		why = underpowered(need, powered, got, "requests") + why
+		why = underpowered(need, powered, got, "requests per arm", "an arm") + why
 	}
 	return &Result{
 		Setup: fmt.Sprintf("retrieval over gRPC (Qdrant protocol, TLS 1.3, 1 shard, answers padded past a fresh connection's 64 KiB window) through links of %s; "+

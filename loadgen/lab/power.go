@@ -373,13 +373,13 @@ func sizeNote(need int64, powered bool, armDur time.Duration, rate float64, unit
 	return fmt.Sprintf("%d %s (runs of %v at %g/s)", need, unit, armDur, rate)
 }
 
-// underpowered is the opening of an underpowered verdict: the n the rule needs and the fewest
-// samples a compared arm held.
-func underpowered(need int64, powered bool, got int, unit string) string {
+// underpowered is the opening of an underpowered verdict: the n the rule needs, counted in unit
+// ("requests per arm"), and the fewest samples what holder names ("a compared arm") held.
+func underpowered(need int64, powered bool, got int, unit, holder string) string {
 	if !powered {
-		return fmt.Sprintf("underpowered: no number of %s up to %d per arm separates the intervals with %.0f%% power at the calibration's distributions; ", unit, maxPowerN, 100*verdictPower)
+		return fmt.Sprintf("underpowered: no n up to %d %s separates the intervals with %.0f%% power at the calibration's distributions; ", maxPowerN, unit, 100*verdictPower)
 	}
-	return fmt.Sprintf("underpowered: the rule needs %d %s per arm and a compared arm held %d (run longer, --duration): ", need, unit, got)
+	return fmt.Sprintf("underpowered: the rule needs %d %s and %s held %d (run longer, --duration): ", need, unit, holder, got)
 }
 
 // quantileOf is the nearest-rank q-quantile of sorted values, zero when there are none.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -415,9 +416,9 @@ func TestPilotSeparation(t *testing.T) {
 
 // TestExponentialBelowPower checks the p99-model Monte Carlo against what the law implies: with
 // the cap far above the P99 the fitted exponential's P99 sits near ln(100) x 30 ms = 138 ms and
-// the law's P99 at 215 ms, so the event grows more likely with n, is impossible below the
-// interval's least n, and is certain when the law is exponential-free of any tail (a cap at
-// 20 ms, where ln(100) x the mean exceeds every draw).
+// the law's P99 at 215 ms, so the event grows more likely with n and is 0 below the interval's
+// least n; with the tail cut at 20 ms it never happens, since ln(100) x the mean (at least
+// 46 ms) exceeds every draw. The rule's n is the least grid point reaching 90%.
 func TestExponentialBelowPower(t *testing.T) {
 	law := paretoLaw{scale: 10 * time.Millisecond, cap: 10 * time.Second, alpha: 1.5}
 	if p := exponentialBelowPower(law, 300, 100, 1, verdictConfidence); p != 0 {
@@ -481,5 +482,16 @@ func TestLatenciesOf(t *testing.T) {
 	}
 	if q := quantileOf([]time.Duration{1, 2, 3, 4}, 0.5); q != 2 {
 		t.Errorf("median of 1..4 = %v, want the nearest rank's 2", q)
+	}
+}
+
+// TestUnderpowered checks the opening of an underpowered verdict names the rule's n and what the
+// runs held, or that no n was found.
+func TestUnderpowered(t *testing.T) {
+	if got, want := underpowered(368, true, 350, "requests per arm", "an arm"), "the rule needs 368 requests per arm and an arm held 350"; !strings.Contains(got, want) {
+		t.Errorf("%q does not say %q", got, want)
+	}
+	if got, want := underpowered(0, false, 400, "requests per arm", "an arm"), "no n up to 50000 requests per arm"; !strings.Contains(got, want) {
+		t.Errorf("%q does not say %q", got, want)
 	}
 }

@@ -104,7 +104,7 @@ func runPriority(ctx context.Context, e *env) (*Result, error) {
 	why := fmt.Sprintf("high-priority TTFT P99 %s (fcfs) vs %s (priority)", fmtPct(worse), fmtPct(better))
 	switch got := min(len(fcfs.highTTFT), len(prio.highTTFT)); {
 	case !powered || int64(got) < need:
-		out, why = Underpowered, underpowered(need, powered, got, "high-priority requests")+why
+		out, why = Underpowered, underpowered(need, powered, got, "high-priority requests per arm", "an arm")+why
 	case out == Reproduced:
 		why += ": the fcfs interval lies entirely above the priority one"
 	case out == Opposite:
