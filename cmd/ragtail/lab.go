@@ -35,7 +35,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fs.StringVar(&o.adminURL, "admin-url", "", "admin base URL of that service (needed with --url)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "admin token for PUT /admin/config (default $RAGTAIL_ADMIN_TOKEN)")
 	fs.DurationVar(&o.duration, "duration", 0, "load time of each experiment, split among its variants (default: per experiment, 28-165 s; an experiment sized by a power calculation runs what its rule needs within bounds drawn from it)")
-	fs.BoolVar(&o.quick, "quick", false, "a first look: each experiment runs a quarter of its default duration (wider intervals, more undecided verdicts)")
+	fs.BoolVar(&o.quick, "quick", false, "a first look: each experiment runs a quarter of its default duration, fewer samples than most rules ask, so most verdicts come out underpowered")
 	fs.StringVar(&o.jsonFile, "json", "", "write the ragtail.lab/v1 result to this file (an array for all)")
 	fs.StringVar(&o.htmlFile, "html", "", "write a self-contained HTML page of the tables to this file")
 	o.service.register(fs)
