@@ -62,8 +62,7 @@ const (
 const (
 	tailQ          = 0.997
 	tailName       = "P99.7"
-	tailMargin     = 1.1  // Poisson counts vary: run for 10% more requests than the rule needs
-	tailSpan       = 1.25 // the counts a run of tailMargin x n requests lands on
+	tailSpan       = 1.25 // the counts a run of sampleMargin x n requests lands on
 	tailSlack      = 2
 	maxTailStretch = 4
 )
@@ -232,7 +231,7 @@ func runCachePenetration(ctx context.Context, e *env) (*Result, error) {
 	}
 	rate := keyRate(capacity)
 	cost := missCost(st.Docs.Backend.Concurrency, capacity)
-	compared := min(max(per, time.Duration(tailMargin*float64(need)/rate*float64(time.Second))), maxTailStretch*per).Round(100 * time.Millisecond)
+	compared := armDuration(need, true, rate, per, maxTailStretch*per)
 	e.logf("  store capacity %.1f lookups/s (mean lookup %v) -> rate %.0f req/s (%.1f x capacity / %.0f%% cold share, at most %.0f); %d requests per compared arm (%d by the binomial) -> %v",
 		capacity, cost.Round(100*time.Microsecond), rate, storeShare, 100*remedyCold, maxKeyRate, need, binomial, compared)
 	variants := []Variant{*calib}

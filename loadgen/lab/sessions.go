@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/ragtail/ragtail/loadgen"
@@ -40,7 +39,6 @@ var sessionConfig = shape.SessionConfig{Think: 200 * time.Millisecond, MaxSteps:
 const (
 	interruptionRise = 0.124 - 0.011
 	firstScreenFall  = 0.982 - 0.837
-	sessionMargin    = 1.1 // Poisson counts vary: offer 10% more sessions than the rule needs
 	maxArmStretch    = 2.5 // an arm runs at most this many times its share of the load time
 )
 
@@ -56,18 +54,12 @@ var faultStages = []string{"admission", "embed", "retrieve", "fetch", "generate"
 // budgetQuantile of its successful steps' latencies (nearest rank), rounded to the millisecond,
 // with the order-statistic 95% interval of that quantile. ok is false without steps.
 func stepBudget(recs []loadgen.Record) (budget time.Duration, q report.PercentileStat, ok bool) {
-	var lat []time.Duration
-	for i := range recs {
-		if r := &recs[i]; !r.Warmup && !r.NotSent && r.OK() {
-			lat = append(lat, r.E2EL())
-		}
-	}
+	lat := latenciesOf(recs, e2elOf)
 	if len(lat) == 0 {
 		return 0, report.PercentileStat{}, false
 	}
-	slices.Sort(lat)
 	v, lo, hi, hasCI := stats.QuantileCI(lat, budgetQuantile, verdictConfidence)
-	return v.Round(time.Millisecond), report.PercentileStat{P: 98.2, Value: v, Lo: lo, Hi: hi, HasCI: hasCI}, true
+	return v.Round(time.Millisecond), report.PercentileStat{P: math.Round(1000*budgetQuantile) / 10, Value: v, Lo: lo, Hi: hi, HasCI: hasCI}, true
 }
 
 // sessionCalibration is what the calibration's baseline sessions, replayed without a budget,
@@ -189,7 +181,7 @@ func runLatencyInjection(ctx context.Context, e *env) (*Result, error) {
 	need, powered := cal.sessionsNeeded()
 	armDur := per
 	if powered {
-		armDur = min(time.Duration(maxArmStretch*float64(per)), max(time.Second, time.Duration(sessionMargin*float64(need)/sessionRate*float64(time.Second)))).Round(100 * time.Millisecond)
+		armDur = armDuration(need, true, sessionRate, time.Second, time.Duration(maxArmStretch*float64(per)))
 	}
 	e.logf("  step budget %v = calibration step %s; delayed stage %s (mean %.1f ms a step); at the budget %d/%d sessions interrupted, %d/%d first steps bad -> %d sessions per arm, %v each",
 		budget, budgetName, cal.stage, cal.stageMeanMS[cal.stage], cal.interrupted, cal.sessions, cal.firstBad, cal.firstSteps, need, armDur)
