@@ -26,7 +26,7 @@ test: test-deps
 ## the other tests; each test's figures are printed. Under CI=true a test that would skip (the
 ## machine too loaded to measure, twice) fails instead. A timing test added elsewhere goes
 ## into both lists.
-TIMING_TESTS = ^(TestSheddingAtOverload|TestServeShedsAtTenTimesCapacity|TestParetoServiceTime|TestStallShowsFromIntendedSendOnly|TestFixedTTFTAndITLEndToEnd|TestSweepBisectsUsers|TestCompareFailOnRegression|TestHoldSLOAgreesWithSweep)$$
+TIMING_TESTS = ^(TestSheddingAtOverload|TestServeShedsAtTenTimesCapacity|TestParetoServiceTime|TestStallShowsFromIntendedSendOnly|TestFixedTTFTAndITLEndToEnd|TestSweepBisectsUsers|TestSweepFindsKneeAndMaxRPS|TestSweepConcurrencyLadder|TestCompareFailOnRegression|TestHoldSLOAgreesWithSweep)$$
 TIMING_PKGS = ./rag/service/ ./cmd/ragtail/ ./loadgen/
 test-timing:
 	$(TESTSUM) -v -- $(GO) test -count=1 -p 1 -timeout 20m -run '$(TIMING_TESTS)' -json $(TIMING_PKGS)
