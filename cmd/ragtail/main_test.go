@@ -211,7 +211,9 @@ func TestDemoPrintsEveryCoupling(t *testing.T) {
 	var out bytes.Buffer
 	// 24 req/s of requests that spend up to half a second in the demo's retrieval (more under
 	// the race detector) keep about 12 in flight: under the adaptive limit's initial 20 slots, so
-	// that the service sheds nothing and every request must complete.
+	// that the service sheds nothing on an idle machine. On a loaded one the service time grows
+	// and the default service rightly sheds (HTTP 503 from admission): that is allowed, and
+	// nothing else is.
 	err := run(context.Background(), []string{"demo", "--profile", "tiny", "--corpus-docs", "60", "--duration", "2s",
 		"--request-rate", "24", "--max-tokens", "16", "--log-level", "warn"}, &out, io.Discard)
 	if err != nil {
@@ -223,8 +225,18 @@ func TestDemoPrintsEveryCoupling(t *testing.T) {
 			t.Errorf("no %s row in:\n%s", mode, out.String())
 		}
 	}
-	if strings.Contains(out.String(), "failed:") {
-		t.Errorf("demo requests failed:\n%s", out.String())
+	// A mode's failures line reads "sync: N failed: KIND xM (EXAMPLE), ...": allowed only when
+	// all N are HTTP 5xx (M == N) and the example is admission's 503.
+	shed := regexp.MustCompile(`^\w+: (\d+) failed: http_5xx x(\d+) \("HTTP 503: admission: overloaded: `)
+	for _, line := range strings.Split(out.String(), "\n") {
+		if !strings.Contains(line, " failed: ") {
+			continue
+		}
+		if m := shed.FindStringSubmatch(strings.TrimSpace(line)); m == nil || m[1] != m[2] {
+			t.Errorf("demo requests failed other than by admission's shedding:\n%s", out.String())
+			break
+		}
+		t.Logf("shed by admission on this loaded machine: %s", line[:min(len(line), 120)])
 	}
 	for _, want := range []string{"chunks in shards on a Qdrant-protocol server behind a link", "Conclusion", "TTFT P50: sync", "E2E P95: sync"} {
 		if !strings.Contains(out.String(), want) {

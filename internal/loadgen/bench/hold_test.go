@@ -158,7 +158,9 @@ func TestHoldWindowCountsFailuresAsOver(t *testing.T) {
 
 // stepService is a Doer whose latency is a known function of the rate it is offered: each
 // request's gap from the one intended before it gives the rate, and requests at a rate above
-// edge take slow, the others fast. It answers at once (the times are set, not slept).
+// edge take slow, the others fast. It answers at once (the times are set, not slept), and as if
+// each request left at its intended time: what the controller is offered is then the law alone,
+// not how late a loaded machine's scheduler sent.
 type stepService struct {
 	edge       float64
 	fast, slow time.Duration
@@ -166,7 +168,7 @@ type stepService struct {
 	last, gap  time.Duration
 }
 
-func (s *stepService) Do(_ context.Context, _ *loadgen.Request, origin time.Time, rec *loadgen.Record) {
+func (s *stepService) Do(_ context.Context, _ *loadgen.Request, _ time.Time, rec *loadgen.Record) {
 	s.mu.Lock()
 	if rec.Intended > s.last {
 		s.gap, s.last = rec.Intended-s.last, rec.Intended
@@ -177,9 +179,9 @@ func (s *stepService) Do(_ context.Context, _ *loadgen.Request, origin time.Time
 	if gap > 0 && 1/gap.Seconds() > s.edge*1.0001 {
 		lat = s.slow
 	}
-	rec.Sent = time.Since(origin)
+	rec.Sent = rec.Intended
 	rec.Status = 200
-	rec.FirstByte = max(rec.Intended+lat, rec.Sent)
+	rec.FirstByte = rec.Intended + lat
 	rec.FirstToken, rec.End = rec.FirstByte, rec.FirstByte+time.Millisecond
 }
 
