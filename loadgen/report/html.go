@@ -839,13 +839,14 @@ func sweepThroughput(s *Sweep) blocks {
 }
 
 type sweepPointsView struct {
-	Points table
-	Probes *table
+	Points  table
+	Probes  *table
+	Partial string // the footnote of a point Ctrl-C cut short
 }
 
 func sweepPoints(s *Sweep) sweepPointsView {
 	v := sweepPointsView{Points: table{Heads: []string{s.Axis, "achieved req/s", "completed", "failed", "p50 e2el",
-		"p95 e2el", "p99 e2el", "p99 ttft", "goodput"}}}
+		"p95 e2el", "p99 e2el", "p99 ttft", "goodput"}}, Partial: s.partialNote()}
 	for _, p := range s.Points {
 		b := p.Bench
 		q := func(m string, q float64) string {
@@ -857,6 +858,9 @@ func sweepPoints(s *Sweep) sweepPointsView {
 		x := fmtRate(p.Rate)
 		if s.Axis == AxisConcurrency {
 			x = fmt.Sprint(p.Concurrency)
+		}
+		if p.Partial() {
+			x += "*"
 		}
 		g := "-"
 		if b.GoodputRate != nil {

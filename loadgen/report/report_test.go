@@ -655,6 +655,69 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestSweepPartialPoint: a point Ctrl-C cut short is shown, marked, and left out of the knees,
+// the max load read off the ladder and its interval, in the sweep and in the sweep read back.
+// The ladder is testSweep's first six points with the sixth (60 req/s, where the P99 climbs
+// 150 ms per req/s) interrupted: without it the curve is flat, so no knee, and the max under
+// the SLO is the best achieved rate of the first five.
+func TestSweepPartialPoint(t *testing.T) {
+	t.Parallel()
+	benches := slices.Clone(sweepBenches()[:6])
+	cut := *benches[5]
+	cut.Config.Interrupted = true
+	benches[5] = &cut
+	slo, err := ParsePercentileSLO("e2el:p95:2000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := 0.0
+	for _, b := range benches[:5] {
+		best = math.Max(best, b.RequestThroughput)
+	}
+	check := func(what string, s *Sweep) {
+		t.Helper()
+		if len(s.Points) != 6 || !s.Points[5].Partial() || s.Points[4].Partial() {
+			t.Fatalf("%s: %d points, want 6 with the last partial", what, len(s.Points))
+		}
+		// (Kneedle may still pick a point of the flat five's noise; never the partial one.)
+		if s.Knee.Found || s.KneeRobust.Found && s.KneeRobust.Index == 5 {
+			t.Errorf("%s: knees %+v %+v, want none from the partial point", what, s.Knee, s.KneeRobust)
+		}
+		// JSON keeps rates to 4 decimals.
+		if s.MaxRPSUnderSLO == nil || math.Abs(*s.MaxRPSUnderSLO-best) > 1e-4 {
+			t.Errorf("%s: max rps %v, want %g (the whole points')", what, s.MaxRPSUnderSLO, best)
+		}
+		if s.MaxInterval == nil || s.MaxInterval.HasHi || s.MaxInterval.HasLo && s.MaxInterval.Lo > best+1e-4 {
+			t.Errorf("%s: interval %+v, want one from the whole points", what, s.MaxInterval)
+		}
+	}
+	s := SummarizeSweep(benches, SweepOptions{SLO: &slo})
+	check("summarised", s)
+	var text bytes.Buffer
+	if err := WriteSweepText(&text, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "     60* ") || !strings.Contains(text.String(), "* interrupted (Ctrl-C) after") {
+		t.Errorf("text report does not mark the partial point:\n%s", text.String())
+	}
+	var html bytes.Buffer
+	if err := WriteHTML(&html, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(html.String(), ">60*<") || !strings.Contains(html.String(), "left out of the knees") {
+		t.Error("HTML report does not mark the partial point")
+	}
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, s); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("read back", f.Sweep)
+}
+
 func TestSweepConcurrencyAxis(t *testing.T) {
 	t.Parallel()
 	var benches []*Bench

@@ -117,6 +117,12 @@ type SweepPoint struct {
 	Bench       *Bench
 }
 
+// Partial reports whether Ctrl-C cut the point short (its bench's config says interrupted):
+// the reports show it, marked, but its figures cover a shorter stretch than the other points'
+// (an overloaded point's queue had less time to grow), so the knees, the max load read off the
+// ladder and the interval of the max leave it out.
+func (p SweepPoint) Partial() bool { return p.Bench != nil && p.Bench.Config.Interrupted }
+
 // x is the point's position on the axis.
 func (p SweepPoint) x(axis string) float64 {
 	if axis == AxisConcurrency {
@@ -179,15 +185,22 @@ func SummarizeSweep(points []*Bench, opts SweepOptions) *Sweep {
 // analyse finds the knees and, from the ladder when no bisection gave them, the max RPS, the
 // max users on a concurrency axis, and the interval of the max load.
 func (s *Sweep) analyse(maxRPS *float64, maxUsers *int, iv *SLOInterval) {
-	kp := make([]stats.Point, len(s.Points))
+	var kp []stats.Point
+	var at []int // the index in s.Points of each of kp
+	var whole []SweepPoint
 	for i, p := range s.Points {
-		kp[i] = stats.Point{X: p.x(s.Axis), Achieved: p.AchievedRPS, P99: p.Bench.p99E2EL()}
+		if p.Partial() {
+			continue
+		}
+		kp = append(kp, stats.Point{X: p.x(s.Axis), Achieved: p.AchievedRPS, P99: p.Bench.p99E2EL()})
+		at = append(at, i)
+		whole = append(whole, p)
 	}
-	s.Knee = s.knee(stats.Knee(kp, s.KneeThreshold))
-	s.KneeRobust = s.knee(stats.KneeRobust(kp))
+	s.Knee = s.knee(stats.Knee(kp, s.KneeThreshold), at)
+	s.KneeRobust = s.knee(stats.KneeRobust(kp), at)
 	s.MaxRPSUnderSLO = maxRPS
 	if maxRPS == nil && s.SLO != nil {
-		for _, p := range s.Points {
+		for _, p := range whole {
 			ok, _ := s.SLO.Met(p.Bench)
 			if !ok {
 				break
@@ -204,7 +217,7 @@ func (s *Sweep) analyse(maxRPS *float64, maxUsers *int, iv *SLOInterval) {
 	}
 	s.MaxUsersUnderSLO = maxUsers
 	if maxUsers == nil && s.Axis == AxisConcurrency {
-		for _, p := range s.Points {
+		for _, p := range whole {
 			if ok, _ := s.SLO.Met(p.Bench); !ok {
 				break
 			}
@@ -212,8 +225,8 @@ func (s *Sweep) analyse(maxRPS *float64, maxUsers *int, iv *SLOInterval) {
 		}
 	}
 	if iv == nil {
-		benches := make([]*Bench, len(s.Points))
-		for i, p := range s.Points {
+		benches := make([]*Bench, len(whole))
+		for i, p := range whole {
 			benches[i] = p.Bench
 		}
 		b := BracketSLO(*s.SLO, s.Axis, benches)
@@ -222,13 +235,27 @@ func (s *Sweep) analyse(maxRPS *float64, maxUsers *int, iv *SLOInterval) {
 	s.MaxInterval = iv
 }
 
-func (s *Sweep) knee(k stats.KneeResult) SweepKnee {
+// partialNote says which point Ctrl-C cut short, for the reports' footnote of a * beside it;
+// "" when none was.
+func (s *Sweep) partialNote() string {
+	for _, p := range s.Points {
+		if p.Partial() {
+			return fmt.Sprintf("* interrupted (Ctrl-C) after %.1f s of measurement: shown, but left out of the knees and the max load",
+				p.Bench.Duration.Seconds())
+		}
+	}
+	return ""
+}
+
+// knee is the SweepKnee of k, found on the points whose indices in s.Points are at.
+func (s *Sweep) knee(k stats.KneeResult, at []int) SweepKnee {
 	out := SweepKnee{Found: k.Found, Method: k.Method}
 	if !k.Found {
 		return out
 	}
-	p := s.Points[k.Index]
-	out.Index, out.Concurrency, out.AchievedRPS, out.P99E2EL = k.Index, p.Concurrency, p.AchievedRPS, k.P99
+	i := at[k.Index]
+	p := s.Points[i]
+	out.Index, out.Concurrency, out.AchievedRPS, out.P99E2EL = i, p.Concurrency, p.AchievedRPS, k.P99
 	out.Rate = p.Rate
 	if s.Axis == AxisConcurrency {
 		out.Rate = p.AchievedRPS

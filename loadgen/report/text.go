@@ -347,6 +347,9 @@ func WriteSweepText(w io.Writer, s *Sweep) error {
 		if s.Axis == AxisConcurrency {
 			x = fmt.Sprint(p.Concurrency)
 		}
+		if p.Partial() {
+			x += "*"
+		}
 		b := p.Bench
 		q := func(m string, q float64) string {
 			h := b.Histograms[m]
@@ -359,6 +362,9 @@ func WriteSweepText(w io.Writer, s *Sweep) error {
 			q(MetricE2EL, 0.5), q(MetricE2EL, 0.95), q(MetricE2EL, 0.99), q(MetricTTFT, 0.99))
 	}
 	t.printf("(latencies in ms)\n")
+	if note := s.partialNote(); note != "" {
+		t.printf("%s\n", note)
+	}
 	t.rule("", '-')
 	t.row(fmt.Sprintf("Knee (P99 slope > %g ms per req/s)", s.KneeThreshold), "%s", s.kneeText(s.Knee))
 	t.row("Knee (max distance below the chord)", "%s", s.kneeText(s.KneeRobust))
