@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -334,6 +335,17 @@ func TestAgenticParallelSearches(t *testing.T) {
 	}
 	if retrieves != 4 {
 		t.Errorf("%d retrieve timings, want the 4 searches'", retrieves)
+	}
+	// Server-Timing counts the retrieve stage's wall time: its runs lie within the two search
+	// steps, so it cannot exceed them (the sum of the four would, by about 60 ms).
+	st := res.ServerTiming()
+	_, after, _ := strings.Cut(st, "retrieve;dur=")
+	retrieveMS, err := strconv.ParseFloat(strings.SplitN(after, ",", 2)[0], 64)
+	if err != nil {
+		t.Fatalf("Server-Timing %q: %v", st, err)
+	}
+	if steps := res.Steps[0].Duration + res.Steps[1].Duration; retrieveMS > steps.Seconds()*1000 {
+		t.Errorf("Server-Timing %q: retrieve %.3f ms is longer than the two search steps' %v", st, retrieveMS, steps)
 	}
 	var tools []sdktrace.ReadOnlySpan
 	for _, s := range waitSpans(t, sr, 1) {

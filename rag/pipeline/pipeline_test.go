@@ -773,6 +773,8 @@ func TestConfig(t *testing.T) {
 
 func TestServerTiming(t *testing.T) {
 	t.Parallel()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
 	tests := []struct {
 		name    string
 		timings []rag.StageTiming
@@ -788,6 +790,19 @@ func TestServerTiming(t *testing.T) {
 			{Stage: rag.StageStream, Duration: 900 * time.Microsecond},
 		}, want: "admission;dur=0.012, embed;dur=0.300, retrieve;dur=12.100, fetch;dur=3.000, generate;dur=812.500, stream;dur=0.900"},
 		{name: "sub-microsecond rounds", timings: []rag.StageTiming{{Stage: rag.StageEmbed, Duration: 1499 * time.Nanosecond}}, want: "embed;dur=0.001"},
+		// An agentic request's stages run once per search: in turn they add up; in parallel
+		// (two searches of one step) they count the wall time they covered, once.
+		{name: "stages in turn", timings: []rag.StageTiming{
+			{Stage: rag.StageRetrieve, Start: at(0), Duration: 10 * time.Millisecond},
+			{Stage: rag.StageGenerate, Start: at(10), Duration: 100 * time.Millisecond},
+			{Stage: rag.StageRetrieve, Start: at(110), Duration: 15 * time.Millisecond},
+		}, want: "retrieve;dur=25.000, generate;dur=100.000"},
+		{name: "stages in parallel", timings: []rag.StageTiming{
+			{Stage: rag.StageRetrieve, Start: at(100), Duration: 30 * time.Millisecond},
+			{Stage: rag.StageRetrieve, Start: at(110), Duration: 40 * time.Millisecond}, // overlaps: 100..150
+			{Stage: rag.StageRetrieve, Start: at(120), Duration: 5 * time.Millisecond},  // inside
+			{Stage: rag.StageRetrieve, Start: at(0), Duration: 20 * time.Millisecond},   // apart, listed late
+		}, want: "retrieve;dur=70.000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -69,21 +70,23 @@ func (r *Result) Timing(stage rag.Stage) (rag.StageTiming, bool) {
 }
 
 // ServerTiming renders the stage timings as a Server-Timing header value, durations in
-// milliseconds with three decimals, each stage once (an agentic request's stages summed over its
-// steps), then, for an agentic request, one entry per step:
+// milliseconds with three decimals, each stage once, then, for an agentic request, one entry per
+// step:
 //
 //	admission;dur=0.012, embed;dur=0.300, retrieve;dur=12.100
 //	..., step1;desc="search";dur=812.500, step2;desc="answer";dur=1093.250
+//
+// A stage that ran more than once (an agentic request's stages, once per search) reports the
+// wall time its runs covered: the union of their intervals, so that searches run in parallel
+// count once and no stage reads longer than the request.
 func (r *Result) ServerTiming() string {
-	var (
-		order []rag.Stage
-		total = map[rag.Stage]time.Duration{}
-	)
+	var order []rag.Stage
+	runs := map[rag.Stage][]rag.StageTiming{}
 	for _, t := range r.Timings {
-		if _, ok := total[t.Stage]; !ok {
+		if _, ok := runs[t.Stage]; !ok {
 			order = append(order, t.Stage)
 		}
-		total[t.Stage] += t.Duration
+		runs[t.Stage] = append(runs[t.Stage], t)
 	}
 	b := make([]byte, 0, 24*(len(order)+len(r.Steps)))
 	entry := func(name, desc string, d time.Duration) {
@@ -100,7 +103,7 @@ func (r *Result) ServerTiming() string {
 		b = strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
 	}
 	for _, s := range order {
-		entry(string(s), "", total[s])
+		entry(string(s), "", covered(runs[s]))
 	}
 	for i, s := range r.Steps {
 		desc := "answer"
@@ -110,4 +113,28 @@ func (r *Result) ServerTiming() string {
 		entry("step"+strconv.Itoa(i+1), desc, s.Duration)
 	}
 	return string(b)
+}
+
+// covered is the length of the union of the intervals [Start, Start+Duration) of ts.
+func covered(ts []rag.StageTiming) time.Duration {
+	if len(ts) == 1 {
+		return ts[0].Duration
+	}
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b rag.StageTiming) int { return a.Start.Compare(b.Start) })
+	var total time.Duration
+	end := ts[0].Start
+	for _, t := range ts {
+		e := t.Start.Add(t.Duration)
+		switch {
+		case !e.After(end): // within what is counted
+		case t.Start.After(end):
+			total += t.Duration
+			end = e
+		default:
+			total += e.Sub(end)
+			end = e
+		}
+	}
+	return total
 }
