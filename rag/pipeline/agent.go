@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ragtail/ragtail/rag"
@@ -100,7 +101,9 @@ func (r *run) executeAgentic(res *Result, gen *generation) error {
 
 // runTools runs a model call's search calls: one in the run's goroutine, several at once, each
 // in a fork of the run (its own stage timings and instant, the run's contexts, spans and sink),
-// joined into the run when all have ended. It returns each call's passages, or the first error.
+// joined into the run when all have ended. It returns each call's passages, or the first error:
+// the first search to fail cancels the others (through the run's context, as a failed shard of
+// a fanout does), since the run fails with it and need not wait for them.
 func (r *run) runTools(agent *span, calls []rag.ToolCall, queries []string) ([]string, error) {
 	out := make([]string, len(calls))
 	if len(calls) == 1 {
@@ -110,17 +113,24 @@ func (r *run) runTools(agent *span, calls []rag.ToolCall, queries []string) ([]s
 	}
 	forks := make([]*run, len(calls))
 	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		first atomic.Int32
+	)
+	first.Store(-1)
 	for i := range calls {
 		forks[i] = r.fork()
-		wg.Go(func() { out[i], errs[i] = forks[i].runTool(agent, calls[i], queries[i]) })
+		wg.Go(func() {
+			out[i], errs[i] = forks[i].runTool(agent, calls[i], queries[i])
+			if errs[i] != nil && first.CompareAndSwap(-1, int32(i)) {
+				r.cancel(errSiblingFailed)
+			}
+		})
 	}
 	wg.Wait()
 	r.join(forks)
-	for _, err := range errs {
-		if err != nil {
-			return out, err
-		}
+	if i := first.Load(); i >= 0 {
+		return out, errs[i]
 	}
 	return out, nil
 }

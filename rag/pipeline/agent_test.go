@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -301,6 +302,47 @@ func TestAgenticCallTurnEndings(t *testing.T) {
 // TestAgenticParallelSearches: with parallel_tool_calls the model asks two searches a call, and
 // the pipeline runs them at once, each under its own execute_tool span from the same instant;
 // four searches take three model calls, and Server-Timing sums the four retrieve stages.
+// TestAgenticParallelSearchFails: when one of a step's parallel searches fails, the others are
+// cancelled (the run fails with the first error and need not wait for them): of two calls, the
+// first to reach the retriever takes 5 s and the second fails at once.
+func TestAgenticParallelSearchFails(t *testing.T) {
+	t.Parallel()
+	done := checkNoLeak(t)
+	defer done()
+	errSearch := errors.New("search down")
+	b := zeroLatency(1)
+	b.ret.delayOf = func(call int32, _ int) time.Duration {
+		if call == 1 {
+			return 5 * time.Second
+		}
+		return 0
+	}
+	b.ret.errOf = func(call int32, _ int) error {
+		if call == 2 {
+			return errSearch
+		}
+		return nil
+	}
+	gen := &toolGenerator{searches: 2, parallel: true}
+	p, err := pipeline.New(b.emb, b.ret, b.docs, gen, pipeline.Config{}, pipeline.WithAdmitter(&fakeAdmitter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := agenticQuery(0)
+	q.Coupling, q.ParallelToolCalls = rag.CouplingSync, true
+	start := time.Now()
+	_, err = p.Run(context.Background(), q, &recordingSink{tb: t})
+	if took := time.Since(start); took >= 2*time.Second {
+		t.Errorf("the run took %v: the failed search did not cancel its 5 s sibling", took)
+	}
+	if !errors.Is(err, errSearch) || rag.StageOf(err) != rag.StageRetrieve {
+		t.Errorf("err = %v, want the failed search's at retrieve", err)
+	}
+	if n := b.ret.cancelled.Load(); n != 1 {
+		t.Errorf("%d searches cancelled, want the slow sibling", n)
+	}
+}
+
 func TestAgenticParallelSearches(t *testing.T) {
 	t.Parallel()
 	tp, sr := traced(t)

@@ -58,7 +58,9 @@ type fakeRetriever struct {
 	// delayOf, if set, replaces delays: the delay of the call-th search (from 1) of shard.
 	delayOf func(call int32, shard int) time.Duration
 	errs    []error // per shard; nil entries answer normally
-	hits    func(shard, k int) []rag.Hit
+	// errOf, if set, is the error of the call-th search (from 1) of shard, after its delay.
+	errOf func(call int32, shard int) error
+	hits  func(shard, k int) []rag.Hit
 
 	calls     atomic.Int32
 	cancelled atomic.Int32 // searches that ended because their context did
@@ -89,6 +91,11 @@ func (f *fakeRetriever) Search(ctx context.Context, shard int, _ []float32, k in
 	}
 	if shard < len(f.errs) && f.errs[shard] != nil {
 		return nil, f.errs[shard]
+	}
+	if f.errOf != nil {
+		if err := f.errOf(call, shard); err != nil {
+			return nil, err
+		}
 	}
 	if f.hits != nil {
 		return f.hits(shard, k), nil

@@ -649,8 +649,9 @@ func (r *run) fetchSequential(ctx context.Context, hits []rag.Hit, f *fetched) e
 }
 
 // errSiblingFailed is the cause of the run's cancellation when one of the concurrent searches
-// or fetches of a stage failed; the stage reports that failure, not this.
-var errSiblingFailed = errors.New("a concurrent search or fetch of the stage failed")
+// or fetches of a stage (or one of an agentic step's parallel search calls) failed; the stage
+// reports that failure, not this.
+var errSiblingFailed = errors.New("a concurrent search or fetch failed")
 
 // fetchConcurrent fetches every chunk at once and keeps them in rank order. The first failure
 // cancels the other fetches (through the run's context, as in retrieveFanout) and is the stage's
