@@ -143,8 +143,10 @@ func TestOpenAISDKStreamingWithUsage(t *testing.T) {
 	if strings.TrimSpace(acc.Choices[0].Message.Content) == "" {
 		t.Error("empty answer")
 	}
-	if chunks < 12 {
-		t.Errorf("%d chunks for 12 tokens", chunks)
+	// A role chunk, one or more content chunks (a reader that falls behind the engine gets the
+	// tokens made meanwhile in one), the finish chunk and the usage chunk.
+	if chunks < 4 {
+		t.Errorf("%d chunks for 12 tokens, want role, content, finish and usage chunks", chunks)
 	}
 }
 
@@ -259,9 +261,11 @@ func TestStreamWireFormat(t *testing.T) {
 	if !ok || tp.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || tp.SpanID == "00f067aa0ba902b7" {
 		t.Errorf("traceparent = %q: want the caller's trace with a new span id", resp.Header.Get("traceparent"))
 	}
+	// Five tokens come as one to five content events: a reader that falls behind the engine gets
+	// the tokens made meanwhile in one delta, as from vLLM.
 	events := readSSE(t, resp.Body)
-	if n := len(events); n != 1+5+1+1+1 {
-		t.Fatalf("%d events, want role + 5 content + finish + usage + [DONE]: %+v", n, events)
+	if n := len(events); n < 1+1+1+1+1 || n > 1+5+1+1+1 {
+		t.Fatalf("%d events, want role + 1 to 5 content + finish + usage + [DONE]: %+v", n, events)
 	}
 	var chunks []wire.ChatChunk
 	for _, ev := range events[:len(events)-1] {
@@ -280,15 +284,16 @@ func TestStreamWireFormat(t *testing.T) {
 	if d := chunks[0].Choices[0].Delta; d.Role != "assistant" {
 		t.Errorf("first chunk delta %+v, want role assistant", d)
 	}
-	for _, c := range chunks[1:6] {
+	finish := len(chunks) - 2
+	for _, c := range chunks[1:finish] {
 		if c.Choices[0].Delta.Content == nil || *c.Choices[0].Delta.Content == "" || c.Choices[0].FinishReason != nil {
 			t.Errorf("content chunk %+v", c.Choices[0])
 		}
 	}
-	if fr := chunks[6].Choices[0].FinishReason; fr == nil || *fr != "length" {
-		t.Errorf("finish chunk %+v", chunks[6].Choices[0])
+	if fr := chunks[finish].Choices[0].FinishReason; fr == nil || *fr != "length" {
+		t.Errorf("finish chunk %+v", chunks[finish].Choices[0])
 	}
-	last := chunks[7]
+	last := chunks[finish+1]
 	if len(last.Choices) != 0 || last.Usage == nil || last.Usage.CompletionTokens != 5 {
 		t.Errorf("usage chunk %+v", last)
 	}
