@@ -234,8 +234,7 @@ func runCoupling(ctx context.Context, e *env) (*Result, error) {
 		held[mode] = len(latenciesOf(res.Records, e2elOf))
 	}
 	rows := []Row{
-		{"pilots: E2EL P95 sync / async", "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)", msStr(quantileOf(pilots["sync"], 0.95)), len(pilots["sync"]),
-			msStr(quantileOf(pilots["async"], 0.95)), len(pilots["async"]), pilotDur.Round(100*time.Millisecond))},
+		{"pilots: E2EL P95 sync / async", "", pilotsNote(pilots["sync"], pilots["async"], 0.95, pilotDur)},
 		{"sample size: requests per arm for the P95 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, rate, "requests per arm")},
 	}
 	for _, mode := range []string{"sync", "fanout", "async"} {

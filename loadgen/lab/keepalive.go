@@ -102,8 +102,7 @@ func runKeepalive(ctx context.Context, e *env) (*Result, error) {
 	e.logf("  pilots over the %v link: P99 %v with max-age over %d, %v without over %d -> %d requests per arm, %v each",
 		deciding.rtt, quantileOf(pilots[0], 0.99), len(pilots[0]), quantileOf(pilots[1], 0.99), len(pilots[1]), need, per)
 	rows := []Row{
-		{fmt.Sprintf("pilots over the %v link: E2EL P99 max-age / none", deciding.rtt), "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)",
-			msStr(quantileOf(pilots[0], 0.99)), len(pilots[0]), msStr(quantileOf(pilots[1], 0.99)), len(pilots[1]), pilotDur.Round(100*time.Millisecond))},
+		{fmt.Sprintf("pilots over the %v link: E2EL P99 max-age / none", deciding.rtt), "", pilotsNote(pilots[0], pilots[1], 0.99, pilotDur)},
 		{"sample size: requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, keepaliveRate, "requests per arm")},
 	}
 	results := make([]keepaliveArmResult, len(e.o.Keepalive))

@@ -224,8 +224,7 @@ func pilotSeparation(a, b []time.Duration, q float64) quantileSeparation {
 	if len(a) == 0 || len(b) == 0 {
 		return quantileSeparation{}
 	}
-	lo := a[stats.NearestRank(int64(len(a)), q)-1]
-	hi := b[stats.NearestRank(int64(len(b)), q)-1]
+	lo, hi := quantileOf(a, q), quantileOf(b, q)
 	if hi <= lo {
 		return quantileSeparation{}
 	}
@@ -388,6 +387,12 @@ func quantileOf(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[stats.NearestRank(int64(len(sorted)), q)-1]
+}
+
+// pilotsNote is a Row's figure for two pilots: each one's q-quantile (nearest rank) and how many
+// samples it rests on, and how long each pilot ran.
+func pilotsNote(a, b []time.Duration, q float64, each time.Duration) string {
+	return fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)", msStr(quantileOf(a, q)), len(a), msStr(quantileOf(b, q)), len(b), each.Round(100*time.Millisecond))
 }
 
 // separationRuleText states pilotSeparation's bound in a rule's words: quantile names the

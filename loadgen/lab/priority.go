@@ -84,8 +84,7 @@ func runPriority(ctx context.Context, e *env) (*Result, error) {
 	fcfs, prio := arms[0], arms[1]
 	worse, better := pct(fcfs.high.Bench, report.MetricTTFT, 99), pct(prio.high.Bench, report.MetricTTFT, 99)
 	rows := []Row{
-		{"pilots: high-priority TTFT P99 fcfs / priority", "", fmt.Sprintf("%s ms over %d / %s ms over %d (%v each)",
-			msStr(quantileOf(pilots[0].highTTFT, 0.99)), len(pilots[0].highTTFT), msStr(quantileOf(pilots[1].highTTFT, 0.99)), len(pilots[1].highTTFT), pilotDur.Round(100*time.Millisecond))},
+		{"pilots: high-priority TTFT P99 fcfs / priority", "", pilotsNote(pilots[0].highTTFT, pilots[1].highTTFT, 0.99, pilotDur)},
 		{"sample size: high-priority requests per arm for the P99 intervals to separate with 90% probability (from the pilots)", "", sizeNote(need, powered, per, priorityHighRate, "high-priority requests per arm")},
 	}
 	var variants []Variant
